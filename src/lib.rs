@@ -1,0 +1,14 @@
+//! asap-train: data-parallel SGD over MPI.
+//!
+//! Layers (lower never depends on upper):
+//! - [`graph`] (pure maths), [`data`] and [`model`] (no MPI) at the bottom;
+//! - [`comm`] (MPI and one-sided RMA, knows nothing of ML) beside them;
+//! - [`sync`] (the exchange modes, which see a model as a flat `f32` slice with rows);
+//! - the training loop ([`train`]) and the command line ([`cli`]) on top.
+
+pub mod comm;
+pub mod data;
+pub mod graph;
+pub mod model;
+pub mod rng;
+pub mod sync;
