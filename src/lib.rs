@@ -4,11 +4,15 @@
 //! - [`graph`] (pure maths), [`data`] and [`model`] (no MPI) at the bottom;
 //! - [`comm`] (MPI and one-sided RMA, knows nothing of ML) beside them;
 //! - [`sync`] (the exchange modes, which see a model as a flat `f32` slice with rows);
-//! - the training loop ([`train`]) and the command line ([`cli`]) on top.
+//! - the training loop ([`train`]), configuration ([`config`]) and command line ([`cli`]) on top.
 
+pub mod bench;
+pub mod cli;
 pub mod comm;
+pub mod config;
 pub mod data;
 pub mod graph;
 pub mod model;
 pub mod rng;
 pub mod sync;
+pub mod train;

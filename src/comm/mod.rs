@@ -1,6 +1,8 @@
 //! The MPI layer: start-up environment, job-wide abort, and (in submodules) one-sided RMA.
 //! Knows nothing of machine learning.
 
+pub mod collectives;
+
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 /// Sets the Open MPI variables this program needs before `MPI_Init`, unless the user set them:

@@ -33,3 +33,6 @@ pub trait SyncMode {
         serde_json::Value::Null
     }
 }
+
+pub mod allreduce;
+pub mod independent;

@@ -1,0 +1,146 @@
+//! Small typed wrappers over the MPI collectives the trainer needs (safe rsmpi calls), and the
+//! "agree on failure" pattern that turns an error on some ranks into a clean exit on all of them.
+
+use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+use mpi::datatype::Equivalence;
+use mpi::topology::{Communicator, SimpleCommunicator};
+
+/// Element-wise sum over all ranks, in place.
+pub fn sum_f64(comm: &SimpleCommunicator, v: &mut [f64]) {
+    let send = v.to_vec();
+    comm.all_reduce_into(&send[..], v, SystemOperation::sum());
+}
+
+/// Element-wise sum over all ranks, in place.
+pub fn sum_f32(comm: &SimpleCommunicator, v: &mut [f32], scratch: &mut Vec<f32>) {
+    scratch.clear();
+    scratch.extend_from_slice(v);
+    comm.all_reduce_into(&scratch[..], v, SystemOperation::sum());
+}
+
+/// Element-wise maximum over all ranks, in place.
+pub fn max_f64(comm: &SimpleCommunicator, v: &mut [f64]) {
+    let send = v.to_vec();
+    comm.all_reduce_into(&send[..], v, SystemOperation::max());
+}
+
+/// Element-wise maximum over all ranks, in place.
+pub fn max_f32(comm: &SimpleCommunicator, v: &mut [f32]) {
+    let send = v.to_vec();
+    comm.all_reduce_into(&send[..], v, SystemOperation::max());
+}
+
+/// Maximum of one `u64` over all ranks.
+pub fn max_u64(comm: &SimpleCommunicator, x: u64) -> u64 {
+    let mut out = 0u64;
+    comm.all_reduce_into(&x, &mut out, SystemOperation::max());
+    out
+}
+
+/// Minimum of one `u64` over all ranks.
+pub fn min_u64(comm: &SimpleCommunicator, x: u64) -> u64 {
+    let mut out = 0u64;
+    comm.all_reduce_into(&x, &mut out, SystemOperation::min());
+    out
+}
+
+/// Sum of one `u64` over all ranks.
+pub fn sum_u64(comm: &SimpleCommunicator, x: u64) -> u64 {
+    let mut out = 0u64;
+    comm.all_reduce_into(&x, &mut out, SystemOperation::sum());
+    out
+}
+
+/// Mean and maximum over ranks of each value.
+pub fn mean_max(comm: &SimpleCommunicator, v: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let mut sum = v.to_vec();
+    sum_f64(comm, &mut sum);
+    let n = comm.size() as f64;
+    sum.iter_mut().for_each(|x| *x /= n);
+    let mut max = v.to_vec();
+    max_f64(comm, &mut max);
+    (sum, max)
+}
+
+/// Broadcasts `buf` from `root` to every rank.
+pub fn broadcast_f32(comm: &SimpleCommunicator, root: usize, buf: &mut [f32]) {
+    comm.process_at_rank(root as i32).broadcast_into(buf);
+}
+
+/// Broadcasts bytes (e.g. a serialized message) of a length known only at `root`.
+pub fn broadcast_bytes(comm: &SimpleCommunicator, root: usize, bytes: &mut Vec<u8>) {
+    let p = comm.process_at_rank(root as i32);
+    let mut len = bytes.len() as u64;
+    p.broadcast_into(&mut len);
+    bytes.resize(len as usize, 0);
+    p.broadcast_into(&mut bytes[..]);
+}
+
+
+
+
+
+/// Error returned on ranks that were fine when another rank failed; the failing rank has already
+/// printed the real cause.
+#[derive(Debug)]
+pub struct OtherRankFailed {
+    /// Lowest failing rank.
+    pub rank: usize,
+}
+
+impl std::fmt::Display for OtherRankFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} reported an error (see its message above); stopping", self.rank)
+    }
+}
+
+impl std::error::Error for OtherRankFailed {}
+
+/// Collective: every rank passes its own result; if any rank failed, the failing ranks print
+/// their error now and every rank gets an error back, so all exit non-zero and none hangs in a
+/// later collective. Must be called by all ranks.
+pub fn agree<T>(comm: &SimpleCommunicator, r: anyhow::Result<T>) -> anyhow::Result<T> {
+    let me = comm.rank() as u64;
+    let failed_rank = if r.is_err() { me } else { u64::MAX };
+    if let Err(e) = &r {
+        eprintln!("asap-train: error on rank {me}: {e:#}");
+    }
+    let first = min_u64(comm, failed_rank);
+    match r {
+        Err(e) => Err(e.context(crate::comm::collectives::REPORTED)),
+        Ok(_) if first != u64::MAX => Err(OtherRankFailed { rank: first as usize }.into()),
+        Ok(v) => Ok(v),
+    }
+}
+
+/// Context attached to errors [`agree`] has already printed, so `main` does not print them twice.
+pub const REPORTED: &str = "(already reported)";
+
+
+/// Waits until every rank arrives.
+pub fn barrier(comm: &SimpleCommunicator) {
+    comm.barrier();
+}
+
+/// Gathers equal-length slices at `root` (rank-major); other ranks get an empty vector.
+pub fn gather<T: Equivalence + Default + Clone>(comm: &SimpleCommunicator, root: usize, v: &[T]) -> Vec<T> {
+    let p = comm.process_at_rank(root as i32);
+    if comm.rank() as usize == root {
+        let mut out = vec![T::default(); v.len() * comm.size() as usize];
+        p.gather_into_root(v, &mut out[..]);
+        out
+    } else {
+        p.gather_into(v);
+        Vec::new()
+    }
+}
+
+/// Scatters rank-major equal chunks of `all` (significant at `root` only) into `mine`.
+pub fn scatter<T: Equivalence>(comm: &SimpleCommunicator, root: usize, all: &[T], mine: &mut [T]) {
+    let p = comm.process_at_rank(root as i32);
+    if comm.rank() as usize == root {
+        p.scatter_into_root(all, mine);
+    } else {
+        p.scatter_into(mine);
+    }
+}

@@ -1,0 +1,213 @@
+//! HDF5 checkpoints and the final model file.
+//!
+//! A checkpoint holds every rank's replica (`params`, ranks x P), every rank's shuffle RNG state at
+//! the start of the current epoch (`rng`, ranks x 4), the position in training as attributes
+//! (`epoch`, `step_in_epoch`, `global_step`, `round`, `train_seconds`, `ranks`) and the effective
+//! configuration and model spec as JSON string attributes. Rank 0 writes it to a temporary file
+//! and renames it, so a crash never leaves a half-written checkpoint under the real name.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use hdf5::types::VarLenUnicode;
+use mpi::collective::Root;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use ndarray::{Array1, Array2};
+
+use crate::comm::collectives::{self, agree};
+use crate::model::{Model, RowLayout};
+
+/// How many checkpoints to keep in the directory (older ones are deleted).
+const KEEP: usize = 2;
+
+/// Where training stands, enough to continue exactly.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Position {
+    pub epoch: usize,
+    pub step_in_epoch: usize,
+    pub global_step: u64,
+    pub round: u64,
+    pub train_seconds: f64,
+}
+
+/// This rank's share of a loaded checkpoint.
+pub struct Restored {
+    pub position: Position,
+    pub params: Vec<f32>,
+    pub epoch_rng: [u64; 4],
+    pub path: PathBuf,
+}
+
+fn ckpt_name(round: u64) -> String {
+    format!("ckpt-{round:010}.h5")
+}
+
+fn str_attr(loc: &hdf5::Location, name: &str, value: &str) -> hdf5::Result<()> {
+    let v: VarLenUnicode = value.parse().map_err(|e| hdf5::Error::from(format!("{e:?}")))?;
+    loc.new_attr::<VarLenUnicode>().create(name)?.write_scalar(&v)
+}
+
+/// Writes `file` atomically: `fill` writes into a temporary file in the same directory which is
+/// then renamed over `file`.
+pub fn write_atomic(file: &Path, fill: impl FnOnce(&hdf5::File) -> hdf5::Result<()>) -> anyhow::Result<()> {
+    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create directory {}", dir.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        file.file_name().and_then(|s| s.to_str()).unwrap_or("out"),
+        std::process::id()
+    ));
+    let res = (|| -> hdf5::Result<()> {
+        let f = hdf5::File::create(&tmp)?;
+        fill(&f)?;
+        f.close()
+    })();
+    if let Err(e) = res {
+        let _ = std::fs::remove_file(&tmp);
+        bail!("cannot write {}: {e}", file.display());
+    }
+    std::fs::rename(&tmp, file).with_context(|| format!("cannot rename {} to {}", tmp.display(), file.display()))?;
+    Ok(())
+}
+
+/// Collective: gathers every replica and RNG state at rank 0, which writes the checkpoint.
+pub fn save(
+    comm: &SimpleCommunicator,
+    dir: &str,
+    pos: &Position,
+    params: &[f32],
+    epoch_rng: [u64; 4],
+    config_json: &str,
+    spec_json: &str,
+) -> anyhow::Result<()> {
+    let all = collectives::gather(comm, 0, params);
+    let rngs = collectives::gather(comm, 0, &epoch_rng);
+    let r = if comm.rank() == 0 {
+        let n = comm.size() as usize;
+        let path = Path::new(dir).join(ckpt_name(pos.round));
+        let res = write_atomic(&path, |f| {
+            f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, params.len()), all).unwrap()).create("params")?;
+            f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, 4), rngs).unwrap()).create("rng")?;
+            for (k, v) in [("epoch", pos.epoch as u64), ("step_in_epoch", pos.step_in_epoch as u64),
+                ("global_step", pos.global_step), ("round", pos.round), ("ranks", n as u64)] {
+                f.new_attr::<u64>().create(k)?.write_scalar(&v)?;
+            }
+            f.new_attr::<f64>().create("train_seconds")?.write_scalar(&pos.train_seconds)?;
+            str_attr(f, "config", config_json)?;
+            str_attr(f, "model_spec", spec_json)
+        });
+        if res.is_ok() {
+            prune(Path::new(dir));
+            log::info!("checkpoint written: {}", path.display());
+        }
+        res
+    } else {
+        Ok(())
+    };
+    agree(comm, r)
+}
+
+fn list_checkpoints(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let round = name.strip_prefix("ckpt-")?.strip_suffix(".h5")?.parse().ok()?;
+            Some((round, e.path()))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn prune(dir: &Path) {
+    let all = list_checkpoints(dir);
+    for (_, p) in all.iter().take(all.len().saturating_sub(KEEP)) {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+fn read_u64(f: &hdf5::File, name: &str) -> hdf5::Result<u64> {
+    f.attr(name)?.read_scalar::<u64>()
+}
+
+/// Collective: rank 0 reads the newest checkpoint in `dir` and scatters each rank's replica and
+/// RNG state. Errors (no checkpoint, other rank count or model size) reach every rank.
+pub fn restore(comm: &SimpleCommunicator, dir: &str, n_params: usize) -> anyhow::Result<Restored> {
+    let n = comm.size() as usize;
+    let loaded = if comm.rank() == 0 {
+        (|| -> anyhow::Result<_> {
+            let (_, path) = list_checkpoints(Path::new(dir)).pop().ok_or_else(|| {
+                anyhow::anyhow!("--resume: no checkpoint (ckpt-*.h5) in {dir}; run without --resume first")
+            })?;
+            let f = hdf5::File::open(&path).with_context(|| format!("cannot open checkpoint {}", path.display()))?;
+            let ctx = || format!("checkpoint {} is damaged or not ours", path.display());
+            let ranks = read_u64(&f, "ranks").with_context(ctx)? as usize;
+            if ranks != n {
+                bail!("checkpoint {} was written by {ranks} ranks; resume it with {ranks} ranks, not {n}", path.display());
+            }
+            let params: Array2<f32> = f.dataset("params").and_then(|d| d.read_2d()).with_context(ctx)?;
+            if params.ncols() != n_params {
+                bail!(
+                    "checkpoint {} holds a model of {} parameters, this run builds {n_params}: same model options and data are needed",
+                    path.display(),
+                    params.ncols()
+                );
+            }
+            let rng: Array2<u64> = f.dataset("rng").and_then(|d| d.read_2d()).with_context(ctx)?;
+            let pos = [
+                read_u64(&f, "epoch").with_context(ctx)?,
+                read_u64(&f, "step_in_epoch").with_context(ctx)?,
+                read_u64(&f, "global_step").with_context(ctx)?,
+                read_u64(&f, "round").with_context(ctx)?,
+                f.attr("train_seconds").and_then(|a| a.read_scalar::<f64>()).with_context(ctx)?.to_bits(),
+            ];
+            Ok((params.into_raw_vec_and_offset().0, rng.into_raw_vec_and_offset().0, pos, path))
+        })()
+    } else {
+        Ok((Vec::new(), Vec::new(), [0; 5], PathBuf::new()))
+    };
+    let (all, rngs, pos0, path) = agree(comm, loaded)?;
+    let mut params = vec![0f32; n_params];
+    collectives::scatter(comm, 0, &all, &mut params);
+    let mut rng = [0u64; 4];
+    collectives::scatter(comm, 0, &rngs, &mut rng);
+    let mut pos = pos0.to_vec();
+    comm.process_at_rank(0).broadcast_into(&mut pos[..]);
+    Ok(Restored {
+        position: Position {
+            epoch: pos[0] as usize,
+            step_in_epoch: pos[1] as usize,
+            global_step: pos[2],
+            round: pos[3],
+            train_seconds: f64::from_bits(pos[4]),
+        },
+        params,
+        epoch_rng: rng,
+        path,
+    })
+}
+
+/// Writes the final model (rank 0 only; call on rank 0): `params` (P), `row_offsets`, and the
+/// model spec, configuration and final metrics as JSON string attributes. h5py reads it with
+/// `h5py.File(path)["params"][:]`.
+pub fn save_model(
+    path: &str,
+    model: &dyn Model,
+    params: &[f32],
+    config_json: &str,
+    metrics_json: &str,
+) -> anyhow::Result<()> {
+    let layout: RowLayout = model.layout();
+    let spec_json = serde_json::to_string(model.spec())?;
+    write_atomic(Path::new(path), |f| {
+        f.new_dataset_builder().with_data(&Array1::from_vec(params.to_vec())).create("params")?;
+        let offs: Vec<u64> = layout.offsets.iter().map(|&o| o as u64).collect();
+        f.new_dataset_builder().with_data(&Array1::from_vec(offs)).create("row_offsets")?;
+        str_attr(f, "model_spec", &spec_json)?;
+        str_attr(f, "config", config_json)?;
+        str_attr(f, "metrics", metrics_json)
+    })
+}

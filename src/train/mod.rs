@@ -1,0 +1,465 @@
+//! The SPMD training loop: every rank trains its replica by mini-batch SGD on its shard and calls
+//! the sync mode every `--sync-every` mini-batches; rank 0 reports.
+
+pub mod checkpoint;
+pub mod eval;
+pub mod report;
+pub mod schedule;
+pub mod setup;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use serde_json::json;
+
+use crate::comm::{self, collectives};
+use crate::config::{parse_straggler, SyncKind, TrainConfig};
+use crate::model::{MetricKind, Model};
+use crate::rng::Rng;
+use crate::sync::SyncMode;
+use checkpoint::Position;
+use eval::{fmt_metric, Evaluation};
+use report::{MetricsFile, Progress};
+
+/// What a finished run reports (on every rank; per-rank lists only on rank 0).
+#[derive(Clone, Debug)]
+pub struct Summary {
+    pub final_eval: Evaluation,
+    pub rounds: u64,
+    pub train_seconds: f64,
+    pub time_to_target: Option<f64>,
+}
+
+/// Builds the sync mode chosen by `--sync` (for asap: the graph, its spectral gap, the mailboxes).
+fn build_sync(cfg: &TrainConfig, comm: &SimpleCommunicator, n_params: usize) -> anyhow::Result<(Box<dyn SyncMode>, serde_json::Value)> {
+    Ok(match cfg.sync {
+        SyncKind::Allreduce => (Box::new(crate::sync::allreduce::ModelAverage::new(comm)), json!(null)),
+        SyncKind::None => (Box::new(crate::sync::independent::Independent::new(comm)), json!(null)),
+        SyncKind::Asap => crate::sync::asap::from_config(cfg, comm, n_params)?,
+    })
+}
+
+/// Timers and counters of this rank that are not the sync mode's.
+#[derive(Default)]
+struct Clock {
+    compute: f64,
+    straggle_debt: f64,
+    straggle: f64,
+    excluded: Duration,
+}
+
+/// Sums per-rank JSON metrics of the sync mode at rank 0: numbers and arrays of numbers are added
+/// up over ranks (histograms, counters); anything else is rank 0's.
+fn merge_extra(comm: &SimpleCommunicator, mine: &serde_json::Value) -> serde_json::Value {
+    if mine.is_null() {
+        return json!(null);
+    }
+    let bytes = serde_json::to_vec(mine).expect("JSON value serialises");
+    let len = collectives::max_u64(comm, bytes.len() as u64) as usize;
+    let mut padded = bytes.clone();
+    padded.resize(len, b' ');
+    let all = collectives::gather(comm, 0, &padded);
+    if comm.rank() != 0 {
+        return json!(null);
+    }
+    let mut acc = mine.clone();
+    for (r, chunk) in all.chunks(len).enumerate().skip(1) {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(chunk) else { continue };
+        let (Some(a), Some(b)) = (acc.as_object_mut(), v.as_object()) else { continue };
+        for (k, bv) in b {
+            match (a.get_mut(k), bv) {
+                (Some(av), serde_json::Value::Number(bn)) if av.is_number() => {
+                    *av = json!(av.as_f64().unwrap_or(0.0) + bn.as_f64().unwrap_or(0.0));
+                }
+                (Some(serde_json::Value::Array(aa)), serde_json::Value::Array(ba)) => {
+                    if aa.len() < ba.len() {
+                        aa.resize(ba.len(), json!(0));
+                    }
+                    for (x, y) in aa.iter_mut().zip(ba) {
+                        *x = json!(x.as_f64().unwrap_or(0.0) + y.as_f64().unwrap_or(0.0));
+                    }
+                }
+                _ => log::debug!("sync metric {k} of rank {r} not merged"),
+            }
+        }
+    }
+    acc
+}
+
+struct Run<'a> {
+    cfg: &'a TrainConfig,
+    comm: &'a SimpleCommunicator,
+    model: Box<dyn Model>,
+    shards: setup::Shards,
+    sync: Box<dyn SyncMode>,
+    metrics: MetricsFile,
+    progress: Progress,
+    clock: Clock,
+    train_start: Instant,
+    pos: Position,
+    steps_per_epoch: usize,
+    reached: Option<(f64, u64, f64)>,
+    last_eval: Evaluation,
+}
+
+impl Run<'_> {
+    fn rank0(&self) -> bool {
+        self.comm.rank() == 0
+    }
+
+    /// Rank 0 alone writes metrics, so a failure there cannot be agreed on: it ends the job.
+    fn write_metrics(&mut self, v: &serde_json::Value) {
+        if let Err(e) = self.metrics.write(v) {
+            comm::abort_job(&format!("cannot write the metrics file: {e:#}"), 5);
+        }
+    }
+
+    fn train_seconds(&self) -> f64 {
+        self.pos.train_seconds + (self.train_start.elapsed() - self.clock.excluded).as_secs_f64()
+    }
+
+    fn epoch_fraction(&self) -> f64 {
+        self.pos.epoch as f64 + self.pos.step_in_epoch as f64 / self.steps_per_epoch as f64
+    }
+
+    /// Per-rank counters summarised as {name: {mean, max}}.
+    fn counters(&self) -> serde_json::Value {
+        let s = self.sync.stats();
+        let names = ["compute_seconds", "comm_seconds", "wait_seconds", "straggler_sleep_seconds", "bytes_sent", "bytes_received"];
+        let vals = [self.clock.compute, s.comm_seconds, s.wait_seconds, self.clock.straggle, s.bytes_sent as f64, s.bytes_received as f64];
+        let (mean, max) = collectives::mean_max(self.comm, &vals);
+        let mut m = serde_json::Map::new();
+        for (i, n) in names.iter().enumerate() {
+            m.insert(n.to_string(), json!({"mean": mean[i], "max": max[i]}));
+        }
+        serde_json::Value::Object(m)
+    }
+
+    /// Collective evaluation, metrics line, progress line, target and divergence checks.
+    fn evaluate(&mut self, params: &[f32]) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        let ev = eval::evaluate(self.comm, self.model.as_ref(), params, &self.shards.train, self.shards.test.as_ref());
+        let counters = self.counters();
+        let extra = merge_extra(self.comm, &self.sync.extra_metrics());
+        let kind = self.model.metric_kind();
+        let train_s = self.train_seconds();
+        if let (Some(t), None) = (self.cfg.target, self.reached) {
+            if eval::reached(kind, ev.metric, t) {
+                self.reached = Some((train_s, self.pos.round, self.epoch_fraction()));
+            }
+        }
+        let record = json!({
+            "event": "eval",
+            "epoch": self.epoch_fraction(),
+            "round": self.pos.round,
+            "step": self.pos.global_step,
+            "train_seconds": train_s,
+            "wall_seconds": self.train_start.elapsed().as_secs_f64(),
+            "objective": ev.objective,
+            "metric": kind,
+            "test_metric": if self.shards.test.is_some() { json!(ev.metric) } else { json!(null) },
+            "train_metric": ev.train_metric,
+            "consensus_distance": ev.consensus_distance,
+            "counters": counters,
+            "sync": extra,
+        });
+        self.write_metrics(&record);
+        let which = if self.shards.test.is_some() { "test" } else { "train" };
+        self.progress.last_metric = format!("{which} {}", fmt_metric(kind, ev.metric));
+        let line = format!(
+            "epoch {:6.2} round {:7} | objective {:.5} | {which} {} | consensus {:.3e} | {:.1}s",
+            self.epoch_fraction(),
+            self.pos.round,
+            ev.objective,
+            fmt_metric(kind, ev.metric),
+            ev.consensus_distance,
+            train_s
+        );
+        self.progress.line(&line);
+        if !ev.objective.is_finite() {
+            anyhow::bail!(
+                "training diverged by epoch {:.2} (round {}): the objective is {}; try a smaller --lr (now {})",
+                self.epoch_fraction(),
+                self.pos.round,
+                ev.objective,
+                self.cfg.lr
+            );
+        }
+        self.last_eval = ev;
+        self.clock.excluded += t0.elapsed();
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, params: &[f32], epoch_rng: [u64; 4], rng_now: [u64; 4]) -> anyhow::Result<()> {
+        let Some(dir) = self.cfg.checkpoint_dir.clone() else { return Ok(()) };
+        let t0 = Instant::now();
+        let mut pos = self.pos.clone();
+        pos.train_seconds = self.train_seconds();
+        // At the end of an epoch the next epoch starts from the current RNG state.
+        let rng_state = if pos.step_in_epoch >= self.steps_per_epoch {
+            pos.epoch += 1;
+            pos.step_in_epoch = 0;
+            rng_now
+        } else {
+            epoch_rng
+        };
+        checkpoint::save(
+            self.comm,
+            &dir,
+            &pos,
+            params,
+            rng_state,
+            &serde_json::to_string(self.cfg)?,
+            &serde_json::to_string(self.model.spec())?,
+        )?;
+        self.clock.excluded += t0.elapsed();
+        Ok(())
+    }
+}
+
+/// Runs training as configured. Collective: every rank calls it.
+pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summary> {
+    let t_start = Instant::now();
+    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
+    let rank0 = rank == 0;
+    if rank0 {
+        eprintln!("asap-train: {n} rank(s); effective configuration:\n{}", serde_json::to_string_pretty(cfg)?);
+    }
+    let (shards, spec) = setup::prepare(cfg, comm)?;
+    let load_seconds = t_start.elapsed().as_secs_f64();
+    let model = crate::model::build(&spec)?;
+    let p = model.num_params();
+    let mut params = vec![0f32; p];
+    model.init(&mut params, &mut Rng::new(cfg.seed));
+    let mut rng = Rng::for_stream(cfg.seed, rank as u64 + 1);
+    let slow = match &cfg.straggler {
+        Some(s) => {
+            let (ranks, f) = parse_straggler(s, n)?;
+            if ranks.contains(&rank) { f } else { 1.0 }
+        }
+        None => 1.0,
+    };
+    let fault_panic = cfg.fault_panic.as_deref().map(|s| crate::config::parse_rank_round("--fault-panic", s, n)).transpose()?;
+    let (sync, sync_info) = build_sync(cfg, comm, p)?;
+    let local_n = shards.train.len();
+    let steps_per_epoch = collectives::min_u64(comm, local_n.div_ceil(cfg.batch_size) as u64) as usize;
+    let total_rounds_all = (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64;
+    let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
+
+    let mut pos = Position { epoch: 0, step_in_epoch: 0, global_step: 0, round: 0, train_seconds: 0.0 };
+    if cfg.resume {
+        let dir = cfg.checkpoint_dir.as_deref().expect("validated: --resume needs --checkpoint-dir");
+        let r = checkpoint::restore(comm, dir, p)?;
+        if rank0 {
+            eprintln!("asap-train: resuming from {} (epoch {}, round {})", r.path.display(), r.position.epoch, r.position.round);
+        }
+        params = r.params;
+        rng = Rng::from_state(r.epoch_rng);
+        pos = r.position;
+    }
+    let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank0, cfg.resume))?;
+    let mut run = Run {
+        cfg,
+        comm,
+        model,
+        steps_per_epoch,
+        metrics,
+        progress: Progress::new(rank0, total_rounds),
+        clock: Clock::default(),
+        train_start: Instant::now(),
+        pos,
+        sync,
+        reached: None,
+        last_eval: Evaluation::default(),
+        shards,
+    };
+    let start = json!({
+        "event": "start",
+        "ranks": n,
+        "config": cfg,
+        "model_spec": run.model.spec(),
+        "params": p,
+        "train_examples": run.shards.total_train,
+        "test_examples": run.shards.total_test,
+        "steps_per_epoch": steps_per_epoch,
+        "load_seconds": load_seconds,
+        "sync_info": sync_info,
+    });
+    run.write_metrics(&start);
+    if rank0 {
+        eprintln!(
+            "asap-train: {} training examples ({} held out), {} parameters, {} steps/epoch/rank, data loaded in {:.2}s",
+            run.shards.total_train, run.shards.total_test, p, steps_per_epoch, load_seconds
+        );
+    }
+
+    let b = cfg.batch_size;
+    let mut batch = Vec::with_capacity(b);
+    let mut scratch = Vec::new();
+    let mut perm: Vec<usize> = (0..local_n).collect();
+    let mut stopped_early = false;
+    'epochs: while run.pos.epoch < cfg.epochs {
+        let epoch_rng = rng.state();
+        perm.iter_mut().enumerate().for_each(|(i, x)| *x = i);
+        rng.shuffle(&mut perm);
+        while run.pos.step_in_epoch < steps_per_epoch {
+            let s = run.pos.step_in_epoch;
+            batch.clear();
+            batch.extend((0..b).map(|k| perm[(s * b + k) % local_n]));
+            let lr = schedule::step_size(cfg.lr_schedule, cfg.lr, cfg.lambda, cfg.lr_decay, run.pos.global_step, run.pos.epoch, b);
+            let t0 = Instant::now();
+            let loss = run.model.sgd_step(&mut params, &run.shards.train, &batch, lr, &mut scratch);
+            let dt = t0.elapsed().as_secs_f64();
+            run.clock.compute += dt;
+            if !loss.is_finite() {
+                comm::abort_job(
+                    &format!(
+                        "training diverged at epoch {} step {} (mini-batch loss {loss}); try a smaller --lr (now {})",
+                        run.pos.epoch, run.pos.global_step, cfg.lr
+                    ),
+                    3,
+                );
+            }
+            if slow > 1.0 {
+                // Sleep in chunks of >= 1 ms: the OS cannot sleep for a few microseconds.
+                run.clock.straggle_debt += (slow - 1.0) * dt;
+                if run.clock.straggle_debt > 1e-3 {
+                    std::thread::sleep(Duration::from_secs_f64(run.clock.straggle_debt));
+                    run.clock.straggle += run.clock.straggle_debt;
+                    run.clock.straggle_debt = 0.0;
+                }
+            }
+            run.pos.step_in_epoch += 1;
+            run.pos.global_step += 1;
+            if run.pos.global_step % cfg.sync_every as u64 != 0 {
+                continue;
+            }
+            run.pos.round += 1;
+            if fault_panic == Some((rank, run.pos.round)) {
+                panic!("fault injection: --fault-panic {rank}:{}", run.pos.round);
+            }
+            if let Err(e) = run.sync.sync(&mut params, run.pos.round) {
+                comm::abort_job(&format!("{e:#}"), 4);
+            }
+            let epoch = run.epoch_fraction();
+            run.progress.tick(run.pos.round, epoch);
+            if cfg.eval_every > 0 && run.pos.round % cfg.eval_every as u64 == 0 {
+                run.evaluate(&params)?;
+            }
+            let last = Some(run.pos.round) == cfg.max_rounds;
+            if cfg.checkpoint_every > 0 && run.pos.round % cfg.checkpoint_every == 0 || last {
+                run.checkpoint(&params, epoch_rng, rng.state())?;
+            }
+            if last {
+                stopped_early = true;
+                break 'epochs;
+            }
+        }
+        run.pos.epoch += 1;
+        run.pos.step_in_epoch = 0;
+        if cfg.eval_every == 0 {
+            run.evaluate(&params)?;
+        }
+    }
+    if !stopped_early && cfg.checkpoint_every > 0 {
+        run.checkpoint(&params, rng.state(), rng.state())?;
+    }
+    run.progress.finish();
+    let train_seconds = run.train_seconds();
+
+    // Final model: what the mode defines (the average of all replicas for every mode here).
+    let own = params.clone();
+    if let Err(e) = run.sync.finish(&mut params) {
+        comm::abort_job(&format!("{e:#}"), 4);
+    }
+    let kind = run.model.metric_kind();
+    let eval_set = run.shards.test.as_ref().unwrap_or(&run.shards.train);
+    let per_rank = if cfg.sync != SyncKind::Allreduce && n > 1 {
+        eval::per_rank_metrics(comm, run.model.as_ref(), &own, eval_set)
+    } else {
+        Vec::new()
+    };
+    let final_eval = eval::evaluate(comm, run.model.as_ref(), &params, &run.shards.train, run.shards.test.as_ref());
+    let counters = run.counters();
+    let extra = merge_extra(comm, &run.sync.extra_metrics());
+    let examples_per_rank = run.pos.global_step as f64 * b as f64;
+    let summary = json!({
+        "event": "summary",
+        "ranks": n,
+        "sync": run.sync.name(),
+        "epochs": run.epoch_fraction(),
+        "rounds": run.pos.round,
+        "stopped_early": stopped_early,
+        "load_seconds": load_seconds,
+        "train_seconds": train_seconds,
+        "wall_seconds": t_start.elapsed().as_secs_f64(),
+        "examples_per_second_per_rank": examples_per_rank / train_seconds.max(1e-9),
+        "objective": final_eval.objective,
+        "metric": kind,
+        "final_metric": final_eval.metric,
+        "train_metric": final_eval.train_metric,
+        "held_out": run.shards.test.is_some(),
+        "per_rank_metric": per_rank,
+        "target": cfg.target,
+        "time_to_target": run.reached.map(|r| json!({"train_seconds": r.0, "round": r.1, "epoch": r.2})),
+        "counters": counters,
+        "sync_metrics": extra,
+    });
+    run.write_metrics(&summary);
+    let mut saved = Ok(());
+    if rank0 {
+        print_summary(&summary, kind);
+        if let Some(path) = &cfg.save_model {
+            saved = checkpoint::save_model(path, run.model.as_ref(), &params, &serde_json::to_string(cfg)?, &summary.to_string())
+                .with_context(|| "cannot save the final model (--save-model)");
+            if saved.is_ok() {
+                eprintln!("asap-train: final model written to {path}");
+            }
+        }
+    }
+    // The model file is written by rank 0 alone; nobody leaves before it is done or failed.
+    collectives::agree(comm, saved)?;
+    Ok(Summary { final_eval, rounds: run.pos.round, train_seconds, time_to_target: run.reached.map(|r| r.0) })
+}
+
+fn print_summary(s: &serde_json::Value, kind: MetricKind) {
+    let c = &s["counters"];
+    let mm = |k: &str| (c[k]["mean"].as_f64().unwrap_or(0.0), c[k]["max"].as_f64().unwrap_or(0.0));
+    let (comp, comp_max) = mm("compute_seconds");
+    let (comm_s, comm_max) = mm("comm_seconds");
+    let (wait, wait_max) = mm("wait_seconds");
+    let (sent, sent_max) = mm("bytes_sent");
+    let (recv, recv_max) = mm("bytes_received");
+    let f = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
+    let which = if s["held_out"].as_bool() == Some(true) { "held-out" } else { "training" };
+    println!("== asap-train summary ({} ranks, sync {}) ==", s["ranks"], s["sync"].as_str().unwrap_or("?"));
+    println!("epochs {:.2}, rounds {}{}", f("epochs"), s["rounds"], if s["stopped_early"] == json!(true) { " (stopped by --max-rounds)" } else { "" });
+    println!("wall {:.2} s = load {:.2} s + training {:.2} s + evaluation/checkpoints", f("wall_seconds"), f("load_seconds"), f("train_seconds"));
+    println!("per rank (mean / max): compute {comp:.2} / {comp_max:.2} s, communication {comm_s:.2} / {comm_max:.2} s, waiting {wait:.2} / {wait_max:.2} s");
+    println!("bytes per rank (mean / max): sent {} / {}, received {} / {}", human(sent), human(sent_max), human(recv), human(recv_max));
+    println!("examples/second per rank: {:.0}", f("examples_per_second_per_rank"));
+    println!("final objective {:.6}, {which} {} (averaged model), training {}", f("objective"), fmt_metric(kind, f("final_metric")), fmt_metric(kind, f("train_metric")));
+    if let Some(v) = s["per_rank_metric"].as_array().filter(|v| !v.is_empty()) {
+        let xs: Vec<f64> = v.iter().filter_map(|x| x.as_f64()).collect();
+        let lo = xs.iter().cloned().fold(f64::INFINITY, f64::min);
+        let hi = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        println!("each rank's own model: {} .. {}", fmt_metric(kind, lo), fmt_metric(kind, hi));
+    }
+    if let Some(t) = s["target"].as_f64() {
+        match s["time_to_target"].as_object() {
+            Some(r) => println!("target {t} reached after {:.2} s of training (round {}, epoch {:.2})",
+                r["train_seconds"].as_f64().unwrap_or(0.0), r["round"], r["epoch"].as_f64().unwrap_or(0.0)),
+            None => println!("target {t} not reached"),
+        }
+    }
+}
+
+fn human(bytes: f64) -> String {
+    match bytes {
+        b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
+        b if b >= 1e6 => format!("{:.2} MB", b / 1e6),
+        b if b >= 1e3 => format!("{:.1} kB", b / 1e3),
+        b => format!("{b:.0} B"),
+    }
+}

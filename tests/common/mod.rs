@@ -1,0 +1,112 @@
+//! Shared helpers of the integration tests: launch real `mpirun` jobs of the asap-train binary
+//! with a hard time limit (a hang fails the test instead of hanging CI), read metrics.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_asap-train")
+}
+
+/// Fashion-MNIST from Debian's dataset-fashion-mnist.
+pub const FASHION: &str = "/usr/share/datasets/fashion-mnist";
+
+/// The result of one job.
+pub struct Job {
+    pub status: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+}
+
+impl Job {
+    pub fn ok(&self) -> bool {
+        self.status == Some(0)
+    }
+    /// Panics with the job's output unless it succeeded.
+    pub fn expect_ok(self) -> Self {
+        assert!(self.ok(), "job failed ({:?}):\nstdout:\n{}\nstderr:\n{}", self.status, self.stdout, self.stderr);
+        self
+    }
+    /// Panics unless the job failed cleanly (non-zero exit, not killed by the time limit) with
+    /// every `needle` in its output.
+    pub fn expect_failure(self, needles: &[&str]) -> Self {
+        assert!(!self.timed_out, "job hung and was killed by the time limit:\n{}", self.stderr);
+        assert!(!self.ok() && self.status.is_some(), "job should have failed:\n{}\n{}", self.stdout, self.stderr);
+        let all = format!("{}{}", self.stdout, self.stderr);
+        for n in needles {
+            assert!(all.contains(n), "output lacks {n:?}:\n{all}");
+        }
+        self
+    }
+}
+
+fn finish(out: Output) -> Job {
+    let status = out.status.code();
+    Job {
+        // `timeout` exits 124 when it had to stop the command.
+        timed_out: status == Some(124) || status == Some(137),
+        status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `mpirun -n N asap-train ARGS`, killed after `limit_s` seconds.
+pub fn mpirun(n: usize, args: &[&str], limit_s: u64) -> Job {
+    let out = Command::new("timeout")
+        .args(["-k", "5", &limit_s.to_string(), "mpirun", "-n", &n.to_string(), "--oversubscribe", bin()])
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .output()
+        .expect("mpirun must be installed (make deps)");
+    finish(out)
+}
+
+/// `asap-train ARGS` without a launcher (singleton MPI or no MPI at all).
+pub fn run(args: &[&str], limit_s: u64) -> Job {
+    let out = Command::new("timeout")
+        .args(["-k", "5", &limit_s.to_string(), bin()])
+        .args(args)
+        .output()
+        .expect("timeout(1) runs");
+    finish(out)
+}
+
+/// A fresh scratch directory (kept under target/ so failures can be inspected).
+pub fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Writes `text` to `dir/name` and returns its path as a string.
+pub fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+/// All JSON lines of a metrics file.
+pub fn metrics(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The summary line of a metrics file.
+pub fn summary(path: &Path) -> serde_json::Value {
+    metrics(path).into_iter().rfind(|v| v["event"] == "summary").expect("no summary line")
+}
+
+/// A path as &str.
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
