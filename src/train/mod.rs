@@ -17,6 +17,7 @@ use crate::comm::{self, collectives};
 use crate::config::{parse_straggler, SyncKind, TrainConfig};
 use crate::model::{MetricKind, Model};
 use crate::rng::Rng;
+use crate::sync::asap::{AsapConfig, StochasticReduce};
 use crate::sync::SyncMode;
 use checkpoint::Position;
 use eval::{fmt_metric, Evaluation};
@@ -36,7 +37,23 @@ fn build_sync(cfg: &TrainConfig, comm: &SimpleCommunicator, n_params: usize) -> 
     Ok(match cfg.sync {
         SyncKind::Allreduce => (Box::new(crate::sync::allreduce::ModelAverage::new(comm)), json!(null)),
         SyncKind::None => (Box::new(crate::sync::independent::Independent::new(comm)), json!(null)),
-        SyncKind::Asap => crate::sync::asap::from_config(cfg, comm, n_params)?,
+        SyncKind::Asap => {
+            let n = comm.size() as usize;
+            let (graph, report) = crate::graph::graph_for_training(&cfg.graph, n, cfg.seed)?;
+            let stop_sending_after = cfg
+                .stop_sending_after
+                .as_deref()
+                .map(|s| crate::config::parse_rank_round("--stop-sending-after", s, n))
+                .transpose()?;
+            let acfg = AsapConfig {
+                in_neighbours: (0..n).map(|i| graph.in_neighbours(i).to_vec()).collect(),
+                notify: cfg.notify,
+                wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
+                stop_sending_after,
+            };
+            let info = json!({"graph": cfg.graph, "notify": cfg.notify, "report": report});
+            (Box::new(StochasticReduce::new(comm, acfg, n_params)?), info)
+        }
     })
 }
 
