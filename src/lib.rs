@@ -6,6 +6,9 @@
 //! - [`sync`] (the exchange modes, which see a model as a flat `f32` slice with rows);
 //! - the training loop ([`train`]), configuration ([`config`]) and command line ([`cli`]) on top.
 
+// Links OpenBLAS (through ndarray-linalg), which also serves ndarray's matrix products.
+extern crate ndarray_linalg;
+
 pub mod bench;
 pub mod cli;
 pub mod comm;

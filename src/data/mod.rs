@@ -114,3 +114,189 @@ impl fmt::Display for DataError {
 }
 
 impl std::error::Error for DataError {}
+
+impl DataError {
+    /// An error about a whole file.
+    pub fn at(path: &str, message: &str) -> Self {
+        DataError { path: path.to_string(), line: None, column: None, message: message.to_string() }
+    }
+    /// An I/O error, with a hint for the common "no such file" case.
+    pub fn io(path: &str, e: &std::io::Error) -> Self {
+        let message = match e.kind() {
+            std::io::ErrorKind::NotFound => "no such file (check the path given to --data / --test-data)".to_string(),
+            _ => format!("cannot read: {e}"),
+        };
+        DataError::at(path, &message)
+    }
+}
+
+pub mod command;
+pub mod h5;
+pub mod idx;
+pub mod text;
+
+/// File formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// LIBSVM / SVMlight text: `label idx:val ...`, 1-based indices.
+    Libsvm,
+    /// IDX (MNIST family), gzip or not; labels in the matching *labels-idx1* file.
+    Idx,
+    /// HDF5: dense `X`,`y`; CSR `indptr`,`indices`,`data`,`y`; or `user`,`item`,`rating`.
+    Hdf5,
+    /// Text `user item rating` per line, 0-based ids.
+    Ratings,
+}
+
+/// How to read a data file.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Format; None = from the file name.
+    pub format: Option<Format>,
+    /// IDX labels file; None = derived from the images file name.
+    pub labels_path: Option<String>,
+    /// Declared feature count (sparse data whose shard may not show the largest index).
+    pub features: Option<usize>,
+}
+
+/// Guesses the format from the file name: `.h5`/`.hdf5` -> hdf5; `-ubyte`, `.idx*` (optionally
+/// `.gz`) -> idx; `.ratings`, `.rating` -> ratings; `.svm`, `.libsvm`, `.svmlight`, `.txt`, or no
+/// extension -> libsvm.
+pub fn detect_format(path: &str) -> Result<Format, DataError> {
+    let name = std::path::Path::new(path).file_name().and_then(|s| s.to_str()).unwrap_or(path).to_lowercase();
+    let base = name.strip_suffix(".gz").unwrap_or(&name);
+    let ext = std::path::Path::new(base).extension().and_then(|s| s.to_str()).unwrap_or("");
+    Ok(match ext {
+        "h5" | "hdf5" => Format::Hdf5,
+        "ratings" | "rating" => Format::Ratings,
+        _ if base.ends_with("-ubyte") || ext.starts_with("idx") => Format::Idx,
+        "svm" | "libsvm" | "svmlight" | "txt" | "" => Format::Libsvm,
+        _ => {
+            return Err(DataError::at(path, &format!(
+                "cannot tell the format from the extension .{ext}: pass --format libsvm|idx|hdf5|ratings"
+            )))
+        }
+    })
+}
+
+/// Reads shard `rank` of `nranks` of a data file. A shard may be empty (more ranks than
+/// examples); the caller decides, collectively, whether that is an error.
+pub fn load_shard(path: &str, opts: &LoadOptions, rank: usize, nranks: usize) -> Result<Dataset, DataError> {
+    let format = match opts.format {
+        Some(f) => f,
+        None => detect_format(path)?,
+    };
+    if !std::path::Path::new(path).exists() {
+        return Err(DataError::at(path, "no such file (check the path given to --data / --test-data)"));
+    }
+    let d = match format {
+        Format::Libsvm => text::read_libsvm(path, rank, nranks, opts.features)?,
+        Format::Ratings => text::read_ratings(path, rank, nranks)?,
+        Format::Idx => idx::read_idx(path, opts.labels_path.as_deref(), rank, nranks)?,
+        Format::Hdf5 => h5::read_h5(path, rank, nranks)?,
+    };
+    Ok(d)
+}
+
+/// Keeps rows where `keep(i)`, in order.
+pub fn select_rows(d: &Dataset, keep: impl Fn(usize) -> bool) -> Dataset {
+    let idx: Vec<usize> = (0..d.len()).filter(|&i| keep(i)).collect();
+    let labels = idx.iter().map(|&i| d.labels[i]).collect();
+    let features = match &d.features {
+        Features::Dense { x, d: dim } => Features::Dense { x: idx.iter().flat_map(|&i| x[i * dim..(i + 1) * dim].iter().copied()).collect(), d: *dim },
+        Features::Sparse(c) => {
+            let mut o = Csr { indptr: vec![0], ncols: c.ncols, ..Default::default() };
+            for &i in &idx {
+                o.indices.extend_from_slice(&c.indices[c.indptr[i]..c.indptr[i + 1]]);
+                o.data.extend_from_slice(&c.data[c.indptr[i]..c.indptr[i + 1]]);
+                o.indptr.push(o.indices.len());
+            }
+            Features::Sparse(o)
+        }
+        Features::Ratings { users, items, n_users, n_items } => Features::Ratings {
+            users: idx.iter().map(|&i| users[i]).collect(),
+            items: idx.iter().map(|&i| items[i]).collect(),
+            n_users: *n_users,
+            n_items: *n_items,
+        },
+    };
+    Dataset { features, labels, source: d.source.clone(), first_row: d.first_row }
+}
+
+/// Splits off a held-out set: row i goes to the held-out part when a seeded hash of its global
+/// row number (or, for text shards whose position is unknown, of its rank-local number and
+/// source) falls below `fraction`. Deterministic for a given seed.
+pub fn split_holdout(d: Dataset, fraction: f64, seed: u64) -> (Dataset, Dataset) {
+    let base = if d.first_row == usize::MAX { (d.len() as u64) << 32 } else { d.first_row as u64 };
+    let held = |i: usize| crate::rng::Rng::new(seed ^ (base + i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_f64() < fraction;
+    (select_rows(&d, |i| !held(i)), select_rows(&d, held))
+}
+
+/// Largest absolute value of each column (dense or sparse).
+pub fn column_max_abs(d: &Dataset) -> Vec<f32> {
+    let mut m = vec![0f32; d.dim()];
+    match &d.features {
+        Features::Dense { x, d: dim } => x.chunks(*dim).for_each(|r| r.iter().zip(m.iter_mut()).for_each(|(v, m)| *m = m.max(v.abs()))),
+        Features::Sparse(c) => c.indices.iter().zip(&c.data).for_each(|(&j, v)| m[j as usize] = m[j as usize].max(v.abs())),
+        Features::Ratings { .. } => {}
+    }
+    m
+}
+
+/// Per-column sum, sum of squares, and the row count (dense data).
+pub fn column_moments(d: &Dataset) -> (Vec<f64>, Vec<f64>, f64) {
+    let mut s = vec![0f64; d.dim()];
+    let mut q = vec![0f64; d.dim()];
+    if let Features::Dense { x, d: dim } = &d.features {
+        for r in x.chunks(*dim) {
+            for (j, &v) in r.iter().enumerate() {
+                s[j] += v as f64;
+                q[j] += (v as f64) * (v as f64);
+            }
+        }
+    }
+    (s, q, d.len() as f64)
+}
+
+/// x_ij <- (x_ij - shift_j) * scale_j for dense data; x_ij <- x_ij * scale_j for sparse data
+/// (a shift would densify it, so it is ignored there).
+pub fn scale_columns(d: &mut Dataset, scale: &[f32], shift: &[f32]) {
+    match &mut d.features {
+        Features::Dense { x, d: dim } => x.chunks_mut(*dim).for_each(|r| {
+            r.iter_mut().enumerate().for_each(|(j, v)| *v = (*v - shift[j]) * scale[j]);
+        }),
+        Features::Sparse(c) => c.indices.iter().zip(c.data.iter_mut()).for_each(|(&j, v)| *v *= scale[j as usize]),
+        Features::Ratings { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_from_names() {
+        assert_eq!(detect_format("a/train-images-idx3-ubyte.gz").unwrap(), Format::Idx);
+        assert_eq!(detect_format("x.h5").unwrap(), Format::Hdf5);
+        assert_eq!(detect_format("heart_scale").unwrap(), Format::Libsvm);
+        assert_eq!(detect_format("m.ratings").unwrap(), Format::Ratings);
+        assert!(detect_format("x.parquet").unwrap_err().message.contains("--format"));
+    }
+
+    #[test]
+    fn holdout_is_a_partition_and_scaling_works() {
+        let d = Dataset { features: Features::Dense { x: (0..200).map(|i| i as f32).collect(), d: 2 }, labels: (0..100).map(|i| i as f32).collect(), source: "t".into(), first_row: 0 };
+        let (a, b) = split_holdout(d.clone(), 0.3, 5);
+        assert_eq!(a.len() + b.len(), 100);
+        assert!(b.len() > 15 && b.len() < 45, "{}", b.len());
+        let mut all: Vec<f32> = a.labels.iter().chain(&b.labels).copied().collect();
+        all.sort_by(f32::total_cmp);
+        assert_eq!(all, d.labels);
+        let mut s = d.clone();
+        let m = column_max_abs(&s);
+        assert_eq!(m, vec![198.0, 199.0]);
+        scale_columns(&mut s, &[0.5, 1.0], &[1.0, 0.0]);
+        if let Row::Dense(r) = s.row(1) { assert_eq!(r, &[0.5, 3.0]) }
+    }
+}

@@ -136,3 +136,228 @@ pub trait Model: Send + Sync {
     /// Which metric [`Model::evaluate`] measures.
     fn metric_kind(&self) -> MetricKind;
 }
+
+pub mod linear;
+pub mod mf;
+pub mod mlp;
+pub mod mlr;
+
+use crate::data::Row;
+
+/// x . w for a dense or sparse row (w may be longer than a dense row).
+pub fn row_dot(row: Row<'_>, w: &[f32]) -> f32 {
+    match row {
+        Row::Dense(x) => x.iter().zip(w).map(|(a, b)| a * b).sum(),
+        Row::Sparse { indices, values } => indices.iter().zip(values).map(|(&k, &v)| v * w[k as usize]).sum(),
+        Row::Rating { .. } => 0.0,
+    }
+}
+
+/// w += a * x for a dense or sparse row, touching only the row's non-zeros.
+pub fn row_axpy(row: Row<'_>, a: f32, w: &mut [f32]) {
+    match row {
+        Row::Dense(x) => w.iter_mut().zip(x).for_each(|(w, &v)| *w += a * v),
+        Row::Sparse { indices, values } => indices.iter().zip(values).for_each(|(&k, &v)| w[k as usize] += a * v),
+        Row::Rating { .. } => {}
+    }
+}
+
+/// Builds the model `spec` describes, checking its sizes.
+pub fn build(spec: &ModelSpec) -> anyhow::Result<Box<dyn Model>> {
+    Ok(match spec.kind {
+        ModelKind::Svm | ModelKind::Logreg => {
+            anyhow::ensure!(spec.features > 0, "the data has no features");
+            Box::new(linear::Linear::new(spec))
+        }
+        ModelKind::Mlr => {
+            anyhow::ensure!(spec.features > 0 && spec.classes >= 2, "mlr needs features and at least 2 classes");
+            Box::new(mlr::Mlr::new(spec))
+        }
+        ModelKind::Mlp => {
+            anyhow::ensure!(
+                (1..=2).contains(&spec.hidden.len()) && spec.hidden.iter().all(|&h| h > 0),
+                "--hidden takes one or two positive widths for mlp, got {:?}",
+                spec.hidden
+            );
+            Box::new(mlp::Mlp::new(spec))
+        }
+        ModelKind::Mf => {
+            anyhow::ensure!(spec.rank > 0, "--rank must be positive for mf");
+            anyhow::ensure!(spec.users > 0 && spec.items > 0, "mf needs ratings with at least one user and item");
+            Box::new(mf::Mf::new(spec))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{Csr, Dataset, Features};
+
+    fn spec(kind: ModelKind, features: usize) -> ModelSpec {
+        ModelSpec { kind, lambda: 0.01, features, classes: 3, hidden: vec![5], rank: 3, users: 4, items: 5 }
+    }
+
+    fn dense(n: usize, d: usize, classes: usize, rng: &mut Rng) -> Dataset {
+        let x: Vec<f32> = (0..n * d).map(|_| rng.normal() as f32).collect();
+        let labels = (0..n).map(|i| (i % classes) as f32).collect();
+        Dataset { features: Features::Dense { x, d }, labels, source: "synthetic".into(), first_row: 0 }
+    }
+
+    fn sparse(n: usize, d: usize, classes: usize, rng: &mut Rng) -> Dataset {
+        let mut c = Csr { indptr: vec![0], ncols: d, ..Default::default() };
+        for _ in 0..n {
+            for k in 0..d {
+                if rng.next_f64() < 0.4 {
+                    c.indices.push(k as u32);
+                    c.data.push(rng.normal() as f32);
+                }
+            }
+            c.indptr.push(c.indices.len());
+        }
+        Dataset { features: Features::Sparse(c), labels: (0..n).map(|i| (i % classes) as f32).collect(), source: "s".into(), first_row: 0 }
+    }
+
+    fn ratings(rng: &mut Rng) -> Dataset {
+        let (mut users, mut items, mut labels) = (vec![], vec![], vec![]);
+        for u in 0..4 {
+            for i in 0..5 {
+                users.push(u);
+                items.push(i);
+                labels.push(1.0 + rng.next_f32() * 4.0);
+            }
+        }
+        Dataset { features: Features::Ratings { users, items, n_users: 4, n_items: 5 }, labels, source: "r".into(), first_row: 0 }
+    }
+
+    /// Central differences of (mean batch loss + regulariser) against loss_grad.
+    fn check_gradient(m: &dyn Model, data: &Dataset, rng: &mut Rng) {
+        let mut p = vec![0f32; m.num_params()];
+        m.init(&mut p, rng);
+        p.iter_mut().for_each(|w| *w += 0.3 * rng.normal() as f32);
+        let batch: Vec<usize> = (0..data.len()).collect();
+        let mut g = vec![0f32; p.len()];
+        m.loss_grad(&p, data, &batch, &mut g);
+        let f = |q: &[f32]| {
+            let mut sink = vec![0f32; q.len()];
+            m.loss_grad(q, data, &batch, &mut sink) + m.regulariser(q)
+        };
+        // Small enough that a ReLU kink is rarely crossed, large enough for f32 round-off.
+        let h = 1e-3f32;
+        for k in 0..p.len() {
+            let mut a = p.clone();
+            a[k] += h;
+            let mut b = p.clone();
+            b[k] -= h;
+            let num = (f(&a) - f(&b)) / (2.0 * h as f64);
+            let tol = 2e-2 * num.abs().max(g[k].abs() as f64).max(1e-2);
+            assert!((num - g[k] as f64).abs() < tol, "{:?} {} hidden {:?} param {k}: numeric {num}, analytic {}", m.spec().kind, data.source, m.spec().hidden, g[k]);
+        }
+        // The objective's data term equals what evaluate sums.
+        let e = m.evaluate(&p, data);
+        let mut sink = vec![0f32; p.len()];
+        let l = m.loss_grad(&p, data, &batch, &mut sink);
+        assert!((e.mean_loss() - l).abs() < 1e-4 * l.abs().max(1.0));
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        let mut rng = Rng::new(3);
+        for kind in [ModelKind::Svm, ModelKind::Logreg, ModelKind::Mlr, ModelKind::Mlp] {
+            let m = build(&spec(kind, 4)).unwrap();
+            let d = dense(9, 4, 3, &mut rng);
+            check_gradient(m.as_ref(), &d, &mut rng);
+            let s = sparse(9, 4, 3, &mut rng);
+            check_gradient(m.as_ref(), &s, &mut rng);
+        }
+        let m = build(&spec(ModelKind::Mf, 0)).unwrap();
+        check_gradient(m.as_ref(), &ratings(&mut rng), &mut rng);
+        let two = ModelSpec { hidden: vec![4, 3], ..spec(ModelKind::Mlp, 4) };
+        check_gradient(build(&two).unwrap().as_ref(), &dense(7, 4, 3, &mut rng), &mut rng);
+    }
+
+    #[test]
+    fn sgd_step_equals_a_gradient_step_for_dense_and_sparse() {
+        let mut rng = Rng::new(9);
+        for kind in [ModelKind::Svm, ModelKind::Logreg, ModelKind::Mlr, ModelKind::Mlp] {
+            for data in [dense(8, 4, 3, &mut rng), sparse(8, 4, 3, &mut rng)] {
+                let m = build(&spec(kind, 4)).unwrap();
+                let mut p = vec![0f32; m.num_params()];
+                m.init(&mut p, &mut rng);
+                p.iter_mut().for_each(|w| *w += 0.2 * rng.normal() as f32);
+                let batch = [1, 3, 4, 7];
+                let mut g = vec![0f32; p.len()];
+                m.loss_grad(&p, &data, &batch, &mut g);
+                let mut q = p.clone();
+                m.sgd_step(&mut q, &data, &batch, 0.1, &mut Vec::new());
+                for k in 0..p.len() {
+                    assert!((q[k] - (p[k] - 0.1 * g[k])).abs() < 1e-5, "{kind:?} param {k}");
+                }
+            }
+        }
+    }
+
+    /// Two Gaussian blobs per class; every classifier should separate them.
+    #[test]
+    fn classifiers_learn_a_separable_problem() {
+        let mut rng = Rng::new(5);
+        let (n, d) = (300, 6);
+        let mut x = Vec::new();
+        let mut y = Vec::new();
+        for i in 0..n {
+            let c = i % 3;
+            for k in 0..d {
+                x.push(rng.normal() as f32 * 0.5 + if k == c { 3.0 } else { 0.0 });
+            }
+            y.push(c as f32);
+        }
+        let multi = Dataset { features: Features::Dense { x, d }, labels: y.clone(), source: "b".into(), first_row: 0 };
+        let mut binary = multi.clone();
+        binary.labels.iter_mut().for_each(|v| *v = if *v == 0.0 { 1.0 } else { -1.0 });
+        for kind in [ModelKind::Svm, ModelKind::Logreg, ModelKind::Mlr, ModelKind::Mlp] {
+            let m = build(&ModelSpec { lambda: 1e-4, features: d, hidden: vec![16], ..spec(kind, d) }).unwrap();
+            let data = if matches!(kind, ModelKind::Svm | ModelKind::Logreg) { &binary } else { &multi };
+            let mut p = vec![0f32; m.num_params()];
+            m.init(&mut p, &mut Rng::new(1));
+            let mut order: Vec<usize> = (0..n).collect();
+            for _ in 0..10 {
+                rng.shuffle(&mut order);
+                for b in order.chunks(10) {
+                    m.sgd_step(&mut p, data, b, 0.1, &mut Vec::new());
+                }
+            }
+            let acc = m.evaluate(&p, data).metric(MetricKind::Accuracy);
+            assert!(acc > 0.95, "{kind:?}: accuracy {acc}");
+        }
+    }
+
+    #[test]
+    fn mf_recovers_a_low_rank_matrix() {
+        let mut rng = Rng::new(11);
+        let (nu, ni, k) = (30, 20, 2);
+        let a: Vec<f32> = (0..nu * k).map(|_| rng.normal() as f32).collect();
+        let b: Vec<f32> = (0..ni * k).map(|_| rng.normal() as f32).collect();
+        let (mut users, mut items, mut labels) = (vec![], vec![], vec![]);
+        for u in 0..nu {
+            for i in 0..ni {
+                users.push(u as u32);
+                items.push(i as u32);
+                labels.push((0..k).map(|t| a[u * k + t] * b[i * k + t]).sum());
+            }
+        }
+        let data = Dataset { features: Features::Ratings { users, items, n_users: nu, n_items: ni }, labels, source: "r".into(), first_row: 0 };
+        let m = build(&ModelSpec { kind: ModelKind::Mf, lambda: 1e-4, features: 0, classes: 2, hidden: vec![], rank: 3, users: nu, items: ni }).unwrap();
+        let mut p = vec![0f32; m.num_params()];
+        m.init(&mut p, &mut Rng::new(2));
+        let start = m.evaluate(&p, &data).metric(MetricKind::Rmse);
+        let mut order: Vec<usize> = (0..data.len()).collect();
+        for _ in 0..300 {
+            rng.shuffle(&mut order);
+            for bch in order.chunks(4) {
+                m.sgd_step(&mut p, &data, bch, 0.2, &mut Vec::new());
+            }
+        }
+        let rmse = m.evaluate(&p, &data).metric(MetricKind::Rmse);
+        assert!(rmse < 0.1 && rmse < start / 5.0, "rmse {start} -> {rmse}");
+    }
+}

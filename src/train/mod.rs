@@ -121,10 +121,6 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn rank0(&self) -> bool {
-        self.comm.rank() == 0
-    }
-
     /// Rank 0 alone writes metrics, so a failure there cannot be agreed on: it ends the job.
     fn write_metrics(&mut self, v: &serde_json::Value) {
         if let Err(e) = self.metrics.write(v) {

@@ -1,0 +1,142 @@
+//! IDX files (MNIST family), gzip-compressed or not. Images become dense rows of raw pixel values
+//! (0..255 as f32); the labels file is found next to the images file.
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+
+use flate2::read::GzDecoder;
+
+use super::{DataError, Dataset, Features};
+
+fn open(path: &str) -> Result<Box<dyn Read>, DataError> {
+    let mut f = File::open(path).map_err(|e| DataError::io(path, &e))?;
+    let mut magic = [0u8; 2];
+    let gz = f.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
+    let f = File::open(path).map_err(|e| DataError::io(path, &e))?;
+    Ok(if gz { Box::new(BufReader::new(GzDecoder::new(f))) } else { Box::new(BufReader::new(f)) })
+}
+
+/// Header of an unsigned-byte IDX file: dimensions.
+fn header(path: &str, r: &mut dyn Read) -> Result<Vec<usize>, DataError> {
+    let mut m = [0u8; 4];
+    r.read_exact(&mut m).map_err(|_| DataError::at(path, "file too short for an IDX header"))?;
+    if m[0] != 0 || m[1] != 0 || m[2] != 0x08 || m[3] == 0 {
+        return Err(DataError::at(path, &format!(
+            "not an unsigned-byte IDX file (magic {:02x}{:02x}{:02x}{:02x}, expected 000008nn); pass --format if this is another format",
+            m[0], m[1], m[2], m[3]
+        )));
+    }
+    let mut dims = Vec::new();
+    for _ in 0..m[3] {
+        let mut d = [0u8; 4];
+        r.read_exact(&mut d).map_err(|_| DataError::at(path, "truncated IDX header"))?;
+        dims.push(u32::from_be_bytes(d) as usize);
+    }
+    Ok(dims)
+}
+
+/// Reads rows [lo, hi) of an IDX file (skipping the rest of a compressed stream cheaply).
+fn rows(path: &str, rank: usize, nranks: usize) -> Result<(Vec<u8>, Vec<usize>, usize), DataError> {
+    let mut r = open(path)?;
+    let dims = header(path, &mut *r)?;
+    let n = dims[0];
+    let row: usize = dims[1..].iter().product();
+    let (lo, hi) = (n * rank / nranks, n * (rank + 1) / nranks);
+    std::io::copy(&mut (&mut r).take((lo * row) as u64), &mut std::io::sink()).map_err(|e| DataError::io(path, &e))?;
+    let mut buf = vec![0u8; (hi - lo) * row];
+    r.read_exact(&mut buf).map_err(|_| DataError::at(path, &format!("truncated: the header promises {n} rows of {row} bytes")))?;
+    Ok((buf, dims, lo))
+}
+
+/// The labels file that goes with an images file (`images-idx3` -> `labels-idx1`).
+pub fn labels_path_for(images: &str) -> Option<String> {
+    images.contains("images-idx3").then(|| images.replace("images-idx3", "labels-idx1"))
+}
+
+/// Reads this rank's rows of an IDX images file and the matching labels.
+pub fn read_idx(path: &str, labels: Option<&str>, rank: usize, nranks: usize) -> Result<Dataset, DataError> {
+    let labels_path = labels.map(str::to_string).or_else(|| labels_path_for(path)).ok_or_else(|| {
+        DataError::at(path, "cannot find the labels file: name the images file *images-idx3* so that *labels-idx1* is next to it")
+    })?;
+    let (x, dims, lo) = rows(path, rank, nranks)?;
+    let (y, ldims, _) = rows(&labels_path, rank, nranks)?;
+    if ldims.len() != 1 || ldims[0] != dims[0] {
+        return Err(DataError::at(&labels_path, &format!("has {:?} labels but {path} has {} images", ldims, dims[0])));
+    }
+    let d = dims[1..].iter().product();
+    Ok(Dataset {
+        features: Features::Dense { x: x.into_iter().map(f32::from).collect(), d },
+        labels: y.into_iter().map(f32::from).collect(),
+        source: path.to_string(),
+        first_row: lo,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn write_idx(dir: &std::path::Path, name: &str, dims: &[u32], data: &[u8], gz: bool) -> String {
+        let mut bytes = vec![0, 0, 8, dims.len() as u8];
+        for d in dims {
+            bytes.extend(d.to_be_bytes());
+        }
+        bytes.extend(data);
+        let p = dir.join(name);
+        if gz {
+            let mut e = flate2::write::GzEncoder::new(File::create(&p).unwrap(), flate2::Compression::fast());
+            e.write_all(&bytes).unwrap();
+            e.finish().unwrap();
+        } else {
+            std::fs::write(&p, bytes).unwrap();
+        }
+        p.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn shards_of_plain_and_gzip_idx() {
+        let d = tempfile::tempdir().unwrap();
+        for gz in [false, true] {
+            let ext = if gz { ".gz" } else { "" };
+            let img: Vec<u8> = (0..7 * 6).map(|i| i as u8).collect();
+            let p = write_idx(d.path(), &format!("t-images-idx3-ubyte{ext}"), &[7, 2, 3], &img, gz);
+            write_idx(d.path(), &format!("t-labels-idx1-ubyte{ext}"), &[7], &[0, 1, 2, 3, 4, 5, 6], gz);
+            for n in 1..=4 {
+                let mut labels = Vec::new();
+                let mut xs = Vec::new();
+                for r in 0..n {
+                    let s = read_idx(&p, None, r, n).unwrap();
+                    assert_eq!(s.dim(), 6);
+                    labels.extend(s.labels.clone());
+                    if let Features::Dense { x, .. } = s.features { xs.extend(x) }
+                }
+                assert_eq!(labels, (0..7).map(|i| i as f32).collect::<Vec<_>>());
+                assert_eq!(xs, img.iter().map(|&b| b as f32).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn bad_magic_and_truncation() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x-images-idx3-ubyte");
+        std::fs::write(&p, b"hello world").unwrap();
+        assert!(read_idx(p.to_str().unwrap(), None, 0, 1).unwrap_err().message.contains("magic"));
+        let p = write_idx(d.path(), "y-images-idx3-ubyte", &[5, 2, 2], &[1, 2, 3], false);
+        write_idx(d.path(), "y-labels-idx1-ubyte", &[5], &[1; 5], false);
+        assert!(read_idx(&p, None, 0, 1).unwrap_err().message.contains("truncated"));
+    }
+
+    #[test]
+    fn real_fashion_mnist_test_set() {
+        let p = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+        if !std::path::Path::new(p).exists() {
+            eprintln!("skipped: {p} missing (apt-get install dataset-fashion-mnist)");
+            return;
+        }
+        let d = read_idx(p, None, 1, 4).unwrap();
+        assert_eq!((d.len(), d.dim(), d.first_row), (2500, 784, 2500));
+        assert!(d.labels.iter().all(|&y| (0.0..10.0).contains(&y)));
+    }
+}

@@ -1,0 +1,131 @@
+//! Binary linear models, `svm` (hinge) and `logreg` (logistic), sharing one implementation:
+//! w (d weights) then the bias b; labels > 0 are +1, others -1; L2 on w only.
+//! Sparse rows are computed sparsely, and an SGD step touches only the weights the batch reaches
+//! plus one O(d) multiplicative decay for the regulariser.
+
+use super::{row_dot, row_axpy, EvalSums, MetricKind, Model, ModelKind, ModelSpec, RowLayout};
+use crate::data::Dataset;
+use crate::rng::Rng;
+
+/// Rows of this many parameters, so a parameter server can push the vector in pieces.
+const ROW_LEN: usize = 64;
+
+/// A linear classifier with a per-example margin loss.
+pub struct Linear {
+    spec: ModelSpec,
+}
+
+impl Linear {
+    /// `spec.kind` must be Svm or Logreg.
+    pub fn new(spec: &ModelSpec) -> Self {
+        Linear { spec: spec.clone() }
+    }
+
+    /// (loss, d loss / d z) at margin z for label y in {-1, +1}.
+    fn loss_and_slope(&self, z: f32, y: f32) -> (f64, f32) {
+        let m = y * z;
+        match self.spec.kind {
+            ModelKind::Svm => {
+                if m < 1.0 {
+                    ((1.0 - m) as f64, -y)
+                } else {
+                    (0.0, 0.0)
+                }
+            }
+            _ => {
+                // log(1 + e^-m), computed without overflow for either sign of m.
+                let loss = if m > 0.0 { (-m).exp().ln_1p() } else { -m + m.exp().ln_1p() };
+                let sig = 1.0 / (1.0 + m.exp()); // sigma(-m)
+                (loss as f64, -y * sig)
+            }
+        }
+    }
+
+    fn sign(y: f32) -> f32 {
+        if y > 0.0 { 1.0 } else { -1.0 }
+    }
+
+    fn d(&self) -> usize {
+        self.spec.features
+    }
+}
+
+impl Model for Linear {
+    fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+    fn num_params(&self) -> usize {
+        self.d() + 1
+    }
+    fn layout(&self) -> RowLayout {
+        let p = self.num_params();
+        let mut offsets: Vec<usize> = (0..p).step_by(ROW_LEN).collect();
+        offsets.push(p);
+        RowLayout { offsets }
+    }
+    fn init(&self, params: &mut [f32], _rng: &mut Rng) {
+        params.fill(0.0);
+    }
+    fn loss_grad(&self, params: &[f32], data: &Dataset, batch: &[usize], grad: &mut [f32]) -> f64 {
+        let d = self.d();
+        let inv = 1.0 / batch.len() as f32;
+        let mut loss = 0.0;
+        for &i in batch {
+            let y = Self::sign(data.labels[i]);
+            let z = row_dot(data.row(i), &params[..d]) + params[d];
+            let (l, g) = self.loss_and_slope(z, y);
+            loss += l;
+            if g != 0.0 {
+                row_axpy(data.row(i), g * inv, &mut grad[..d]);
+                grad[d] += g * inv;
+            }
+        }
+        for (g, w) in grad[..d].iter_mut().zip(&params[..d]) {
+            *g += self.spec.lambda * w;
+        }
+        loss / batch.len() as f64
+    }
+    fn sgd_step(&self, params: &mut [f32], data: &Dataset, batch: &[usize], lr: f32, scratch: &mut Vec<f32>) -> f64 {
+        let d = self.d();
+        let inv = 1.0 / batch.len() as f32;
+        // Slopes at the old weights first, so the step equals w - lr * grad exactly.
+        scratch.clear();
+        let mut loss = 0.0;
+        for &i in batch {
+            let y = Self::sign(data.labels[i]);
+            let z = row_dot(data.row(i), &params[..d]) + params[d];
+            let (l, g) = self.loss_and_slope(z, y);
+            loss += l;
+            scratch.push(g);
+        }
+        let decay = 1.0 - lr * self.spec.lambda;
+        if decay != 1.0 {
+            params[..d].iter_mut().for_each(|w| *w *= decay);
+        }
+        for (&i, &g) in batch.iter().zip(scratch.iter()) {
+            if g != 0.0 {
+                row_axpy(data.row(i), -lr * g * inv, &mut params[..d]);
+                params[d] -= lr * g * inv;
+            }
+        }
+        loss / batch.len() as f64
+    }
+    fn regulariser(&self, params: &[f32]) -> f64 {
+        0.5 * self.spec.lambda as f64 * params[..self.d()].iter().map(|&w| (w as f64).powi(2)).sum::<f64>()
+    }
+    fn evaluate(&self, params: &[f32], data: &Dataset) -> EvalSums {
+        let d = self.d();
+        let mut s = EvalSums::default();
+        for i in 0..data.len() {
+            let y = Self::sign(data.labels[i]);
+            let z = row_dot(data.row(i), &params[..d]) + params[d];
+            s.loss_sum += self.loss_and_slope(z, y).0;
+            s.metric_sum += ((z > 0.0) == (y > 0.0)) as u8 as f64;
+            s.count += 1.0;
+        }
+        s
+    }
+    fn metric_kind(&self) -> MetricKind {
+        MetricKind::Accuracy
+    }
+}
