@@ -62,6 +62,8 @@ fn ratings(d: &Dataset, max_rows: usize) -> Dataset {
 
 /// Runs the benchmark and prints one line per model.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    // A rank is single-threaded; measure the same.
+    crate::comm::single_threaded_blas();
     let t0 = Instant::now();
     let mut train = data::load_shard(&args.data, &LoadOptions::default(), 0, 1)?;
     let dim = train.dim();

@@ -96,14 +96,14 @@ pub struct TrainArgs {
     /// Examples per mini-batch on each rank. [default: 32]
     #[arg(long, value_name = "B", help_heading = "Optimisation")]
     pub batch_size: Option<usize>,
-    /// Initial step size eta0. [default: 0.05]
+    /// Initial step size eta0. [default: 0.5]
     #[arg(long, value_name = "ETA", help_heading = "Optimisation")]
     pub lr: Option<f32>,
     /// Step-size schedule: constant, inv-sqrt (eta0/sqrt(1+t), t = mini-batches), bottou
-    /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch). [default: inv-sqrt]
+    /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch). [default: decay]
     #[arg(long, value_enum, help_heading = "Optimisation")]
     pub lr_schedule: Option<LrSchedule>,
-    /// Per-epoch factor for --lr-schedule decay. [default: 0.9]
+    /// Per-epoch factor for --lr-schedule decay. [default: 0.8]
     #[arg(long, value_name = "F", help_heading = "Optimisation")]
     pub lr_decay: Option<f32>,
     /// Seed for initialisation, shuffling and random graphs (same seed + ranks = same run). [default: 1]

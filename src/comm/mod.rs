@@ -18,6 +18,23 @@ pub fn prepare_environment() {
             std::env::set_var(k, v);
         }
     }
+    single_threaded_blas();
+}
+
+extern "C" {
+    /// OpenBLAS's run-time thread setting (libopenblas, linked through ndarray-linalg).
+    fn openblas_set_num_threads(n: std::os::raw::c_int);
+}
+
+/// One MPI rank per core is the process model, so BLAS inside a rank must not start its own
+/// threads: with 4 ranks on 2 cores, OpenBLAS's default pool made evaluation 5x slower. OpenBLAS
+/// reads OPENBLAS_NUM_THREADS when the library loads, before `main`, so the setting is made
+/// through its API; a user's explicit OPENBLAS_NUM_THREADS is respected.
+pub fn single_threaded_blas() {
+    if std::env::var_os("OPENBLAS_NUM_THREADS").is_none() {
+        // SAFETY: a plain setter in libopenblas with no pointers; called before any BLAS use.
+        unsafe { openblas_set_num_threads(1) };
+    }
 }
 
 /// Initialises MPI (after [`prepare_environment`]) and installs a panic hook that aborts the whole

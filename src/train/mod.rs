@@ -152,11 +152,11 @@ impl Run<'_> {
     /// Collective evaluation, metrics line, progress line, target and divergence checks.
     fn evaluate(&mut self, params: &[f32]) -> anyhow::Result<()> {
         let t0 = Instant::now();
+        let train_s = self.train_seconds();
         let ev = eval::evaluate(self.comm, self.model.as_ref(), params, &self.shards.train, self.shards.test.as_ref());
         let counters = self.counters();
         let extra = merge_extra(self.comm, &self.sync.extra_metrics());
         let kind = self.model.metric_kind();
-        let train_s = self.train_seconds();
         if let (Some(t), None) = (self.cfg.target, self.reached) {
             if eval::reached(kind, ev.metric, t) {
                 self.reached = Some((train_s, self.pos.round, self.epoch_fraction()));

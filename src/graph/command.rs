@@ -1,0 +1,280 @@
+//! `asap-train graph gap|compare|search|dot`: reason about a communication graph before spending
+//! cluster time on it.
+
+use clap::{Args, Subcommand};
+
+use super::spectral::{analyse_with, GraphReport, Method};
+use super::{file, generate, random_regular, Graph};
+use crate::rng::Rng;
+
+/// Analyse communication graphs.
+#[derive(Args, Debug)]
+pub struct GraphArgs {
+    #[command(subcommand)]
+    pub command: GraphCommand,
+}
+
+/// Which graph: a generator and a size, or a file.
+#[derive(Args, Debug, Clone)]
+pub struct Which {
+    /// Generator: complete, star, root-expander, chain, ring, hypercube, exponential, torus,
+    /// random:D (D-regular, seeded), or file:PATH.
+    #[arg(long, default_value = "root-expander")]
+    pub kind: String,
+    /// Number of nodes (ranks); with --file, checked against the file's header if given.
+    #[arg(long)]
+    pub nodes: Option<usize>,
+    /// Read the graph from a file (see graphs/README.md); overrides --kind.
+    #[arg(long)]
+    pub file: Option<String>,
+    /// Seed for random graphs.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl Which {
+    fn build(&self) -> anyhow::Result<Graph> {
+        match (&self.file, self.nodes) {
+            (Some(f), n) => file::read(f, n),
+            (None, Some(n)) => generate(&self.kind, n, self.seed),
+            (None, None) if self.kind.starts_with("file:") => file::read(&self.kind[5..], None),
+            (None, None) => anyhow::bail!("give --nodes N (or --file PATH)"),
+        }
+    }
+}
+
+/// The `graph` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum GraphCommand {
+    /// Spectral gap and structure of one graph.
+    Gap {
+        #[command(flatten)]
+        which: Which,
+        /// Bytes of one model, to report the traffic of one round over all edges.
+        #[arg(long, default_value_t = 0)]
+        model_bytes: u64,
+        /// Singular value method.
+        #[arg(long, value_enum, default_value_t = Method::Auto)]
+        method: Method,
+        /// Tolerance of the mixing estimate: rounds until sigma_2^t < EPSILON.
+        #[arg(long, default_value_t = 1e-3)]
+        epsilon: f64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// ASAP Figure 2: all-reduce, parameter server, root expander and chain side by side.
+    Compare {
+        /// Sizes to compare.
+        #[arg(long, value_delimiter = ',', default_value = "6,25,32")]
+        nodes: Vec<usize>,
+        /// Bytes of one model (default: Fashion-MNIST softmax regression, 7,850 f32).
+        #[arg(long, default_value_t = 31_400)]
+        model_bytes: u64,
+        /// Print JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Look for the graph with the largest spectral gap at a given out-degree and write it.
+    Search {
+        /// Number of nodes.
+        #[arg(long)]
+        nodes: usize,
+        /// Out-degree of every node.
+        #[arg(long)]
+        out_degree: usize,
+        /// Random regular candidates to try (circulants are tried exhaustively when few).
+        #[arg(long, default_value_t = 500)]
+        candidates: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Where to write the best graph (graph file format).
+        #[arg(long)]
+        out: Option<String>,
+    },
+    /// Graphviz DOT of a graph.
+    Dot {
+        #[command(flatten)]
+        which: Which,
+    },
+}
+
+fn table(r: &GraphReport) -> String {
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    let mut s = String::new();
+    let mut row = |k: &str, v: String| s.push_str(&format!("{k:<22} {v}\n"));
+    row("graph", r.name.clone());
+    row("nodes", r.nodes.to_string());
+    row("edges", r.edges.to_string());
+    row("in-degree", format!("{}..{}", r.min_in_degree, r.max_in_degree));
+    row("out-degree", format!("{}..{}", r.min_out_degree, r.max_out_degree));
+    row("regular", yes(r.regular).into());
+    row("doubly stochastic", yes(r.doubly_stochastic).into());
+    row("strongly connected", yes(r.strongly_connected).into());
+    row("diameter", r.diameter.map_or("infinite".into(), |d| d.to_string()));
+    row("sigma_1(P)", format!("{:.6}", r.sigma_1));
+    row("sigma_2(P)", format!("{:.6}", r.sigma_2));
+    row("spectral gap", format!("{:.6}", r.spectral_gap));
+    row("SLEM (eigenvalues)", r.slem.map_or("not computed (> 1024 nodes)".into(), |v| format!("{v:.6}")));
+    row("mixing rounds", r.mixing_rounds.map_or("never (gap 0)".into(), |t| format!("{t} (sigma_2^t < {})", r.epsilon)));
+    if let Some(b) = r.bytes_per_round {
+        row("bytes per round", format!("{b} ({:.2} MB)", b as f64 / 1e6));
+    }
+    row("method", format!("{} ({:.3} s)", r.method, r.seconds));
+    s
+}
+
+/// Best graph found by `search`: circulants (i -> i + s for a set of shifts) and random regular
+/// graphs, by spectral gap.
+pub fn search(n: usize, k: usize, candidates: usize, seed: u64) -> anyhow::Result<(Graph, GraphReport, usize)> {
+    anyhow::ensure!(k >= 1 && k < n, "--out-degree must be in 1..{}", n - 1);
+    let mut best: Option<(Graph, GraphReport)> = None;
+    let mut tried = 0;
+    let mut consider = |g: Graph| {
+        tried += 1;
+        let r = analyse_with(&g, 0, Method::Auto, 1e-3);
+        if best.as_ref().is_none_or(|(_, b)| r.spectral_gap > b.spectral_gap + 1e-12) {
+            best = Some((g, r));
+        }
+    };
+    // Circulants: all shift sets when there are few, random ones otherwise.
+    let mut rng = Rng::new(seed);
+    let shift_sets: Vec<Vec<usize>> = if binomial(n - 1, k) <= 5_000 {
+        combinations(n - 1, k).into_iter().map(|c| c.into_iter().map(|s| s + 1).collect()).collect()
+    } else {
+        (0..candidates).map(|_| {
+            let mut v: Vec<usize> = (1..n).collect();
+            rng.shuffle(&mut v);
+            v.truncate(k);
+            v
+        }).collect()
+    };
+    for shifts in shift_sets {
+        let edges = (0..n).flat_map(|i| shifts.iter().map(move |&s| (i, (i + s) % n)));
+        let mut g = Graph::from_edges(n, edges, &format!("circulant{shifts:?}"));
+        g.name = format!("circulant shifts {shifts:?}");
+        consider(g);
+    }
+    for c in 0..candidates {
+        if let Ok(mut g) = random_regular(n, k, seed.wrapping_add(c as u64 * 7919)) {
+            g.name = format!("random {k}-regular (seed {})", seed.wrapping_add(c as u64 * 7919));
+            consider(g);
+        }
+    }
+    let (g, r) = best.expect("at least one candidate");
+    Ok((g, r, tried))
+}
+
+fn binomial(n: usize, k: usize) -> usize {
+    (0..k).fold(1usize, |acc, i| acc.saturating_mul(n - i) / (i + 1))
+}
+
+fn combinations(n: usize, k: usize) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut cur = Vec::new();
+    fn rec(start: usize, n: usize, k: usize, cur: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
+        if cur.len() == k {
+            out.push(cur.clone());
+            return;
+        }
+        for i in start..n {
+            cur.push(i);
+            rec(i + 1, n, k, cur, out);
+            cur.pop();
+        }
+    }
+    rec(0, n, k, &mut cur, &mut out);
+    out
+}
+
+/// Runs a `graph` subcommand.
+pub fn run(args: &GraphArgs) -> anyhow::Result<()> {
+    match &args.command {
+        GraphCommand::Gap { which, model_bytes, method, epsilon, json } => {
+            let g = which.build()?;
+            let r = analyse_with(&g, *model_bytes, *method, *epsilon);
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", table(&r));
+            }
+        }
+        GraphCommand::Compare { nodes, model_bytes, json } => {
+            let kinds = [("all-reduce", "complete"), ("parameter server", "star"), ("root expander", "root-expander"), ("chain", "chain")];
+            if !*json {
+                print!("{:<18}", "graph");
+                for n in nodes {
+                    print!(" | {:>7} {:>6} {:>10}", format!("gap@{n}"), "outdeg", "MB/round");
+                }
+                println!();
+            }
+            for (label, kind) in kinds {
+                if !*json {
+                    print!("{label:<18}");
+                }
+                for &n in nodes {
+                    let r = analyse_with(&generate(kind, n, 1)?, *model_bytes, Method::Auto, 1e-3);
+                    if *json {
+                        println!("{}", serde_json::json!({"graph": label, "nodes": n, "report": r}));
+                    } else {
+                        print!(" | {:>7.4} {:>6} {:>10.3}", r.spectral_gap, r.max_out_degree, r.bytes_per_round.unwrap_or(0) as f64 / 1e6);
+                    }
+                }
+                if !*json {
+                    println!();
+                }
+            }
+        }
+        GraphCommand::Search { nodes, out_degree, candidates, seed, out } => {
+            let (g, r, tried) = search(*nodes, *out_degree, *candidates, *seed)?;
+            let root = analyse_with(&generate("root-expander", *nodes, 1)?, 0, Method::Auto, 1e-3);
+            println!("tried {tried} candidates; best: {} with spectral gap {:.6} (root expander: {:.6})", r.name, r.spectral_gap, root.spectral_gap);
+            let text = file::format(&g, &format!(
+                "{}\nfound by: asap-train graph search --nodes {nodes} --out-degree {out_degree} --seed {seed}\nspectral gap {:.6}",
+                r.name, r.spectral_gap
+            ));
+            match out {
+                Some(p) => {
+                    std::fs::write(p, text).map_err(|e| anyhow::anyhow!("cannot write {p}: {e}"))?;
+                    println!("written to {p} (train on it with --graph file:{p})");
+                }
+                None => print!("{text}"),
+            }
+        }
+        GraphCommand::Dot { which } => print!("{}", which.build()?.to_dot()),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn search_beats_or_matches_the_root_expander() {
+        let (_, r, tried) = search(16, 2, 20, 3).unwrap();
+        let root = analyse_with(&generate("root-expander", 16, 1).unwrap(), 0, Method::Auto, 1e-3);
+        assert!(tried > 100 && r.spectral_gap >= root.spectral_gap - 1e-12);
+        assert_eq!(combinations(4, 2).len(), 6);
+        assert_eq!(binomial(31, 2), 465);
+    }
+
+    #[test]
+    fn generators_have_the_promised_shape() {
+        for n in [1usize, 2, 5, 8, 25] {
+            for kind in ["complete", "star", "root-expander", "chain", "ring", "exponential", "torus"] {
+                let g = generate(kind, n, 1).unwrap();
+                assert_eq!(g.nodes(), n);
+                assert!(g.strongly_connected(), "{kind} {n}");
+            }
+        }
+        let r = generate("root-expander", 25, 1).unwrap();
+        assert_eq!(r.out_neighbours(0), &[1, 5]);
+        assert_eq!(r.in_neighbours(0), &[20, 24]);
+        assert_eq!(generate("exponential", 8, 1).unwrap().out_neighbours(3), &[4, 5, 7]);
+        assert!(generate("hypercube", 6, 1).is_err());
+        assert!(generate("nonsense", 6, 1).unwrap_err().to_string().contains("root-expander"));
+        let g = generate("random:3", 20, 9).unwrap();
+        assert!((0..20).all(|i| g.in_neighbours(i).len() == 3 && g.out_neighbours(i).len() == 3));
+    }
+}

@@ -1,0 +1,110 @@
+//! The plain-text graph format (see graphs/README.md):
+//!
+//! ```text
+//! # comments start with '#'
+//! nodes 8
+//! 0 1        # edge: rank 0 sends to rank 1
+//! 0 3
+//! ```
+
+use anyhow::{bail, Context};
+
+use super::Graph;
+
+/// Parses graph text; `path` names it in errors. `expect_nodes` (the number of ranks) must match
+/// the header when given.
+pub fn parse(text: &str, path: &str, expect_nodes: Option<usize>) -> anyhow::Result<Graph> {
+    let mut n: Option<usize> = None;
+    let mut edges = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (k, raw) in text.lines().enumerate() {
+        let line_no = k + 1;
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f[0] == "nodes" {
+            if n.is_some() {
+                bail!("{path}:{line_no}: a second `nodes` line");
+            }
+            let v = f.get(1).and_then(|s| s.parse::<usize>().ok()).filter(|&v| v > 0 && f.len() == 2);
+            n = Some(v.with_context(|| format!("{path}:{line_no}: expected `nodes N` with N >= 1, found {line:?}"))?);
+            if let (Some(want), Some(have)) = (expect_nodes, n) {
+                if want != have {
+                    bail!("{path}:{line_no}: the graph declares {have} nodes but the job has {want} ranks; use a graph for {want} nodes");
+                }
+            }
+            continue;
+        }
+        let Some(nodes) = n else {
+            bail!("{path}:{line_no}: expected the header `nodes N` before the first edge");
+        };
+        if f.len() != 2 {
+            bail!("{path}:{line_no}: expected an edge `SRC DST`, found {line:?}");
+        }
+        let node = |s: &str| -> anyhow::Result<usize> {
+            let v: usize = s.parse().with_context(|| format!("{path}:{line_no}: {s:?} is not a node number"))?;
+            if v >= nodes {
+                bail!("{path}:{line_no}: node {v} does not exist (nodes are 0..{})", nodes - 1);
+            }
+            Ok(v)
+        };
+        let (a, b) = (node(f[0])?, node(f[1])?);
+        if a == b {
+            bail!("{path}:{line_no}: self-edge {a} -> {a} (every rank already includes itself in its average)");
+        }
+        if !seen.insert((a, b)) {
+            bail!("{path}:{line_no}: duplicate edge {a} -> {b}");
+        }
+        edges.push((a, b));
+    }
+    let Some(nodes) = n else {
+        bail!("{path}: empty graph file: expected a `nodes N` line and `SRC DST` edges");
+    };
+    Ok(Graph::from_edges(nodes, edges, &format!("file:{path}")))
+}
+
+/// Reads a graph file.
+pub fn read(path: &str, expect_nodes: Option<usize>) -> anyhow::Result<Graph> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read graph file {path}"))?;
+    parse(&text, path, expect_nodes)
+}
+
+/// Formats a graph in the file format.
+pub fn format(g: &Graph, comment: &str) -> String {
+    let mut s = String::new();
+    for l in comment.lines() {
+        s.push_str(&format!("# {l}\n"));
+    }
+    s.push_str(&format!("nodes {}\n", g.nodes()));
+    for (a, b) in g.edge_list() {
+        s.push_str(&format!("{a} {b}\n"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str, n: Option<usize>) -> String {
+        parse(text, "g.txt", n).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn round_trip_and_errors_with_line_numbers() {
+        let g = super::super::generate("root-expander", 8, 1).unwrap();
+        let back = parse(&format(&g, "test"), "x", Some(8)).unwrap();
+        assert_eq!(back.edge_list().collect::<Vec<_>>(), g.edge_list().collect::<Vec<_>>());
+        assert!(err("", None).contains("empty graph file"));
+        assert!(err("# only\n\n", None).contains("empty graph file"));
+        assert!(err("nodes 3\n0 1\n1 x\n", None).starts_with("g.txt:3:"));
+        assert!(err("nodes 3\n0 5\n", None).contains("g.txt:2: node 5 does not exist"));
+        assert!(err("nodes 3\n0 1\n0 1\n", None).contains("g.txt:3: duplicate edge 0 -> 1"));
+        assert!(err("nodes 3\n2 2\n", None).contains("g.txt:2: self-edge"));
+        assert!(err("nodes 4\n0 1\n", Some(3)).contains("g.txt:1: the graph declares 4 nodes but the job has 3 ranks"));
+        assert!(err("0 1\n", None).contains("g.txt:1: expected the header"));
+        assert!(err("nodes 3\n0 1 2\n", None).contains("g.txt:2: expected an edge"));
+    }
+}
