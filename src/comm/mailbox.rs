@@ -301,10 +301,16 @@ impl Mailboxes {
     ) -> MailboxResult<()> {
         for j in 0..self.out_nb.len() {
             self.wait_ack(j, round, timeout)?;
-            self.post_to(j, round, payload, false)?;
-            self.notify(j)?;
+            self.send_to(j, round, payload)?;
         }
         Ok(())
+    }
+
+    /// The NOTIFY half for one out-neighbour `j` (index into `out_neighbours()`): puts the
+    /// message in one step, flushes it, then notifies. Call [`Mailboxes::wait_ack`] first.
+    pub fn send_to(&mut self, j: usize, round: u64, payload: &[f32]) -> MailboxResult<()> {
+        self.post_to(j, round, payload, false)?;
+        self.notify(j)
     }
 
     /// Reads the ack counter for out-neighbour `j`, counting newly seen acks as received bytes.
@@ -321,7 +327,9 @@ impl Mailboxes {
         Ok(self.win.atomic_read_u64(self.me as i32, off)?)
     }
 
-    fn wait_ack(&mut self, j: usize, round: u64, timeout: Duration) -> MailboxResult<()> {
+    /// Waits until out-neighbour `j` (index into `out_neighbours()`) acknowledged every message
+    /// we sent it, i.e. our slot there may be overwritten. `round` labels the error.
+    pub fn wait_ack(&mut self, j: usize, round: u64, timeout: Duration) -> MailboxResult<()> {
         let start = Instant::now();
         let mut backoff = Backoff::default();
         loop {
