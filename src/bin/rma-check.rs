@@ -166,6 +166,9 @@ struct RunReport {
     stale: u64,
     distance: f64,
     final_value: f32,
+    comm_s: f64,
+    wait_s: f64,
+    bytes_sent: u64,
 }
 
 fn all_max(world: &SimpleCommunicator, x: f64) -> f64 {
@@ -272,6 +275,9 @@ fn run(
         stale: total[n + 1],
         distance,
         final_value: params[0],
+        comm_s: all_max(world, stats.comm_seconds),
+        wait_s: all_max(world, stats.wait_seconds),
+        bytes_sent: all_max(world, stats.bytes_sent as f64) as u64,
     })
 }
 
@@ -308,9 +314,10 @@ fn main() {
                 Ok(r) if world.rank() == 0 => println!(
                     "rma-check: ok graph={g:?} n={n} notify={m:?} rounds={} len={} \
                      round_latency_us={:.1} consistency_histogram={:?} torn={} stale={} \
-                     distance_before_finish={:.3e} final={}",
+                     distance_before_finish={:.3e} final={} max_comm_s={:.4} max_wait_s={:.4} \
+                     max_bytes_sent={}",
                     args.rounds, args.len, r.latency_us, r.histogram, r.torn, r.stale,
-                    r.distance, r.final_value
+                    r.distance, r.final_value, r.comm_s, r.wait_s, r.bytes_sent
                 ),
                 Ok(_) => {}
                 Err(e) => abort_job(&format!("rma-check: error: {e:#}"), 3),

@@ -35,7 +35,7 @@ pub enum MailboxError {
     Graph(String),
     /// Some neighbours did not notify or acknowledge in time.
     #[error(
-        "rank {rank}: round {round}: waited {waited:?} for {what} from rank(s) {missing:?}, which \
+        "rank {rank}: round {round}: waited {waited:.1?} for {what} from rank(s) {missing:?}, which \
          never arrived; a peer may have failed or stopped sending. If they are only slow \
          (oversubscribed, stragglers), raise --wait-timeout (now {timeout:?})"
     )]
@@ -69,24 +69,32 @@ pub enum SlotRead {
     Empty,
 }
 
-/// Wait-loop pacing: spin briefly, then yield, then sleep with growing pauses up to 1 ms, so many
-/// oversubscribed ranks on few cores still make progress.
-#[derive(Debug, Default)]
+/// Wait-loop pacing: spin briefly, then yield the CPU (cheap when oversubscribed ranks share a
+/// core: the peer we wait for gets to run), and only after ~0.2 ms of waiting sleep with pauses
+/// growing to 1 ms, so idle waits do not burn a core that others need.
+#[derive(Debug)]
 pub struct Backoff {
+    start: Instant,
     step: u32,
     sleep: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { start: Instant::now(), step: 0, sleep: Duration::ZERO }
+    }
 }
 
 impl Backoff {
     /// Pauses a little longer each call.
     pub fn pause(&mut self) {
         self.step = self.step.saturating_add(1);
-        if self.step < 32 {
+        if self.step < 16 {
             std::hint::spin_loop();
-        } else if self.step < 64 {
+        } else if self.start.elapsed() < Duration::from_micros(200) {
             std::thread::yield_now();
         } else {
-            self.sleep = (self.sleep * 2).clamp(Duration::from_micros(10), Duration::from_millis(1));
+            self.sleep = (self.sleep * 2).clamp(Duration::from_micros(20), Duration::from_millis(1));
             std::thread::sleep(self.sleep);
         }
     }
