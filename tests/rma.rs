@@ -23,7 +23,12 @@ struct Outcome {
 fn mpirun(n: usize, args: &[&str]) -> Outcome {
     let _one_at_a_time = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
     let mut child = Command::new("mpirun")
-        .args(["--oversubscribe", "-n", &n.to_string(), env!("CARGO_BIN_EXE_rma-check")])
+        .args([
+            "--oversubscribe",
+            "-n",
+            &n.to_string(),
+            env!("CARGO_BIN_EXE_rma-check"),
+        ])
         .args(args)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -76,21 +81,43 @@ fn expect_ok(n: usize, args: &[&str], runs: usize) -> String {
         "mpirun -n {n} rma-check {args:?} failed\nstdout:\n{}\nstderr:\n{}",
         o.stdout, o.stderr
     );
-    assert!(o.stdout.contains(&format!("window self-test ok (n={n})")), "{}", o.stdout);
-    let oks = o.stdout.lines().filter(|l| l.starts_with("rma-check: ok ")).count();
-    assert_eq!(oks, runs, "expected {runs} verified runs, stdout:\n{}", o.stdout);
+    assert!(
+        o.stdout.contains(&format!("window self-test ok (n={n})")),
+        "{}",
+        o.stdout
+    );
+    let oks = o
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("rma-check: ok "))
+        .count();
+    assert_eq!(
+        oks, runs,
+        "expected {runs} verified runs, stdout:\n{}",
+        o.stdout
+    );
     o.stdout
 }
 
 #[test]
 fn notify_ack_is_exact_on_every_graph_and_size() {
     for n in [1, 2, 4, 8] {
-        let out = expect_ok(n, &["--graph", "all", "--notify", "notify-ack", "--rounds", "20"], 3);
+        let out = expect_ok(
+            n,
+            &["--graph", "all", "--notify", "notify-ack", "--rounds", "20"],
+            3,
+        );
         // Complete graph: every reduce used all n-1 inputs (summed over ranks: n * 20).
-        let complete = out.lines().find(|l| l.contains("graph=Complete")).expect("complete run");
+        let complete = out
+            .lines()
+            .find(|l| l.contains("graph=Complete"))
+            .expect("complete run");
         let mut want = vec![0u64; n];
         want[n - 1] = 20 * n as u64;
-        assert!(complete.contains(&format!("consistency_histogram={want:?}")), "{complete}");
+        assert!(
+            complete.contains(&format!("consistency_histogram={want:?}")),
+            "{complete}"
+        );
     }
 }
 
@@ -98,7 +125,11 @@ fn notify_ack_is_exact_on_every_graph_and_size() {
 fn barrier_and_none_run_on_every_graph_and_size() {
     for n in [1, 2, 4, 8] {
         for mode in ["barrier", "none"] {
-            expect_ok(n, &["--graph", "all", "--notify", mode, "--rounds", "20"], 3);
+            expect_ok(
+                n,
+                &["--graph", "all", "--notify", mode, "--rounds", "20"],
+                3,
+            );
         }
     }
 }
@@ -106,7 +137,14 @@ fn barrier_and_none_run_on_every_graph_and_size() {
 #[test]
 fn notify_ack_converges_to_the_global_mean() {
     for graph in ["ring", "expander", "complete"] {
-        let args = ["--graph", graph, "--rounds", "300", "--expect-converge", "1e-3"];
+        let args = [
+            "--graph",
+            graph,
+            "--rounds",
+            "300",
+            "--expect-converge",
+            "1e-3",
+        ];
         expect_ok(8, &args, 1);
     }
 }
@@ -119,11 +157,28 @@ fn notify_ack_with_model_sized_payload() {
 
 #[test]
 fn a_rank_that_stops_sending_makes_its_receivers_time_out() {
-    let args = ["--graph", "ring", "--rounds", "10", "--stop-sending", "1:3", "--wait-timeout-ms", "1500"];
+    let args = [
+        "--graph",
+        "ring",
+        "--rounds",
+        "10",
+        "--stop-sending",
+        "1:3",
+        "--wait-timeout-ms",
+        "1500",
+    ];
     let o = mpirun(4, &args);
     assert!(!o.success, "the job should fail; stdout:\n{}", o.stdout);
     for needle in ["NOTIFY", "never arrived", "--wait-timeout"] {
-        assert!(o.stderr.contains(needle), "stderr lacks '{needle}':\n{}", o.stderr);
+        assert!(
+            o.stderr.contains(needle),
+            "stderr lacks '{needle}':\n{}",
+            o.stderr
+        );
     }
-    assert!(!o.stdout.contains("rma-check: ok "), "no run may pass: {}", o.stdout);
+    assert!(
+        !o.stdout.contains("rma-check: ok "),
+        "no run may pass: {}",
+        o.stdout
+    );
 }

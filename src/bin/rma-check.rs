@@ -121,15 +121,23 @@ fn window_selftest(world: &SimpleCommunicator) -> Result<(), String> {
     let next = ((me + 1) % n) as i32;
     win.fetch_add_u64(0, 0, 1).map_err(e)?;
     win.put(next, 8, &[me as u64 + 100]).map_err(e)?;
-    win.accumulate(0, 16, &[(me + 1) as f64], RmaOp::Sum).map_err(e)?;
-    let old = win.compare_and_swap_u64(0, 24, 0, me as u64 + 1).map_err(e)?;
-    win.accumulate(next, 32, &[7.5f32, me as f32], RmaOp::Replace).map_err(e)?;
+    win.accumulate(0, 16, &[(me + 1) as f64], RmaOp::Sum)
+        .map_err(e)?;
+    let old = win
+        .compare_and_swap_u64(0, 24, 0, me as u64 + 1)
+        .map_err(e)?;
+    win.accumulate(next, 32, &[7.5f32, me as f32], RmaOp::Replace)
+        .map_err(e)?;
     win.flush_all().map_err(e)?;
     world.barrier();
     win.sync().map_err(e)?;
     let prev = (me + n - 1) % n;
     if win.load_u64(8) != prev as u64 + 100 {
-        return Err(format!("put: found {} expected {}", win.load_u64(8), prev + 100));
+        return Err(format!(
+            "put: found {} expected {}",
+            win.load_u64(8),
+            prev + 100
+        ));
     }
     let mut f = [0f32; 2];
     win.read_local(32, &mut f);
@@ -138,12 +146,18 @@ fn window_selftest(world: &SimpleCommunicator) -> Result<(), String> {
     }
     let count = win.atomic_read_u64(0, 0).map_err(e)?;
     if count != n as u64 {
-        return Err(format!("fetch_add/no-op read: counter {count}, expected {n}"));
+        return Err(format!(
+            "fetch_add/no-op read: counter {count}, expected {n}"
+        ));
     }
     let mut sum = [0f64];
     win.get(0, 16, &mut sum).map_err(e)?;
     if sum[0] != (n * (n + 1) / 2) as f64 {
-        return Err(format!("accumulate(sum)/get: {} expected {}", sum[0], n * (n + 1) / 2));
+        return Err(format!(
+            "accumulate(sum)/get: {} expected {}",
+            sum[0],
+            n * (n + 1) / 2
+        ));
     }
     let winners_local = u64::from(old == 0);
     let mut winners = 0u64;
@@ -219,7 +233,9 @@ fn run(
             }
         }
         if let Some(bad) = params.iter().find(|v| !(lo..=hi).contains(*v)) {
-            fail(format!("rank {me} {kind:?} {mode:?} round {round}: {bad} outside [{lo}, {hi}]"));
+            fail(format!(
+                "rank {me} {kind:?} {mode:?} round {round}: {bad} outside [{lo}, {hi}]"
+            ));
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
@@ -235,7 +251,9 @@ fn run(
         let d = ins[me].len();
         let h = sr.consistency_histogram();
         if h[d] != args.rounds || sr.torn() != 0 || sr.stale() != 0 {
-            fail(format!("rank {me} notify-ack did not use all {d} inputs every round: {h:?}"));
+            fail(format!(
+                "rank {me} notify-ack did not use all {d} inputs every round: {h:?}"
+            ));
         }
     }
     sr.finish(&mut params)?;
@@ -247,16 +265,25 @@ fn run(
         fail(format!("after finish ranks differ: {vmin} .. {vmax}"));
     }
     if mode == NotifyMode::NotifyAck && ((params[0] as f64) - mean_rank).abs() > 1e-4 {
-        fail(format!("notify-ack final average {} is not the global mean {mean_rank}", params[0]));
+        fail(format!(
+            "notify-ack final average {} is not the global mean {mean_rank}",
+            params[0]
+        ));
     }
     if let Some(tol) = args.expect_converge {
         if distance > tol {
-            fail(format!("{kind:?} {mode:?}: after {} rounds distance {distance} > {tol}", args.rounds));
+            fail(format!(
+                "{kind:?} {mode:?}: after {} rounds distance {distance} > {tol}",
+                args.rounds
+            ));
         }
     }
     let stats = sr.stats().clone();
     if stats.rounds != args.rounds {
-        fail(format!("stats count {} rounds, ran {}", stats.rounds, args.rounds));
+        fail(format!(
+            "stats count {} rounds, ran {}",
+            stats.rounds, args.rounds
+        ));
     }
     // Sum the histograms over ranks (index = consistent inputs used).
     let mut local = vec![0u64; n + 2];
@@ -316,8 +343,17 @@ fn main() {
                      round_latency_us={:.1} consistency_histogram={:?} torn={} stale={} \
                      distance_before_finish={:.3e} final={} max_comm_s={:.4} max_wait_s={:.4} \
                      max_bytes_sent={}",
-                    args.rounds, args.len, r.latency_us, r.histogram, r.torn, r.stale,
-                    r.distance, r.final_value, r.comm_s, r.wait_s, r.bytes_sent
+                    args.rounds,
+                    args.len,
+                    r.latency_us,
+                    r.histogram,
+                    r.torn,
+                    r.stale,
+                    r.distance,
+                    r.final_value,
+                    r.comm_s,
+                    r.wait_s,
+                    r.bytes_sent
                 ),
                 Ok(_) => {}
                 Err(e) => abort_job(&format!("rma-check: error: {e:#}"), 3),

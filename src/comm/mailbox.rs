@@ -81,7 +81,11 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff { start: Instant::now(), step: 0, sleep: Duration::ZERO }
+        Backoff {
+            start: Instant::now(),
+            step: 0,
+            sleep: Duration::ZERO,
+        }
     }
 }
 
@@ -94,7 +98,8 @@ impl Backoff {
         } else if self.start.elapsed() < Duration::from_micros(200) {
             std::thread::yield_now();
         } else {
-            self.sleep = (self.sleep * 2).clamp(Duration::from_micros(20), Duration::from_millis(1));
+            self.sleep =
+                (self.sleep * 2).clamp(Duration::from_micros(20), Duration::from_millis(1));
             std::thread::sleep(self.sleep);
         }
     }
@@ -129,6 +134,35 @@ fn clean(list: &[usize], me: usize) -> Vec<usize> {
     v.sort_unstable();
     v.dedup();
     v
+}
+
+/// Cleans every in-neighbour list (sorted, deduplicated, no self-loops), checks ranks are in
+/// range, and derives the sorted out-neighbour lists: `(ins, outs)`, indexed by rank.
+pub fn derive_graph(
+    in_neighbours: &[Vec<usize>],
+) -> MailboxResult<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
+    let n = in_neighbours.len();
+    let ins: Vec<Vec<usize>> = in_neighbours
+        .iter()
+        .enumerate()
+        .map(|(r, l)| clean(l, r))
+        .collect();
+    if let Some((r, bad)) = ins
+        .iter()
+        .enumerate()
+        .find_map(|(r, l)| l.iter().find(|&&j| j >= n).map(|&j| (r, j)))
+    {
+        return Err(MailboxError::Graph(format!(
+            "rank {r} lists in-neighbour {bad}, but the job has only ranks 0..{n}"
+        )));
+    }
+    let mut outs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (r, l) in ins.iter().enumerate() {
+        for &j in l {
+            outs[j].push(r); // r ascending, so each list comes out sorted
+        }
+    }
+    Ok((ins, outs))
 }
 
 /// The mailboxes of this rank plus what it knows of its neighbours' windows.
@@ -171,24 +205,14 @@ impl Mailboxes {
                 in_neighbours.len()
             )));
         }
-        let ins: Vec<Vec<usize>> =
-            in_neighbours.iter().enumerate().map(|(r, l)| clean(l, r)).collect();
-        if let Some((r, bad)) =
-            ins.iter().enumerate().find_map(|(r, l)| l.iter().find(|&&j| j >= n).map(|&j| (r, j)))
-        {
-            return Err(MailboxError::Graph(format!(
-                "rank {r} lists in-neighbour {bad}, but the job has only ranks 0..{n}"
-            )));
-        }
-        let mut outs: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for (r, l) in ins.iter().enumerate() {
-            for &j in l {
-                outs[j].push(r); // r ascending, so each list comes out sorted
-            }
-        }
+        let (ins, outs) = derive_graph(in_neighbours)?;
         let slot_stride = 16 + (4 * payload_len).div_ceil(8) * 8;
         let layouts: Vec<Layout> = (0..n)
-            .map(|r| Layout { in_degree: ins[r].len(), out_degree: outs[r].len(), slot_stride })
+            .map(|r| Layout {
+                in_degree: ins[r].len(),
+                out_degree: outs[r].len(),
+                slot_stride,
+            })
             .collect();
         let in_nb = ins[me].clone();
         let out_nb = outs[me].clone();
@@ -260,8 +284,18 @@ impl Mailboxes {
         Ok(())
     }
 
-    fn post_to(&mut self, j: usize, round: u64, payload: &[f32], ordered: bool) -> MailboxResult<()> {
-        assert_eq!(payload.len(), self.len, "payload length differs from the mailbox's");
+    fn post_to(
+        &mut self,
+        j: usize,
+        round: u64,
+        payload: &[f32],
+        ordered: bool,
+    ) -> MailboxResult<()> {
+        assert_eq!(
+            payload.len(),
+            self.len,
+            "payload length differs from the mailbox's"
+        );
         let t = self.out_nb[j];
         let lay = self.layouts[t];
         let base = lay.slot(self.slot_at[j]);
@@ -279,7 +313,8 @@ impl Mailboxes {
             self.win.flush(target)?;
             self.win.put(target, base + 8, &self.stage[8..8 + body])?;
             self.win.flush(target)?;
-            self.win.put(target, base + 8 + body, &self.stage[8 + body..])?;
+            self.win
+                .put(target, base + 8 + body, &self.stage[8 + body..])?;
         } else {
             self.win.put(target, base, &self.stage)?;
         }
@@ -393,8 +428,13 @@ impl Mailboxes {
                 return Ok(());
             }
             if start.elapsed() > timeout {
-                let missing =
-                    self.in_nb.iter().zip(&ready).filter(|(_, &r)| !r).map(|(&s, _)| s).collect();
+                let missing = self
+                    .in_nb
+                    .iter()
+                    .zip(&ready)
+                    .filter(|(_, &r)| !r)
+                    .map(|(&s, _)| s)
+                    .collect();
                 return Err(self.timeout(round, "NOTIFY", missing, start, timeout));
             }
             self.win.progress()?;
@@ -410,13 +450,24 @@ impl Mailboxes {
         start: Instant,
         timeout: Duration,
     ) -> MailboxError {
-        MailboxError::Timeout { rank: self.me, round, what, missing, waited: start.elapsed(), timeout }
+        MailboxError::Timeout {
+            rank: self.me,
+            round,
+            what,
+            missing,
+            waited: start.elapsed(),
+            timeout,
+        }
     }
 
     /// Copies slot `i` (of `in_neighbours()[i]`) into `out` as footer, payload, header and reports
     /// whether it was consistent. `out` is only meaningful for [`SlotRead::Consistent`].
     pub fn read_slot(&mut self, i: usize, out: &mut [f32]) -> MailboxResult<SlotRead> {
-        assert_eq!(out.len(), self.len, "output length differs from the mailbox's");
+        assert_eq!(
+            out.len(),
+            self.len,
+            "output length differs from the mailbox's"
+        );
         let lay = self.layouts[self.me];
         let base = lay.slot(i);
         let body = lay.slot_stride - 16;
@@ -443,5 +494,38 @@ impl Mailboxes {
         self.win.fetch_add_u64(s as i32, off, 1)?;
         self.bytes_sent += WORD;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graph_is_cleaned_and_inverted() {
+        // 0 <- {2, 1, 1, 0}, 1 <- {0}, 2 <- {1}
+        let (ins, outs) = derive_graph(&[vec![2, 1, 1, 0], vec![0], vec![1]]).unwrap();
+        assert_eq!(ins, vec![vec![1, 2], vec![0], vec![1]]);
+        assert_eq!(outs, vec![vec![1], vec![0, 2], vec![0]]);
+    }
+
+    #[test]
+    fn out_of_range_neighbour_is_refused_with_the_rank() {
+        let err = derive_graph(&[vec![1], vec![5]]).unwrap_err().to_string();
+        assert!(err.contains("rank 1 lists in-neighbour 5"), "{err}");
+    }
+
+    #[test]
+    fn layout_regions_do_not_overlap_and_stay_aligned() {
+        let lay = Layout {
+            in_degree: 3,
+            out_degree: 2,
+            slot_stride: 16 + (4 * 7usize).div_ceil(8) * 8,
+        };
+        assert_eq!(lay.notify(2) + 8, lay.ack(0));
+        assert_eq!(lay.ack(1) + 8, lay.slot(0));
+        assert_eq!(lay.slot_stride, 48); // 8 header + 28 payload padded to 32 + 8 footer
+        assert!((0..=3).all(|i| lay.slot(i) % 8 == 0));
+        assert_eq!(lay.bytes(), lay.slot(3));
     }
 }

@@ -53,7 +53,11 @@ fn check(call: &'static str, code: c_int) -> RmaResult<()> {
     } else {
         "unknown MPI error".to_owned()
     };
-    Err(RmaError { call, code, message })
+    Err(RmaError {
+        call,
+        code,
+        message,
+    })
 }
 
 mod sealed {
@@ -157,7 +161,13 @@ impl Window {
             ffi::MPI_Win_set_errhandler(win, ffi::RSMPI_ERRORS_RETURN)
         })?;
         let rank = comm.rank();
-        let window = Window { win, base, len, comm, rank };
+        let window = Window {
+            win,
+            base,
+            len,
+            comm,
+            rank,
+        };
         // SAFETY: `base` points to `len` bytes we own; nobody else writes them before the barrier
         // below, and the epoch is not open yet.
         unsafe { std::ptr::write_bytes(window.base, 0, window.len) };
@@ -206,7 +216,7 @@ impl Window {
         Ok(())
     }
 
-    fn count<T>(call: &'static str, n: usize) -> RmaResult<c_int> {
+    fn count(call: &'static str, n: usize) -> RmaResult<c_int> {
         c_int::try_from(n).map_err(|_| RmaError {
             call,
             code: -1,
@@ -218,7 +228,7 @@ impl Window {
     /// remotely complete after [`Window::flush`].
     pub fn put<T: RmaElement>(&self, target: i32, offset: usize, data: &[T]) -> RmaResult<()> {
         self.check_target(target)?;
-        let n = Self::count::<T>("MPI_Put", data.len())?;
+        let n = Self::count("MPI_Put", data.len())?;
         // SAFETY: `data` is a live slice of n elements of T's datatype; `win` is in a lock_all
         // epoch. MPI reads the origin buffer until local completion, which flush_local forces
         // before `data`'s borrow ends. Remote bounds are checked by MPI (error, not UB).
@@ -241,7 +251,7 @@ impl Window {
     /// in `out` on return).
     pub fn get<T: RmaElement>(&self, target: i32, offset: usize, out: &mut [T]) -> RmaResult<()> {
         self.check_target(target)?;
-        let n = Self::count::<T>("MPI_Get", out.len())?;
+        let n = Self::count("MPI_Get", out.len())?;
         // SAFETY: `out` is a live exclusive slice of n elements; MPI writes it until the flush
         // below completes the get, all within `out`'s borrow. Every bit pattern is a valid T.
         check("MPI_Get", unsafe {
@@ -270,7 +280,7 @@ impl Window {
         op: RmaOp,
     ) -> RmaResult<()> {
         self.check_target(target)?;
-        let n = Self::count::<T>("MPI_Accumulate", data.len())?;
+        let n = Self::count("MPI_Accumulate", data.len())?;
         // SAFETY: as in `put`: the origin buffer is live until flush_local completes the call.
         check("MPI_Accumulate", unsafe {
             ffi::MPI_Accumulate(
@@ -358,19 +368,25 @@ impl Window {
     pub fn flush(&self, target: i32) -> RmaResult<()> {
         self.check_target(target)?;
         // SAFETY: `win` is valid and in a lock_all epoch.
-        check("MPI_Win_flush", unsafe { ffi::MPI_Win_flush(target, self.win) })
+        check("MPI_Win_flush", unsafe {
+            ffi::MPI_Win_flush(target, self.win)
+        })
     }
 
     /// Completes every operation this rank issued to `target`, locally (origin buffers free).
     pub fn flush_local(&self, target: i32) -> RmaResult<()> {
         // SAFETY: `win` is valid and in a lock_all epoch.
-        check("MPI_Win_flush_local", unsafe { ffi::MPI_Win_flush_local(target, self.win) })
+        check("MPI_Win_flush_local", unsafe {
+            ffi::MPI_Win_flush_local(target, self.win)
+        })
     }
 
     /// Completes every operation this rank issued, at all targets.
     pub fn flush_all(&self) -> RmaResult<()> {
         // SAFETY: `win` is valid and in a lock_all epoch.
-        check("MPI_Win_flush_all", unsafe { ffi::MPI_Win_flush_all(self.win) })
+        check("MPI_Win_flush_all", unsafe {
+            ffi::MPI_Win_flush_all(self.win)
+        })
     }
 
     /// Synchronises the public and private copies of the local window (`MPI_Win_sync`): call it
@@ -399,7 +415,8 @@ impl Window {
 
     fn check_local(&self, offset: usize, bytes: usize, align: usize) {
         assert!(
-            offset % align == 0 && offset.checked_add(bytes).is_some_and(|end| end <= self.len),
+            offset.is_multiple_of(align)
+                && offset.checked_add(bytes).is_some_and(|end| end <= self.len),
             "local window access [{offset}, +{bytes}) misaligned (need {align}) or outside 0..{}",
             self.len
         );
@@ -472,5 +489,19 @@ impl Drop for Window {
                 eprintln!("asap-train: rank {}: {e}", self.rank);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pad16;
+
+    #[test]
+    fn window_sizes_pad_to_16_bytes_and_never_to_zero() {
+        assert_eq!(pad16(0), 16);
+        assert_eq!(pad16(1), 16);
+        assert_eq!(pad16(16), 16);
+        assert_eq!(pad16(17), 32);
+        assert_eq!(pad16(7850 * 4 + 16), 31424);
     }
 }

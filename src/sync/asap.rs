@@ -69,7 +69,11 @@ pub struct StochasticReduce {
 impl StochasticReduce {
     /// Collectively sets up the mailboxes for `cfg.in_neighbours` over `comm` for a model of
     /// `n_params` f32s.
-    pub fn new(comm: &SimpleCommunicator, cfg: AsapConfig, n_params: usize) -> anyhow::Result<Self> {
+    pub fn new(
+        comm: &SimpleCommunicator,
+        cfg: AsapConfig,
+        n_params: usize,
+    ) -> anyhow::Result<Self> {
         if cfg.wait_timeout.is_zero() {
             bail!("--wait-timeout must be positive");
         }
@@ -238,7 +242,13 @@ impl StochasticReduce {
         let mut used = 0;
         for i in 0..self.mail.in_neighbours().len() {
             let last = self.last_used[i];
-            let ok = self.take(i, |h| if h >= last { Accept::Use } else { Accept::Stale })?;
+            let ok = self.take(i, |h| {
+                if h >= last {
+                    Accept::Use
+                } else {
+                    Accept::Stale
+                }
+            })?;
             used += ok as usize;
         }
         self.reduce_into(params, used);
@@ -268,7 +278,10 @@ impl SyncMode for StochasticReduce {
             );
         }
         if round <= self.last_round {
-            bail!("asap sync rounds must increase (got {round} after {})", self.last_round);
+            bail!(
+                "asap sync rounds must increase (got {round} after {})",
+                self.last_round
+            );
         }
         let (sent0, recv0) = (self.mail.bytes_sent(), self.mail.bytes_received());
         match self.cfg.notify {
@@ -285,20 +298,26 @@ impl SyncMode for StochasticReduce {
 
     fn finish(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
         if params.len() != self.n_params {
-            bail!("asap finish got {} parameters, expected {}", params.len(), self.n_params);
+            bail!(
+                "asap finish got {} parameters, expected {}",
+                params.len(),
+                self.n_params
+            );
         }
         let t = Instant::now();
         // Drain: under NOTIFY-ACK every message must be consumed before the window goes away.
         if self.cfg.notify == NotifyMode::NotifyAck {
             let r0 = self.mail.bytes_received();
-            self.mail.wait_acks(self.last_round, self.cfg.wait_timeout)?;
+            self.mail
+                .wait_acks(self.last_round, self.cfg.wait_timeout)?;
             self.stats.bytes_received += self.mail.bytes_received() - r0;
         }
         self.mail.window().flush_all()?;
         self.comm.barrier();
         let t2 = Instant::now();
         let mut sum = vec![0.0f32; params.len()];
-        self.comm.all_reduce_into(&params[..], &mut sum[..], SystemOperation::sum());
+        self.comm
+            .all_reduce_into(&params[..], &mut sum[..], SystemOperation::sum());
         let n = self.comm.size() as f32;
         for (p, s) in params.iter_mut().zip(&sum) {
             *p = *s / n;
@@ -322,5 +341,27 @@ impl SyncMode for StochasticReduce {
             "stale": self.stale,
             "in_degree": self.mail.in_neighbours().len(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NotifyMode;
+    use clap::ValueEnum;
+
+    #[test]
+    fn notify_mode_names_match_the_command_line_and_config_files() {
+        for (name, mode) in [
+            ("notify-ack", NotifyMode::NotifyAck),
+            ("barrier", NotifyMode::Barrier),
+            ("none", NotifyMode::None),
+        ] {
+            assert_eq!(NotifyMode::from_str(name, false), Ok(mode));
+            assert_eq!(serde_json::to_string(&mode).unwrap(), format!("\"{name}\""));
+            assert_eq!(
+                serde_json::from_str::<NotifyMode>(&format!("\"{name}\"")).unwrap(),
+                mode
+            );
+        }
     }
 }
