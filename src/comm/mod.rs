@@ -65,3 +65,6 @@ pub fn abort_job(message: &str, code: i32) -> ! {
     eprintln!("asap-train: error on rank {}: {message}", world.rank());
     world.abort(code)
 }
+
+pub mod mailbox;
+pub mod window;

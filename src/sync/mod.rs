@@ -1,6 +1,8 @@
 //! Sync modes: how ranks exchange what they learned. One file per mode, all behind [`SyncMode`].
 //! A mode sees the model only as a flat `f32` parameter slice (plus its row layout).
 
+pub mod asap;
+
 /// Communication counters a mode keeps; the training loop reads them for metrics.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct CommStats {

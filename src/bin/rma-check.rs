@@ -1,0 +1,366 @@
+//! `rma-check`: checks the one-sided MPI layer and ASAP stochastic reduce on a real MPI job.
+//!
+//! Run under `mpirun -n N rma-check ...`. It (1) exercises every window operation and checks the
+//! results, then (2) runs [`StochasticReduce`] on the chosen graphs and notify modes with a
+//! synthetic payload (rank r holds `r + (k mod 3)` at index k) and verifies:
+//! - `notify-ack`, round 1: every value equals the average of itself and its in-neighbours,
+//!   computed the same way, bit for bit; every reduce used all in-neighbours;
+//! - every mode: values stay inside the initial range; after `finish` all ranks hold the same
+//!   model; for `notify-ack` on these regular graphs it is the global mean;
+//! - `--expect-converge TOL`: before `finish`, every value is within TOL of the global mean.
+//!
+//! Rank 0 prints one summary line per run; any mismatch or error aborts the job non-zero.
+//! `--stop-sending RANK:ROUND` injects a fault and expects the wait-timeout error instead.
+
+use std::time::{Duration, Instant};
+
+use asap_train::comm::window::{RmaOp, Window};
+use asap_train::comm::{abort_job, init};
+use asap_train::sync::asap::{AsapConfig, NotifyMode, StochasticReduce};
+use asap_train::sync::SyncMode;
+use clap::Parser;
+use mpi::collective::{CommunicatorCollectives, SystemOperation};
+use mpi::topology::{Communicator, SimpleCommunicator};
+
+/// Graphs this binary builds itself (simple formulas; independent of src/graph).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum GraphKind {
+    /// i receives from i-1.
+    Ring,
+    /// Root expander: i sends to i+1 and i+floor(sqrt N) (mod N).
+    Expander,
+    /// Everyone receives from everyone.
+    Complete,
+    /// Ring, expander and complete in turn.
+    All,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ModeChoice {
+    NotifyAck,
+    Barrier,
+    None,
+    All,
+}
+
+/// Diagnostic for the one-sided MPI layer and ASAP stochastic reduce (run under mpirun).
+#[derive(Parser, Debug)]
+struct Args {
+    /// Communication graph.
+    #[arg(long, value_enum, default_value = "ring")]
+    graph: GraphKind,
+    /// Notify mode(s).
+    #[arg(long, value_enum, default_value = "notify-ack")]
+    notify: ModeChoice,
+    /// Sync rounds per run.
+    #[arg(long, default_value_t = 1)]
+    rounds: u64,
+    /// Payload length in f32s.
+    #[arg(long, default_value_t = 8)]
+    len: usize,
+    /// Wait timeout in milliseconds (the library's --wait-timeout).
+    #[arg(long, default_value_t = 20_000)]
+    wait_timeout_ms: u64,
+    /// Fault injection RANK:ROUND: that rank stops sending after ROUND; the run must then fail
+    /// with the wait-timeout error.
+    #[arg(long, value_parser = parse_fault)]
+    stop_sending: Option<(usize, u64)>,
+    /// Require every value within this distance of the global mean before `finish`.
+    #[arg(long)]
+    expect_converge: Option<f64>,
+}
+
+fn parse_fault(s: &str) -> Result<(usize, u64), String> {
+    let (r, k) = s.split_once(':').ok_or("expected RANK:ROUND, e.g. 1:3")?;
+    Ok((
+        r.parse().map_err(|e| format!("bad rank '{r}': {e}"))?,
+        k.parse().map_err(|e| format!("bad round '{k}': {e}"))?,
+    ))
+}
+
+/// In-neighbour lists of every rank.
+fn graph(kind: GraphKind, n: usize) -> Vec<Vec<usize>> {
+    let mut ins = vec![Vec::new(); n];
+    let mut edge = |from: usize, to: usize| {
+        if from != to && !ins[to].contains(&from) {
+            ins[to].push(from);
+        }
+    };
+    match kind {
+        GraphKind::Ring => (0..n).for_each(|i| edge(i, (i + 1) % n)),
+        GraphKind::Expander => {
+            let s = (n as f64).sqrt().floor() as usize;
+            for i in 0..n {
+                edge(i, (i + 1) % n);
+                edge(i, (i + s) % n);
+            }
+        }
+        GraphKind::Complete => (0..n).for_each(|i| (0..n).for_each(|j| edge(j, i))),
+        GraphKind::All => unreachable!("expanded by the caller"),
+    }
+    for l in &mut ins {
+        l.sort_unstable();
+    }
+    ins
+}
+
+fn initial(rank: usize, len: usize) -> Vec<f32> {
+    (0..len).map(|k| rank as f32 + (k % 3) as f32).collect()
+}
+
+fn fail(msg: String) -> ! {
+    abort_job(&format!("rma-check: MISMATCH: {msg}"), 1)
+}
+
+/// Checks every Window operation against values each rank can predict.
+fn window_selftest(world: &SimpleCommunicator) -> Result<(), String> {
+    let n = world.size() as usize;
+    let me = world.rank() as usize;
+    let win = Window::allocate(world, 40).map_err(|e| e.to_string())?;
+    let e = |e: asap_train::comm::window::RmaError| e.to_string();
+    let next = ((me + 1) % n) as i32;
+    win.fetch_add_u64(0, 0, 1).map_err(e)?;
+    win.put(next, 8, &[me as u64 + 100]).map_err(e)?;
+    win.accumulate(0, 16, &[(me + 1) as f64], RmaOp::Sum)
+        .map_err(e)?;
+    let old = win
+        .compare_and_swap_u64(0, 24, 0, me as u64 + 1)
+        .map_err(e)?;
+    win.accumulate(next, 32, &[7.5f32, me as f32], RmaOp::Replace)
+        .map_err(e)?;
+    win.flush_all().map_err(e)?;
+    world.barrier();
+    win.sync().map_err(e)?;
+    let prev = (me + n - 1) % n;
+    if win.load_u64(8) != prev as u64 + 100 {
+        return Err(format!(
+            "put: found {} expected {}",
+            win.load_u64(8),
+            prev + 100
+        ));
+    }
+    let mut f = [0f32; 2];
+    win.read_local(32, &mut f);
+    if f != [7.5, prev as f32] {
+        return Err(format!("accumulate(replace): found {f:?}"));
+    }
+    let count = win.atomic_read_u64(0, 0).map_err(e)?;
+    if count != n as u64 {
+        return Err(format!(
+            "fetch_add/no-op read: counter {count}, expected {n}"
+        ));
+    }
+    let mut sum = [0f64];
+    win.get(0, 16, &mut sum).map_err(e)?;
+    if sum[0] != (n * (n + 1) / 2) as f64 {
+        return Err(format!(
+            "accumulate(sum)/get: {} expected {}",
+            sum[0],
+            n * (n + 1) / 2
+        ));
+    }
+    let winners_local = u64::from(old == 0);
+    let mut winners = 0u64;
+    world.all_reduce_into(&winners_local, &mut winners, SystemOperation::sum());
+    let cas = win.atomic_read_u64(0, 24).map_err(e)?;
+    if winners != 1 || cas == 0 || cas > n as u64 {
+        return Err(format!("compare_and_swap: {winners} winners, value {cas}"));
+    }
+    win.store_u64(0, 0); // local store, then sync and barrier before anyone reads it
+    win.sync().map_err(e)?;
+    world.barrier();
+    Ok(())
+}
+
+/// Summary of one (graph, mode) run.
+struct RunReport {
+    latency_us: f64,
+    histogram: Vec<u64>,
+    torn: u64,
+    stale: u64,
+    distance: f64,
+    final_value: f32,
+    comm_s: f64,
+    wait_s: f64,
+    bytes_sent: u64,
+}
+
+fn all_max(world: &SimpleCommunicator, x: f64) -> f64 {
+    let mut out = 0f64;
+    world.all_reduce_into(&x, &mut out, SystemOperation::max());
+    out
+}
+
+fn run(
+    world: &SimpleCommunicator,
+    kind: GraphKind,
+    mode: NotifyMode,
+    args: &Args,
+) -> anyhow::Result<RunReport> {
+    let n = world.size() as usize;
+    let me = world.rank() as usize;
+    let ins = graph(kind, n);
+    let cfg = AsapConfig {
+        in_neighbours: ins.clone(),
+        notify: mode,
+        wait_timeout: Duration::from_millis(args.wait_timeout_ms),
+        stop_sending_after: args.stop_sending,
+    };
+    let mut sr = StochasticReduce::new(world, cfg, args.len)?;
+    let mut params = initial(me, args.len);
+    let (lo, hi) = (0.0f32, (n - 1) as f32 + 2.0);
+    world.barrier();
+    let start = Instant::now();
+    for round in 1..=args.rounds {
+        sr.sync(&mut params, round)?;
+        if round == 1 && mode == NotifyMode::NotifyAck {
+            // Same arithmetic as the reduce: self, then in-neighbours in ascending order.
+            let mut want = initial(me, args.len);
+            for &j in &ins[me] {
+                for (w, x) in want.iter_mut().zip(initial(j, args.len)) {
+                    *w += x;
+                }
+            }
+            for w in &mut want {
+                *w /= (1 + ins[me].len()) as f32;
+            }
+            if params != want {
+                fail(format!(
+                    "rank {me} {kind:?} notify-ack round 1: got {:?}, expected {:?}",
+                    &params[..params.len().min(4)],
+                    &want[..want.len().min(4)]
+                ));
+            }
+        }
+        if let Some(bad) = params.iter().find(|v| !(lo..=hi).contains(*v)) {
+            fail(format!(
+                "rank {me} {kind:?} {mode:?} round {round}: {bad} outside [{lo}, {hi}]"
+            ));
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    // Distance to the global mean of the initial values (mean rank + (k mod 3)).
+    let mean_rank = (n - 1) as f64 / 2.0;
+    let distance = params
+        .iter()
+        .enumerate()
+        .map(|(k, v)| (*v as f64 - mean_rank - (k % 3) as f64).abs())
+        .fold(0.0, f64::max);
+    let distance = all_max(world, distance);
+    if mode == NotifyMode::NotifyAck {
+        let d = ins[me].len();
+        let h = sr.consistency_histogram();
+        if h[d] != args.rounds || sr.torn() != 0 || sr.stale() != 0 {
+            fail(format!(
+                "rank {me} notify-ack did not use all {d} inputs every round: {h:?}"
+            ));
+        }
+    }
+    sr.finish(&mut params)?;
+    // Every rank must now hold the same model.
+    let (mut vmax, mut vmin) = (0f32, 0f32);
+    world.all_reduce_into(&params[0], &mut vmax, SystemOperation::max());
+    world.all_reduce_into(&params[0], &mut vmin, SystemOperation::min());
+    if vmax != vmin {
+        fail(format!("after finish ranks differ: {vmin} .. {vmax}"));
+    }
+    if mode == NotifyMode::NotifyAck && ((params[0] as f64) - mean_rank).abs() > 1e-4 {
+        fail(format!(
+            "notify-ack final average {} is not the global mean {mean_rank}",
+            params[0]
+        ));
+    }
+    if let Some(tol) = args.expect_converge {
+        if distance > tol {
+            fail(format!(
+                "{kind:?} {mode:?}: after {} rounds distance {distance} > {tol}",
+                args.rounds
+            ));
+        }
+    }
+    let stats = sr.stats().clone();
+    if stats.rounds != args.rounds {
+        fail(format!(
+            "stats count {} rounds, ran {}",
+            stats.rounds, args.rounds
+        ));
+    }
+    // Sum the histograms over ranks (index = consistent inputs used).
+    let mut local = vec![0u64; n + 2];
+    for (i, c) in sr.consistency_histogram().iter().enumerate() {
+        local[i] = *c;
+    }
+    local[n] = sr.torn();
+    local[n + 1] = sr.stale();
+    let mut total = vec![0u64; n + 2];
+    world.all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());
+    let max_in = all_max(world, ins[me].len() as f64) as usize;
+    Ok(RunReport {
+        latency_us: all_max(world, elapsed) / args.rounds.max(1) as f64 * 1e6,
+        histogram: total[..=max_in].to_vec(),
+        torn: total[n],
+        stale: total[n + 1],
+        distance,
+        final_value: params[0],
+        comm_s: all_max(world, stats.comm_seconds),
+        wait_s: all_max(world, stats.wait_seconds),
+        bytes_sent: all_max(world, stats.bytes_sent as f64) as u64,
+    })
+}
+
+fn main() {
+    let args = Args::parse();
+    let universe = match init() {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("rma-check: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    let world = universe.world();
+    let n = world.size();
+    if let Err(msg) = window_selftest(&world) {
+        fail(format!("window self-test: {msg}"));
+    }
+    if world.rank() == 0 {
+        println!("rma-check: window self-test ok (n={n})");
+    }
+    let graphs = match args.graph {
+        GraphKind::All => vec![GraphKind::Ring, GraphKind::Expander, GraphKind::Complete],
+        g => vec![g],
+    };
+    let modes = match args.notify {
+        ModeChoice::All => vec![NotifyMode::NotifyAck, NotifyMode::Barrier, NotifyMode::None],
+        ModeChoice::NotifyAck => vec![NotifyMode::NotifyAck],
+        ModeChoice::Barrier => vec![NotifyMode::Barrier],
+        ModeChoice::None => vec![NotifyMode::None],
+    };
+    for &g in &graphs {
+        for &m in &modes {
+            match run(&world, g, m, &args) {
+                Ok(r) if world.rank() == 0 => println!(
+                    "rma-check: ok graph={g:?} n={n} notify={m:?} rounds={} len={} \
+                     round_latency_us={:.1} consistency_histogram={:?} torn={} stale={} \
+                     distance_before_finish={:.3e} final={} max_comm_s={:.4} max_wait_s={:.4} \
+                     max_bytes_sent={}",
+                    args.rounds,
+                    args.len,
+                    r.latency_us,
+                    r.histogram,
+                    r.torn,
+                    r.stale,
+                    r.distance,
+                    r.final_value,
+                    r.comm_s,
+                    r.wait_s,
+                    r.bytes_sent
+                ),
+                Ok(_) => {}
+                Err(e) => abort_job(&format!("rma-check: error: {e:#}"), 3),
+            }
+        }
+    }
+    if args.stop_sending.is_some() {
+        abort_job("rma-check: fault injected but no wait timeout happened", 4);
+    }
+}

@@ -1,0 +1,531 @@
+//! Per-neighbour mailboxes in one RMA window, and the NOTIFY-ACK protocol on them (ASAP §4).
+//!
+//! Rank r's window holds, in this order (all u64-aligned):
+//! - one notify counter per in-neighbour (incremented by that sender after its data is complete),
+//! - one ack counter per out-neighbour (incremented by that receiver after consuming our data),
+//! - one receive slot per in-neighbour: `[header round u64 | payload f32 x len | footer round u64]`
+//!   (payload padded to 8 bytes).
+//!
+//! In-neighbour and out-neighbour lists are sorted and deduplicated, and self-loops dropped, so
+//! every rank derives every other rank's layout (and its own slot index there) from the same
+//! adjacency without talking to it.
+//!
+//! A reader copies a slot as footer, payload, header and calls it consistent only if both rounds
+//! match. When the sender writes header, then payload, then footer, each remotely complete before
+//! the next ([`Mailboxes::post`] with `ordered`), this is a seqlock: any overlap with a write shows
+//! as a mismatch (a torn read).
+
+use std::time::{Duration, Instant};
+
+use mpi::topology::{Communicator, SimpleCommunicator};
+
+use super::window::{RmaError, Window};
+
+/// Bytes of one protocol word (header, footer, notify or ack counter).
+pub const WORD: u64 = 8;
+
+/// Errors of the mailbox layer.
+#[derive(Debug, thiserror::Error)]
+pub enum MailboxError {
+    /// An MPI one-sided call failed.
+    #[error(transparent)]
+    Rma(#[from] RmaError),
+    /// The neighbour lists do not describe a graph over this communicator.
+    #[error("invalid communication graph: {0}")]
+    Graph(String),
+    /// Some neighbours did not notify or acknowledge in time.
+    #[error(
+        "rank {rank}: round {round}: waited {waited:.1?} for {what} from rank(s) {missing:?}, which \
+         never arrived; a peer may have failed or stopped sending. If they are only slow \
+         (oversubscribed, stragglers), raise --wait-timeout (now {timeout:?})"
+    )]
+    Timeout {
+        /// This rank.
+        rank: usize,
+        /// The round being waited for.
+        round: u64,
+        /// "NOTIFY" or "ACK".
+        what: &'static str,
+        /// The neighbours that never answered.
+        missing: Vec<usize>,
+        /// How long we waited.
+        waited: Duration,
+        /// The configured limit.
+        timeout: Duration,
+    },
+}
+
+/// Result of the mailbox layer.
+pub type MailboxResult<T> = Result<T, MailboxError>;
+
+/// What a slot held when read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotRead {
+    /// Header == footer == this round; the payload was copied out intact.
+    Consistent(u64),
+    /// Header and footer differed (a write overlapped the read): `(header, footer)`.
+    Torn(u64, u64),
+    /// Never written (round 0).
+    Empty,
+}
+
+/// Wait-loop pacing: spin briefly, then yield the CPU (cheap when oversubscribed ranks share a
+/// core: the peer we wait for gets to run), and only after ~0.2 ms of waiting sleep with pauses
+/// growing to 1 ms, so idle waits do not burn a core that others need.
+#[derive(Debug)]
+pub struct Backoff {
+    start: Instant,
+    step: u32,
+    sleep: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            start: Instant::now(),
+            step: 0,
+            sleep: Duration::ZERO,
+        }
+    }
+}
+
+impl Backoff {
+    /// Pauses a little longer each call.
+    pub fn pause(&mut self) {
+        self.step = self.step.saturating_add(1);
+        if self.step < 16 {
+            std::hint::spin_loop();
+        } else if self.start.elapsed() < Duration::from_micros(200) {
+            std::thread::yield_now();
+        } else {
+            self.sleep =
+                (self.sleep * 2).clamp(Duration::from_micros(20), Duration::from_millis(1));
+            std::thread::sleep(self.sleep);
+        }
+    }
+}
+
+/// Byte offsets of one rank's window.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    in_degree: usize,
+    out_degree: usize,
+    slot_stride: usize,
+}
+
+impl Layout {
+    fn notify(&self, i: usize) -> usize {
+        8 * i
+    }
+    fn ack(&self, j: usize) -> usize {
+        8 * (self.in_degree + j)
+    }
+    fn slot(&self, i: usize) -> usize {
+        8 * (self.in_degree + self.out_degree) + i * self.slot_stride
+    }
+    fn bytes(&self) -> usize {
+        self.slot(self.in_degree)
+    }
+}
+
+/// Sorted, deduplicated neighbour lists without self-loops.
+fn clean(list: &[usize], me: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = list.iter().copied().filter(|&r| r != me).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Cleans every in-neighbour list (sorted, deduplicated, no self-loops), checks ranks are in
+/// range, and derives the sorted out-neighbour lists: `(ins, outs)`, indexed by rank.
+pub fn derive_graph(
+    in_neighbours: &[Vec<usize>],
+) -> MailboxResult<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
+    let n = in_neighbours.len();
+    let ins: Vec<Vec<usize>> = in_neighbours
+        .iter()
+        .enumerate()
+        .map(|(r, l)| clean(l, r))
+        .collect();
+    if let Some((r, bad)) = ins
+        .iter()
+        .enumerate()
+        .find_map(|(r, l)| l.iter().find(|&&j| j >= n).map(|&j| (r, j)))
+    {
+        return Err(MailboxError::Graph(format!(
+            "rank {r} lists in-neighbour {bad}, but the job has only ranks 0..{n}"
+        )));
+    }
+    let mut outs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (r, l) in ins.iter().enumerate() {
+        for &j in l {
+            outs[j].push(r); // r ascending, so each list comes out sorted
+        }
+    }
+    Ok((ins, outs))
+}
+
+/// The mailboxes of this rank plus what it knows of its neighbours' windows.
+pub struct Mailboxes {
+    win: Window,
+    me: usize,
+    len: usize,
+    layouts: Vec<Layout>,
+    in_nb: Vec<usize>,
+    out_nb: Vec<usize>,
+    /// Per out-neighbour: our slot (= notify counter) index in its window.
+    slot_at: Vec<usize>,
+    /// Per in-neighbour: our ack counter index in its window.
+    ack_at: Vec<usize>,
+    /// Per out-neighbour: sends so far (so an ACK count below it means unconsumed data).
+    sends: Vec<u64>,
+    /// Per out-neighbour: acks already counted as received.
+    acks_seen: Vec<u64>,
+    /// Per in-neighbour: notifications consumed (acknowledged) so far.
+    consumed: Vec<u64>,
+    stage: Vec<u8>,
+    bytes_sent: u64,
+    bytes_received: u64,
+}
+
+impl Mailboxes {
+    /// Collectively allocates the mailboxes. `in_neighbours[r]` lists the ranks r receives from,
+    /// for every rank r of `comm` (all ranks must pass the same lists); `payload_len` is the f32
+    /// count per message.
+    pub fn new(
+        comm: &SimpleCommunicator,
+        in_neighbours: &[Vec<usize>],
+        payload_len: usize,
+    ) -> MailboxResult<Mailboxes> {
+        let n = comm.size() as usize;
+        let me = comm.rank() as usize;
+        if in_neighbours.len() != n {
+            return Err(MailboxError::Graph(format!(
+                "{} in-neighbour lists given for {n} ranks",
+                in_neighbours.len()
+            )));
+        }
+        let (ins, outs) = derive_graph(in_neighbours)?;
+        let slot_stride = 16 + (4 * payload_len).div_ceil(8) * 8;
+        let layouts: Vec<Layout> = (0..n)
+            .map(|r| Layout {
+                in_degree: ins[r].len(),
+                out_degree: outs[r].len(),
+                slot_stride,
+            })
+            .collect();
+        let in_nb = ins[me].clone();
+        let out_nb = outs[me].clone();
+        let position = |list: &[usize], x: usize| list.binary_search(&x).expect("derived lists");
+        let slot_at = out_nb.iter().map(|&t| position(&ins[t], me)).collect();
+        let ack_at = in_nb.iter().map(|&s| position(&outs[s], me)).collect();
+        let win = Window::allocate(comm, layouts[me].bytes())?;
+        Ok(Mailboxes {
+            win,
+            me,
+            len: payload_len,
+            sends: vec![0; out_nb.len()],
+            acks_seen: vec![0; out_nb.len()],
+            consumed: vec![0; in_nb.len()],
+            layouts,
+            in_nb,
+            out_nb,
+            slot_at,
+            ack_at,
+            stage: Vec::with_capacity(slot_stride),
+            bytes_sent: 0,
+            bytes_received: 0,
+        })
+    }
+
+    /// Ranks this rank receives from (sorted; slot i belongs to `in_neighbours()[i]`).
+    pub fn in_neighbours(&self) -> &[usize] {
+        &self.in_nb
+    }
+
+    /// Ranks this rank sends to (sorted).
+    pub fn out_neighbours(&self) -> &[usize] {
+        &self.out_nb
+    }
+
+    /// Payload length in f32s.
+    pub fn payload_len(&self) -> usize {
+        self.len
+    }
+
+    /// The underlying window (e.g. for its communicator).
+    pub fn window(&self) -> &Window {
+        &self.win
+    }
+
+    /// Bytes this rank has put or atomically updated at others (payload, rounds, notify, ack).
+    pub fn bytes_sent(&self) -> u64 {
+        self.bytes_sent
+    }
+
+    /// Bytes of others' data this rank consumed (slots read consistent, notifications, acks).
+    pub fn bytes_received(&self) -> u64 {
+        self.bytes_received
+    }
+
+    /// Bytes of one message: header, payload (padded), footer.
+    pub fn message_bytes(&self) -> u64 {
+        self.layouts[self.me].slot_stride as u64
+    }
+
+    /// Writes `[round | payload | round]` into our slot at every out-neighbour and completes it
+    /// remotely, WITHOUT waiting for acks (the caller decides: [`Mailboxes::wait_acks`]).
+    /// `ordered` writes header, payload, footer as three remotely completed steps, so that readers
+    /// detect any overlap (needed when no ACK protects the slot); otherwise one put.
+    pub fn post(&mut self, round: u64, payload: &[f32], ordered: bool) -> MailboxResult<()> {
+        for j in 0..self.out_nb.len() {
+            self.post_to(j, round, payload, ordered)?;
+        }
+        Ok(())
+    }
+
+    fn post_to(
+        &mut self,
+        j: usize,
+        round: u64,
+        payload: &[f32],
+        ordered: bool,
+    ) -> MailboxResult<()> {
+        assert_eq!(
+            payload.len(),
+            self.len,
+            "payload length differs from the mailbox's"
+        );
+        let t = self.out_nb[j];
+        let lay = self.layouts[t];
+        let base = lay.slot(self.slot_at[j]);
+        let target = t as i32;
+        let body = lay.slot_stride - 16;
+        self.stage.clear();
+        self.stage.extend_from_slice(&round.to_ne_bytes());
+        for v in payload {
+            self.stage.extend_from_slice(&v.to_ne_bytes());
+        }
+        self.stage.resize(8 + body, 0);
+        self.stage.extend_from_slice(&round.to_ne_bytes());
+        if ordered {
+            self.win.put(target, base, &self.stage[..8])?;
+            self.win.flush(target)?;
+            self.win.put(target, base + 8, &self.stage[8..8 + body])?;
+            self.win.flush(target)?;
+            self.win
+                .put(target, base + 8 + body, &self.stage[8 + body..])?;
+        } else {
+            self.win.put(target, base, &self.stage)?;
+        }
+        self.win.flush(target)?;
+        self.sends[j] += 1;
+        self.bytes_sent += lay.slot_stride as u64;
+        Ok(())
+    }
+
+    /// Increments our notify counter at out-neighbour `j` (index into `out_neighbours()`). Call
+    /// only after the data is remotely complete (post flushes).
+    fn notify(&mut self, j: usize) -> MailboxResult<()> {
+        let t = self.out_nb[j];
+        let off = self.layouts[t].notify(self.slot_at[j]);
+        self.win.fetch_add_u64(t as i32, off, 1)?;
+        self.bytes_sent += WORD;
+        Ok(())
+    }
+
+    /// NOTIFY-ACK send: for every out-neighbour, wait for the ACK of our previous message to it
+    /// (never overwrite an unconsumed slot), put the message, flush, then notify.
+    pub fn send_notify_ack(
+        &mut self,
+        round: u64,
+        payload: &[f32],
+        timeout: Duration,
+    ) -> MailboxResult<()> {
+        for j in 0..self.out_nb.len() {
+            self.wait_ack(j, round, timeout)?;
+            self.send_to(j, round, payload)?;
+        }
+        Ok(())
+    }
+
+    /// The NOTIFY half for one out-neighbour `j` (index into `out_neighbours()`): puts the
+    /// message in one step, flushes it, then notifies. Call [`Mailboxes::wait_ack`] first.
+    pub fn send_to(&mut self, j: usize, round: u64, payload: &[f32]) -> MailboxResult<()> {
+        self.post_to(j, round, payload, false)?;
+        self.notify(j)
+    }
+
+    /// Reads the ack counter for out-neighbour `j`, counting newly seen acks as received bytes.
+    fn acks(&mut self, j: usize) -> MailboxResult<u64> {
+        let off = self.layouts[self.me].ack(j);
+        let acks = self.win.atomic_read_u64(self.me as i32, off)?;
+        self.bytes_received += WORD * acks.saturating_sub(self.acks_seen[j]);
+        self.acks_seen[j] = self.acks_seen[j].max(acks);
+        Ok(acks)
+    }
+
+    fn notifications(&self, i: usize) -> MailboxResult<u64> {
+        let off = self.layouts[self.me].notify(i);
+        Ok(self.win.atomic_read_u64(self.me as i32, off)?)
+    }
+
+    /// Waits until out-neighbour `j` (index into `out_neighbours()`) acknowledged every message
+    /// we sent it, i.e. our slot there may be overwritten. `round` labels the error.
+    pub fn wait_ack(&mut self, j: usize, round: u64, timeout: Duration) -> MailboxResult<()> {
+        let start = Instant::now();
+        let mut backoff = Backoff::default();
+        loop {
+            let acks = self.acks(j)?;
+            if acks >= self.sends[j] {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(self.timeout(round, "ACK", vec![self.out_nb[j]], start, timeout));
+            }
+            self.win.progress()?;
+            backoff.pause();
+        }
+    }
+
+    /// Waits until every out-neighbour acknowledged every message we sent it (drain before
+    /// shutdown). `round` only labels the error.
+    pub fn wait_acks(&mut self, round: u64, timeout: Duration) -> MailboxResult<()> {
+        let start = Instant::now();
+        let mut backoff = Backoff::default();
+        loop {
+            let mut missing = Vec::new();
+            for j in 0..self.out_nb.len() {
+                if self.acks(j)? < self.sends[j] {
+                    missing.push(self.out_nb[j]);
+                }
+            }
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(self.timeout(round, "ACK", missing, start, timeout));
+            }
+            self.win.progress()?;
+            backoff.pause();
+        }
+    }
+
+    /// Waits until every in-neighbour has sent one more NOTIFY than we consumed (i.e. its message
+    /// for `round` under NOTIFY-ACK is complete in our window).
+    pub fn wait_notifications(&mut self, round: u64, timeout: Duration) -> MailboxResult<()> {
+        let start = Instant::now();
+        let mut backoff = Backoff::default();
+        let mut ready = vec![false; self.in_nb.len()];
+        loop {
+            for (i, r) in ready.iter_mut().enumerate() {
+                if !*r && self.notifications(i)? > self.consumed[i] {
+                    *r = true;
+                    self.bytes_received += WORD;
+                }
+            }
+            if ready.iter().all(|&r| r) {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                let missing = self
+                    .in_nb
+                    .iter()
+                    .zip(&ready)
+                    .filter(|(_, &r)| !r)
+                    .map(|(&s, _)| s)
+                    .collect();
+                return Err(self.timeout(round, "NOTIFY", missing, start, timeout));
+            }
+            self.win.progress()?;
+            backoff.pause();
+        }
+    }
+
+    fn timeout(
+        &self,
+        round: u64,
+        what: &'static str,
+        missing: Vec<usize>,
+        start: Instant,
+        timeout: Duration,
+    ) -> MailboxError {
+        MailboxError::Timeout {
+            rank: self.me,
+            round,
+            what,
+            missing,
+            waited: start.elapsed(),
+            timeout,
+        }
+    }
+
+    /// Copies slot `i` (of `in_neighbours()[i]`) into `out` as footer, payload, header and reports
+    /// whether it was consistent. `out` is only meaningful for [`SlotRead::Consistent`].
+    pub fn read_slot(&mut self, i: usize, out: &mut [f32]) -> MailboxResult<SlotRead> {
+        assert_eq!(
+            out.len(),
+            self.len,
+            "output length differs from the mailbox's"
+        );
+        let lay = self.layouts[self.me];
+        let base = lay.slot(i);
+        let body = lay.slot_stride - 16;
+        // Make remote writes completed so far visible to local loads (MPI unified model).
+        self.win.sync()?;
+        let footer = self.win.load_u64(base + 8 + body);
+        self.win.read_local(base + 8, out);
+        let header = self.win.load_u64(base);
+        Ok(if header == 0 && footer == 0 {
+            SlotRead::Empty
+        } else if header == footer {
+            self.bytes_received += lay.slot_stride as u64;
+            SlotRead::Consistent(header)
+        } else {
+            SlotRead::Torn(header, footer)
+        })
+    }
+
+    /// ACKs in-neighbour `i`: its message is consumed, it may overwrite the slot.
+    pub fn ack(&mut self, i: usize) -> MailboxResult<()> {
+        let s = self.in_nb[i];
+        let off = self.layouts[s].ack(self.ack_at[i]);
+        self.consumed[i] += 1;
+        self.win.fetch_add_u64(s as i32, off, 1)?;
+        self.bytes_sent += WORD;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graph_is_cleaned_and_inverted() {
+        // 0 <- {2, 1, 1, 0}, 1 <- {0}, 2 <- {1}
+        let (ins, outs) = derive_graph(&[vec![2, 1, 1, 0], vec![0], vec![1]]).unwrap();
+        assert_eq!(ins, vec![vec![1, 2], vec![0], vec![1]]);
+        assert_eq!(outs, vec![vec![1], vec![0, 2], vec![0]]);
+    }
+
+    #[test]
+    fn out_of_range_neighbour_is_refused_with_the_rank() {
+        let err = derive_graph(&[vec![1], vec![5]]).unwrap_err().to_string();
+        assert!(err.contains("rank 1 lists in-neighbour 5"), "{err}");
+    }
+
+    #[test]
+    fn layout_regions_do_not_overlap_and_stay_aligned() {
+        let lay = Layout {
+            in_degree: 3,
+            out_degree: 2,
+            slot_stride: 16 + (4 * 7usize).div_ceil(8) * 8,
+        };
+        assert_eq!(lay.notify(2) + 8, lay.ack(0));
+        assert_eq!(lay.ack(1) + 8, lay.slot(0));
+        assert_eq!(lay.slot_stride, 48); // 8 header + 28 payload padded to 32 + 8 footer
+        assert!((0..=3).all(|i| lay.slot(i) % 8 == 0));
+        assert_eq!(lay.bytes(), lay.slot(3));
+    }
+}

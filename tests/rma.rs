@@ -1,0 +1,184 @@
+//! Integration tests of the one-sided MPI layer and ASAP stochastic reduce: each launches a real
+//! `mpirun` job of the `rma-check` binary, which verifies results itself and exits non-zero on a
+//! mismatch. A hard timeout kills a hung job so a deadlock fails the test instead of hanging CI.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One mpirun at a time: the machine has 2 cores, and 4 tests x 8 ranks would starve each other.
+static MPIRUN: Mutex<()> = Mutex::new(());
+
+/// Hard limit per mpirun job.
+const JOB_TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Outcome {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `mpirun --oversubscribe -n N rma-check ARGS` and kills it after [`JOB_TIMEOUT`].
+fn mpirun(n: usize, args: &[&str]) -> Outcome {
+    let _one_at_a_time = MPIRUN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut child = Command::new("mpirun")
+        .args([
+            "--oversubscribe",
+            "-n",
+            &n.to_string(),
+            env!("CARGO_BIN_EXE_rma-check"),
+        ])
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("could not start `mpirun`: install openmpi-bin (see TOOLCHAIN.md)");
+    // Drain the pipes on threads so a chatty job cannot block on a full pipe.
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let out_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for mpirun") {
+            break status;
+        }
+        if start.elapsed() > JOB_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "mpirun -n {n} rma-check {args:?} still running after {JOB_TIMEOUT:?} (a hang?)\n\
+                 stdout:\n{}\nstderr:\n{}",
+                out_t.join().unwrap_or_default(),
+                err_t.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Outcome {
+        success: status.success(),
+        stdout: out_t.join().unwrap_or_default(),
+        stderr: err_t.join().unwrap_or_default(),
+    }
+}
+
+/// Runs a job that must succeed and print `runs` ok-lines; returns its stdout.
+fn expect_ok(n: usize, args: &[&str], runs: usize) -> String {
+    let o = mpirun(n, args);
+    assert!(
+        o.success,
+        "mpirun -n {n} rma-check {args:?} failed\nstdout:\n{}\nstderr:\n{}",
+        o.stdout, o.stderr
+    );
+    assert!(
+        o.stdout.contains(&format!("window self-test ok (n={n})")),
+        "{}",
+        o.stdout
+    );
+    let oks = o
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("rma-check: ok "))
+        .count();
+    assert_eq!(
+        oks, runs,
+        "expected {runs} verified runs, stdout:\n{}",
+        o.stdout
+    );
+    o.stdout
+}
+
+#[test]
+fn notify_ack_is_exact_on_every_graph_and_size() {
+    for n in [1, 2, 4, 8] {
+        let out = expect_ok(
+            n,
+            &["--graph", "all", "--notify", "notify-ack", "--rounds", "20"],
+            3,
+        );
+        // Complete graph: every reduce used all n-1 inputs (summed over ranks: n * 20).
+        let complete = out
+            .lines()
+            .find(|l| l.contains("graph=Complete"))
+            .expect("complete run");
+        let mut want = vec![0u64; n];
+        want[n - 1] = 20 * n as u64;
+        assert!(
+            complete.contains(&format!("consistency_histogram={want:?}")),
+            "{complete}"
+        );
+    }
+}
+
+#[test]
+fn barrier_and_none_run_on_every_graph_and_size() {
+    for n in [1, 2, 4, 8] {
+        for mode in ["barrier", "none"] {
+            expect_ok(
+                n,
+                &["--graph", "all", "--notify", mode, "--rounds", "20"],
+                3,
+            );
+        }
+    }
+}
+
+#[test]
+fn notify_ack_converges_to_the_global_mean() {
+    for graph in ["ring", "expander", "complete"] {
+        let args = [
+            "--graph",
+            graph,
+            "--rounds",
+            "300",
+            "--expect-converge",
+            "1e-3",
+        ];
+        expect_ok(8, &args, 1);
+    }
+}
+
+#[test]
+fn notify_ack_with_model_sized_payload() {
+    // 7,850 f32s: multiclass logistic regression on Fashion-MNIST (10 x 785).
+    expect_ok(4, &["--graph", "all", "--len", "7850", "--rounds", "10"], 3);
+}
+
+#[test]
+fn a_rank_that_stops_sending_makes_its_receivers_time_out() {
+    let args = [
+        "--graph",
+        "ring",
+        "--rounds",
+        "10",
+        "--stop-sending",
+        "1:3",
+        "--wait-timeout-ms",
+        "1500",
+    ];
+    let o = mpirun(4, &args);
+    assert!(!o.success, "the job should fail; stdout:\n{}", o.stdout);
+    for needle in ["NOTIFY", "never arrived", "--wait-timeout"] {
+        assert!(
+            o.stderr.contains(needle),
+            "stderr lacks '{needle}':\n{}",
+            o.stderr
+        );
+    }
+    assert!(
+        !o.stdout.contains("rma-check: ok "),
+        "no run may pass: {}",
+        o.stdout
+    );
+}
