@@ -119,7 +119,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "K", help_heading = "Synchronisation")]
     pub sync_every: Option<usize>,
     /// Communication graph for --sync asap: root-expander, exponential, ring, complete, chain,
-    /// star, hypercube, torus, random:D (D out-neighbours, seeded) or file:PATH (see graphs/).
+    /// line, star, hypercube, torus, random:D (D-regular, seeded) or file:PATH (see graphs/).
     /// [default: root-expander]
     #[arg(long, value_name = "GRAPH", help_heading = "Synchronisation")]
     pub graph: Option<String>,

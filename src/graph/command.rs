@@ -17,7 +17,8 @@ pub struct GraphArgs {
 /// Which graph: a generator and a size, or a file.
 #[derive(Args, Debug, Clone)]
 pub struct Which {
-    /// Generator: complete, star, root-expander, chain, ring, hypercube, exponential, torus,
+    /// Generator: complete, star, root-expander, chain (one-way, open), line (two-way chain),
+    /// ring, hypercube, exponential, torus,
     /// random:D (D-regular, seeded), or file:PATH.
     #[arg(long, default_value = "root-expander")]
     pub kind: String,
@@ -262,7 +263,7 @@ mod tests {
     #[test]
     fn generators_have_the_promised_shape() {
         for n in [1usize, 2, 5, 8, 25] {
-            for kind in ["complete", "star", "root-expander", "chain", "ring", "exponential", "torus"] {
+            for kind in ["complete", "star", "root-expander", "line", "ring", "exponential", "torus"] {
                 let g = generate(kind, n, 1).unwrap();
                 assert_eq!(g.nodes(), n);
                 assert!(g.strongly_connected(), "{kind} {n}");

@@ -98,7 +98,7 @@ impl Graph {
 }
 
 /// The generator kinds, as spelled on the command line.
-pub const KINDS: &str = "complete, star, root-expander, chain, ring, hypercube, exponential, torus, random:D, file:PATH";
+pub const KINDS: &str = "complete, star, root-expander, chain, line, ring, hypercube, exponential, torus, random:D, file:PATH";
 
 /// Builds a graph from a spec string for `n` nodes.
 pub fn generate(spec: &str, n: usize, seed: u64) -> anyhow::Result<Graph> {
@@ -110,7 +110,10 @@ pub fn generate(spec: &str, n: usize, seed: u64) -> anyhow::Result<Graph> {
             let r = (n as f64).sqrt().floor() as usize;
             (0..n).flat_map(|i| [(i, (i + 1) % n), (i, (i + r) % n)]).collect()
         }
-        "chain" => (1..n).flat_map(|i| [(i - 1, i), (i, i - 1)]).collect(),
+        // ASAP Fig. 2(d): updates flow one way and need N steps to reach the last node. Not
+        // strongly connected, so training refuses it; `line` is the two-way version.
+        "chain" => (1..n).map(|i| (i - 1, i)).collect(),
+        "line" => (1..n).flat_map(|i| [(i - 1, i), (i, i - 1)]).collect(),
         "ring" => (0..n).map(|i| (i, (i + 1) % n)).collect(),
         "hypercube" => {
             anyhow::ensure!(n.is_power_of_two(), "hypercube needs a power-of-two number of nodes, not {n}");
@@ -184,7 +187,7 @@ pub fn graph_for_training(spec: &str, nranks: usize, seed: u64) -> anyhow::Resul
     );
     if !r.strongly_connected {
         anyhow::bail!(
-            "graph {spec} on {nranks} ranks is not strongly connected (spectral gap 0): some ranks never \
+            "graph {spec} on {nranks} ranks is not strongly connected: some ranks never \
              hear from others, so the replicas cannot agree on the global average; use e.g. \
              --graph root-expander or check the edges (`asap-train graph gap --kind {spec} --nodes {nranks}`)"
         );

@@ -36,7 +36,8 @@ pub struct GraphReport {
     pub diameter: Option<usize>,
     pub sigma_1: f64,
     pub sigma_2: f64,
-    /// 1 - sigma_2, or 0 when not strongly connected.
+    /// 1 - sigma_2 (0 for a disconnected graph; a weakly connected one, such as the open chain,
+    /// has a small positive gap but is still refused for training).
     pub spectral_gap: f64,
     /// Second-largest eigenvalue modulus of P (dense graphs only: None above 1,024 nodes).
     pub slem: Option<f64>,
@@ -208,7 +209,7 @@ pub fn analyse_with(g: &Graph, model_bytes: u64, method: Method, epsilon: f64) -
         Method::Lanczos => false,
     };
     let (s1, s2) = if dense { top_two_dense(g) } else { top_two_lanczos(g, 1) };
-    let gap = if sc { (1.0 - s2).max(0.0) } else { 0.0 };
+    let gap = (1.0 - s2).max(0.0);
     let slem = (n <= 1024).then(|| {
         let mut m: Vec<f64> = p_matrix(g).eigvals().expect("LAPACK eigenvalues").iter().map(|c| c.norm()).collect();
         m.sort_by(|a, b| b.total_cmp(a));
@@ -255,9 +256,11 @@ mod tests {
             let want = 1.0 - (std::f64::consts::PI / n as f64).cos();
             assert!((gap("ring", n) - want).abs() < 1e-9, "ring {n}");
         }
-        assert!((gap("ring", 25) - 0.00788).abs() < 5e-6);
+        assert!((gap("ring", 25) - 0.00788).abs() < 1e-5, "the value SPEC.md quotes, to its 3 digits");
+        // The open chain i -> i+1 of ASAP Fig. 2(d); SPEC.md quotes ~0.002 at 25 nodes.
         let chain = gap("chain", 25);
-        assert!((0.0015..0.003).contains(&chain), "chain 25: {chain}");
+        assert!((0.0019..0.0023).contains(&chain), "chain 25: {chain}");
+        assert!(!generate("chain", 25, 1).unwrap().strongly_connected());
         // Hypercube on 2^k nodes: P = (I + sum of k commuting flips)/(k+1); its singular values are
         // |k+1-2m|/(k+1), so sigma_2 = (k-1)/(k+1) and the gap is 2/(k+1).
         for k in 1..=6 {
