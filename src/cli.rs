@@ -64,7 +64,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "F", help_heading = "Data")]
     pub test_fraction: Option<f64>,
     /// Feature scaling (statistics of the whole training set, over all ranks). [default: auto =
-    /// max-abs for dense data, none for sparse]
+    /// standard (zero mean, unit variance) for dense data, none for sparse]
     #[arg(long, value_enum, help_heading = "Data")]
     pub scale: Option<Scaling>,
     /// Number of input features, if the data does not show the largest index (sparse data).
@@ -96,7 +96,7 @@ pub struct TrainArgs {
     /// Examples per mini-batch on each rank. [default: 32]
     #[arg(long, value_name = "B", help_heading = "Optimisation")]
     pub batch_size: Option<usize>,
-    /// Initial step size eta0. [default: 0.5]
+    /// Initial step size eta0. [default: 0.1]
     #[arg(long, value_name = "ETA", help_heading = "Optimisation")]
     pub lr: Option<f32>,
     /// Step-size schedule: constant, inv-sqrt (eta0/sqrt(1+t), t = mini-batches), bottou

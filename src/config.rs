@@ -44,7 +44,7 @@ pub enum LrSchedule {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Scaling {
-    /// Divide each dense column by its maximum absolute value; leave sparse data alone.
+    /// Standardise dense columns (zero mean, unit variance); leave sparse data alone.
     Auto,
     /// Leave features as read.
     None,
@@ -110,7 +110,7 @@ impl Default for TrainConfig {
             sync_every: 1,
             epochs: 10,
             batch_size: 32,
-            lr: 0.5,
+            lr: 0.1,
             lr_schedule: LrSchedule::Decay,
             lr_decay: 0.8,
             lambda: 1e-5,

@@ -16,13 +16,13 @@ fn allreduce_mlr_fashion_converges_at_1_2_4_ranks() {
         mpirun(
             n,
             &["train", "--data", &fashion("train-images-idx3-ubyte.gz"), "--test-data", &fashion("t10k-images-idx3-ubyte.gz"),
-              "--sync", "allreduce", "--epochs", "1", "--metrics", s(&m)],
+              "--sync", "allreduce", "--epochs", "2", "--metrics", s(&m)],
             300,
         )
         .expect_ok();
         let sm = summary(&m);
         let acc = sm["final_metric"].as_f64().unwrap();
-        assert!(acc > 0.80, "{n} ranks: test accuracy {acc} after one epoch");
+        assert!(acc > 0.80, "{n} ranks: test accuracy {acc} after two epochs");
         assert_eq!(sm["ranks"], n);
         // Every evaluation line carries the fields users plot.
         let evals: Vec<_> = metrics(&m).into_iter().filter(|v| v["event"] == "eval").collect();
@@ -94,7 +94,7 @@ fn final_model_is_readable_by_h5py() {
     let model = dir.join("model.h5");
     mpirun(2, &["train", "--data", &fashion("t10k-images-idx3-ubyte.gz"), "--epochs", "1", "--save-model", s(&model)], 120)
         .expect_ok();
-    let out = std::process::Command::new("python3")
+    let out = std::process::Command::new("/usr/bin/python3")
         .args(["-c", "import h5py,json,sys; f=h5py.File(sys.argv[1]); p=f['params'][:]; \
                       c=json.loads(f.attrs['config']); print(p.shape[0], c['model'], f['row_offsets'][-1])", s(&model)])
         .output()

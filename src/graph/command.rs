@@ -98,6 +98,14 @@ pub enum GraphCommand {
         #[command(flatten)]
         which: Which,
     },
+    /// Write a generated graph in the graph file format (to edit it or train on it as file:PATH).
+    Export {
+        #[command(flatten)]
+        which: Which,
+        /// Output file (default: standard output).
+        #[arg(long)]
+        out: Option<String>,
+    },
 }
 
 fn table(r: &GraphReport) -> String {
@@ -243,6 +251,18 @@ pub fn run(args: &GraphArgs) -> anyhow::Result<()> {
             }
         }
         GraphCommand::Dot { which } => print!("{}", which.build()?.to_dot()),
+        GraphCommand::Export { which, out } => {
+            let g = which.build()?;
+            let r = analyse_with(&g, 0, Method::Auto, 1e-3);
+            let text = file::format(&g, &format!(
+                "{} on {} nodes, spectral gap {:.6}\nmade by: asap-train graph export --kind {} --nodes {}",
+                which.kind, g.nodes(), r.spectral_gap, which.kind, g.nodes()
+            ));
+            match out {
+                Some(p) => std::fs::write(p, text).map_err(|e| anyhow::anyhow!("cannot write {p}: {e}"))?,
+                None => print!("{text}"),
+            }
+        }
     }
     Ok(())
 }

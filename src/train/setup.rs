@@ -134,7 +134,7 @@ pub fn model_spec(cfg: &TrainConfig, shards: &Shards, comm: &SimpleCommunicator)
 pub fn scale_features(cfg: &TrainConfig, shards: &mut Shards, features: usize, comm: &SimpleCommunicator) -> anyhow::Result<()> {
     let dense = matches!(shards.train.features, Features::Dense { .. });
     let mode = match (cfg.scale, dense) {
-        (Scaling::Auto, true) => Scaling::MaxAbs,
+        (Scaling::Auto, true) => Scaling::Standard,
         (Scaling::Auto, false) => Scaling::None,
         (Scaling::Standard, false) => bail!("--scale standard needs dense data; use max-abs for sparse data"),
         (m, _) => m,
