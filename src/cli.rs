@@ -12,7 +12,8 @@ use crate::sync::asap::NotifyMode;
 
 /// Data-parallel SGD over MPI. Launch with `mpirun -n N asap-train ...` or `srun`; every rank
 /// trains a replica on its shard of the data and exchanges models as --sync says. With no
-/// subcommand it runs `train` on the built-in default (Fashion-MNIST, softmax regression).
+/// subcommand it runs `train` on the built-in default (Fashion-MNIST, softmax regression,
+/// ASAP stochastic reduce on the root expander graph).
 #[derive(Parser, Debug)]
 #[command(name = "asap-train", version, about, long_about = None, args_conflicts_with_subcommands = true)]
 pub struct Cli {
@@ -112,7 +113,7 @@ pub struct TrainArgs {
 
     // ---- synchronisation ----
     /// How ranks exchange models: allreduce (BSP averaging, the baseline), asap (stochastic
-    /// reduce with in-neighbours on --graph), none (independent replicas). [default: allreduce]
+    /// reduce with in-neighbours on --graph), none (independent replicas). [default: asap]
     #[arg(long, value_enum, help_heading = "Synchronisation")]
     pub sync: Option<SyncKind>,
     /// Local mini-batches between two exchanges. [default: 1]

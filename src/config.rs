@@ -106,7 +106,7 @@ impl Default for TrainConfig {
             rank: 10,
             classes: None,
             features: None,
-            sync: SyncKind::Allreduce,
+            sync: SyncKind::Asap,
             sync_every: 1,
             epochs: 10,
             batch_size: 32,
