@@ -47,7 +47,8 @@ pub struct AsapConfig {
 }
 
 /// ASAP stochastic reduce over RMA mailboxes. Collective: every rank constructs it with the same
-/// graph and calls `sync` with the same rounds; drop it on every rank (frees the window).
+/// graph and calls `sync` with the same rounds. Dropping frees the window collectively, so after
+/// an error on one rank abort the job (`comm::abort_job`) instead of dropping and continuing.
 pub struct StochasticReduce {
     mail: Mailboxes,
     comm: SimpleCommunicator,
