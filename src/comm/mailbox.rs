@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 
 use mpi::topology::{Communicator, SimpleCommunicator};
 
+use mpi::collective::CommunicatorCollectives;
+
 use super::window::{RmaError, Window};
 
 /// Bytes of one protocol word (header, footer, notify or ack counter).
@@ -52,9 +54,10 @@ pub enum MailboxError {
         rank: usize,
         /// The round being waited for.
         round: u64,
-        /// "NOTIFY" or "ACK".
+        /// "NOTIFY", "ACK" or "barrier arrival".
         what: &'static str,
-        /// The neighbours that never answered.
+        /// The neighbours that never answered (for a barrier: all other ranks, as MPI cannot
+        /// tell which one is missing).
         missing: Vec<usize>,
         /// How long we waited.
         waited: Duration,
@@ -470,6 +473,30 @@ impl Mailboxes {
             missing,
             waited: start.elapsed(),
             timeout,
+        }
+    }
+
+    /// A barrier over the window's communicator that gives up after `timeout` (MPI_Ibarrier
+    /// polled with back-off), so a dead or stuck rank yields an error instead of a hang.
+    /// `round` labels the error. After a timeout the job must be aborted: the barrier request is
+    /// abandoned, and this rank is no longer in step with the others.
+    pub fn barrier(&self, round: u64, timeout: Duration) -> MailboxResult<()> {
+        let start = Instant::now();
+        let mut backoff = Backoff::default();
+        let mut request = self.win.comm().immediate_barrier();
+        loop {
+            match request.test() {
+                Ok(_) => return Ok(()),
+                Err(pending) => request = pending,
+            }
+            if start.elapsed() > timeout {
+                // rsmpi panics when an incomplete request is dropped; the job is about to be
+                // aborted by the caller, so leaking this one handle is the lesser evil.
+                std::mem::forget(request);
+                let others = (0..self.layouts.len()).filter(|&r| r != self.me).collect();
+                return Err(self.timeout(round, "barrier arrival", others, start, timeout));
+            }
+            backoff.pause();
         }
     }
 

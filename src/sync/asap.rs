@@ -215,7 +215,7 @@ impl StochasticReduce {
             self.mail.post(round, params, true)?;
         }
         let t2 = Instant::now();
-        self.comm.barrier();
+        self.mail.barrier(round, self.cfg.wait_timeout)?;
         let t3 = Instant::now();
         self.acc.copy_from_slice(params);
         let mut used = 0;
@@ -314,7 +314,7 @@ impl SyncMode for StochasticReduce {
             self.stats.bytes_received += self.mail.bytes_received() - r0;
         }
         self.mail.window().flush_all()?;
-        self.comm.barrier();
+        self.mail.barrier(self.last_round, self.cfg.wait_timeout)?;
         let t2 = Instant::now();
         let mut sum = vec![0.0f32; params.len()];
         self.comm
