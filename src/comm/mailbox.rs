@@ -88,25 +88,33 @@ pub struct Backoff {
     start: Instant,
     step: u32,
     sleep: Duration,
+    yield_window: Duration,
 }
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff {
-            start: Instant::now(),
-            step: 0,
-            sleep: Duration::ZERO,
-        }
+        Backoff::with_yield_window(Duration::from_micros(200))
     }
 }
 
 impl Backoff {
+    /// A back-off that yields (instead of sleeping) for `yield_window` after the spins: longer
+    /// for waits that only complete while this rank keeps calling into MPI (a polled barrier).
+    pub fn with_yield_window(yield_window: Duration) -> Self {
+        Backoff {
+            start: Instant::now(),
+            step: 0,
+            sleep: Duration::ZERO,
+            yield_window,
+        }
+    }
+
     /// Pauses a little longer each call.
     pub fn pause(&mut self) {
         self.step = self.step.saturating_add(1);
         if self.step < 16 {
             std::hint::spin_loop();
-        } else if self.start.elapsed() < Duration::from_micros(200) {
+        } else if self.start.elapsed() < self.yield_window {
             std::thread::yield_now();
         } else {
             self.sleep =
@@ -482,7 +490,9 @@ impl Mailboxes {
     /// abandoned, and this rank is no longer in step with the others.
     pub fn barrier(&self, round: u64, timeout: Duration) -> MailboxResult<()> {
         let start = Instant::now();
-        let mut backoff = Backoff::default();
+        // MPI_Ibarrier advances only inside MPI_Test here, so sleeping early would delay every
+        // rank: yield for a while first.
+        let mut backoff = Backoff::with_yield_window(Duration::from_millis(20));
         let mut request = self.win.comm().immediate_barrier();
         loop {
             match request.test() {
