@@ -47,7 +47,8 @@ pub struct AsapConfig {
 }
 
 /// ASAP stochastic reduce over RMA mailboxes. Collective: every rank constructs it with the same
-/// graph and calls `sync` with the same rounds; drop it on every rank (frees the window).
+/// graph and calls `sync` with the same rounds. Dropping frees the window collectively, so after
+/// an error on one rank abort the job (`comm::abort_job`) instead of dropping and continuing.
 pub struct StochasticReduce {
     mail: Mailboxes,
     comm: SimpleCommunicator,
@@ -214,7 +215,7 @@ impl StochasticReduce {
             self.mail.post(round, params, true)?;
         }
         let t2 = Instant::now();
-        self.comm.barrier();
+        self.mail.barrier(round, self.cfg.wait_timeout)?;
         let t3 = Instant::now();
         self.acc.copy_from_slice(params);
         let mut used = 0;
@@ -313,7 +314,7 @@ impl SyncMode for StochasticReduce {
             self.stats.bytes_received += self.mail.bytes_received() - r0;
         }
         self.mail.window().flush_all()?;
-        self.comm.barrier();
+        self.mail.barrier(self.last_round, self.cfg.wait_timeout)?;
         let t2 = Instant::now();
         let mut sum = vec![0.0f32; params.len()];
         self.comm
