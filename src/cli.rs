@@ -97,7 +97,7 @@ pub struct TrainArgs {
     /// Examples per mini-batch on each rank. [default: 32]
     #[arg(long, value_name = "B", help_heading = "Optimisation")]
     pub batch_size: Option<usize>,
-    /// Initial step size eta0. [default: 0.1]
+    /// Initial step size eta0. [default: 0.3]
     #[arg(long, value_name = "ETA", help_heading = "Optimisation")]
     pub lr: Option<f32>,
     /// Step-size schedule: constant, inv-sqrt (eta0/sqrt(1+t), t = mini-batches), bottou

@@ -110,7 +110,7 @@ impl Default for TrainConfig {
             sync_every: 1,
             epochs: 10,
             batch_size: 32,
-            lr: 0.1,
+            lr: 0.3,
             lr_schedule: LrSchedule::Decay,
             lr_decay: 0.8,
             lambda: 1e-5,
