@@ -48,6 +48,13 @@ impl Linear {
     fn d(&self) -> usize {
         self.spec.features
     }
+
+    /// Example `i`'s (loss, d loss / d z) at `params`.
+    fn example(&self, params: &[f32], data: &Dataset, i: usize) -> (f64, f32) {
+        let d = self.d();
+        let z = row_dot(data.row(i), &params[..d]) + params[d];
+        self.loss_and_slope(z, Self::sign(data.labels[i]))
+    }
 }
 
 impl Model for Linear {
@@ -71,9 +78,7 @@ impl Model for Linear {
         let inv = 1.0 / batch.len() as f32;
         let mut loss = 0.0;
         for &i in batch {
-            let y = Self::sign(data.labels[i]);
-            let z = row_dot(data.row(i), &params[..d]) + params[d];
-            let (l, g) = self.loss_and_slope(z, y);
+            let (l, g) = self.example(params, data, i);
             loss += l;
             if g != 0.0 {
                 row_axpy(data.row(i), g * inv, &mut grad[..d]);
@@ -92,9 +97,7 @@ impl Model for Linear {
         scratch.clear();
         let mut loss = 0.0;
         for &i in batch {
-            let y = Self::sign(data.labels[i]);
-            let z = row_dot(data.row(i), &params[..d]) + params[d];
-            let (l, g) = self.loss_and_slope(z, y);
+            let (l, g) = self.example(params, data, i);
             loss += l;
             scratch.push(g);
         }

@@ -27,6 +27,12 @@ impl Mf {
         }
     }
 
+    /// Rating `i`'s user row, item row and residual r - l_u . r_i.
+    fn residual(&self, params: &[f32], data: &Dataset, i: usize) -> (usize, usize, f32) {
+        let (u, v) = self.rows(data, i);
+        (u, v, data.labels[i] - self.predict(params, u, v))
+    }
+
     fn predict(&self, params: &[f32], u: usize, v: usize) -> f32 {
         let k = self.spec.rank;
         params[u..u + k].iter().zip(&params[v..v + k]).map(|(a, b)| a * b).sum()
@@ -53,8 +59,7 @@ impl Model for Mf {
         let inv = 1.0 / batch.len() as f32;
         let mut loss = 0.0;
         for &i in batch {
-            let (u, v) = self.rows(data, i);
-            let e = data.labels[i] - self.predict(params, u, v);
+            let (u, v, e) = self.residual(params, data, i);
             loss += 0.5 * (e as f64).powi(2);
             for t in 0..k {
                 grad[u + t] -= e * params[v + t] * inv;
@@ -70,8 +75,7 @@ impl Model for Mf {
         let lam = self.spec.lambda;
         let mut loss = 0.0;
         for &i in batch {
-            let (u, v) = self.rows(data, i);
-            let e = data.labels[i] - self.predict(params, u, v);
+            let (u, v, e) = self.residual(params, data, i);
             loss += 0.5 * (e as f64).powi(2);
             for t in 0..k {
                 let (a, b) = (params[u + t], params[v + t]);
@@ -87,8 +91,7 @@ impl Model for Mf {
     fn evaluate(&self, params: &[f32], data: &Dataset) -> EvalSums {
         let mut s = EvalSums::default();
         for i in 0..data.len() {
-            let (u, v) = self.rows(data, i);
-            let e = (data.labels[i] - self.predict(params, u, v)) as f64;
+            let e = self.residual(params, data, i).2 as f64;
             s.loss_sum += 0.5 * e * e;
             s.metric_sum += e * e;
             s.count += 1.0;
