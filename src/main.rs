@@ -4,6 +4,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
+use mpi::collective::CommunicatorCollectives;
+use mpi::topology::Communicator;
 
 use asap_train::cli::{Cli, Command, TrainArgs};
 use asap_train::comm::collectives::{OtherRankFailed, REPORTED};
@@ -27,20 +29,44 @@ fn init_logging() {
         .init();
 }
 
-fn train(args: &TrainArgs) -> anyhow::Result<()> {
-    let cfg = args.effective_config()?;
-    let universe = asap_train::comm::init()?;
+/// Prints an error once: errors agreed on by all ranks were printed by the rank that had them;
+/// an error all ranks found alike (bad option, bad graph) is printed by rank 0.
+fn report(e: &anyhow::Error, rank: usize) {
+    let reported = e.chain().any(|c| c.to_string() == REPORTED) || e.downcast_ref::<OtherRankFailed>().is_some();
+    if !reported && rank == 0 {
+        eprintln!("asap-train: error: {e:#}");
+    }
+}
+
+/// Training returns an error only when every rank has one (errors of a single rank abort the
+/// job instead), so all ranks can meet in a barrier after rank 0 printed it: otherwise mpirun may
+/// kill rank 0 for another rank's early exit before the message is out.
+fn train(args: &TrainArgs) -> ExitCode {
+    let universe = match asap_train::comm::init() {
+        Ok(u) => u,
+        Err(e) => {
+            report(&e, launcher_rank().unwrap_or(0));
+            return ExitCode::FAILURE;
+        }
+    };
     let world = universe.world();
-    asap_train::train::run(&cfg, &world)?;
-    Ok(())
+    let result = args.effective_config().and_then(|cfg| asap_train::train::run(&cfg, &world).map(|_| ()));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report(&e, world.rank() as usize);
+            world.barrier();
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     let result = match &cli.command {
-        None => train(&cli.train),
-        Some(Command::Train(a)) => train(a),
+        None => return train(&cli.train),
+        Some(Command::Train(a)) => return train(a),
         Some(Command::Graph(g)) => asap_train::graph::command::run(g),
         Some(Command::Data(d)) => asap_train::data::command::run(d),
         Some(Command::Bench(b)) => asap_train::bench::run(b),
@@ -48,12 +74,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // Errors agreed on by all ranks were printed by the rank that had them; an error all
-            // ranks found alike (bad option, bad graph) is printed once, by rank 0.
-            let reported = e.chain().any(|c| c.to_string() == REPORTED) || e.downcast_ref::<OtherRankFailed>().is_some();
-            if !reported && launcher_rank().unwrap_or(0) == 0 {
-                eprintln!("asap-train: error: {e:#}");
-            }
+            report(&e, 0);
             ExitCode::FAILURE
         }
     }
