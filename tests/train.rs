@@ -16,7 +16,7 @@ fn allreduce_mlr_fashion_converges_at_1_2_4_ranks() {
         mpirun(
             n,
             &["train", "--data", &fashion("train-images-idx3-ubyte.gz"), "--test-data", &fashion("t10k-images-idx3-ubyte.gz"),
-              "--sync", "allreduce", "--epochs", "2", "--metrics", s(&m)],
+              "--sync", "allreduce", "--epochs", "2", "--lr", "0.1", "--metrics", s(&m)],
             300,
         )
         .expect_ok();
