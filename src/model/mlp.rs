@@ -84,27 +84,6 @@ impl Mlp {
         }
         Forward { z, h }
     }
-
-    /// Softmax residual of the output layer in place (scaled), returning (loss sum, correct).
-    fn residual(out: &mut Array2<f32>, data: &Dataset, batch: &[usize], scale: f32) -> (f64, usize) {
-        let (mut loss, mut correct) = (0.0, 0);
-        for (mut row, &i) in out.rows_mut().into_iter().zip(batch) {
-            let y = if data.labels[i] >= 0.0 { data.labels[i] as usize } else { usize::MAX };
-            let (arg, max) = row.iter().enumerate().fold((0, f32::NEG_INFINITY), |a, (k, &v)| if v > a.1 { (k, v) } else { a });
-            correct += (arg == y) as usize;
-            let mut sum = 0.0;
-            row.iter_mut().for_each(|v| {
-                *v = (*v - max).exp();
-                sum += *v;
-            });
-            loss -= ((row.get(y).copied().unwrap_or(0.0) / sum).max(1e-30) as f64).ln();
-            row.iter_mut().for_each(|v| *v = *v / sum * scale);
-            if let Some(v) = row.get_mut(y) {
-                *v -= scale;
-            }
-        }
-        (loss, correct)
-    }
 }
 
 fn gather(x: &[f32], xd: usize, d: usize, batch: &[usize]) -> Array2<f32> {
@@ -146,7 +125,7 @@ impl Model for Mlp {
     fn loss_grad(&self, params: &[f32], data: &Dataset, batch: &[usize], grad: &mut [f32]) -> f64 {
         let mut f = self.forward(params, data, batch);
         let last = self.layers() - 1;
-        let (loss, _) = Self::residual(&mut f.z[last], data, batch, 1.0 / batch.len() as f32);
+        let (loss, _) = super::softmax_residual(&mut f.z[last], batch.iter().map(|&i| super::class_of(data.labels[i])), 1.0 / batch.len() as f32);
         let mut g = f.z.pop().unwrap(); // dL/dz of the current layer
         for l in (0..self.layers()).rev() {
             let n_in = self.widths[l];
@@ -201,7 +180,7 @@ impl Model for Mlp {
         for chunk in idx.chunks(512) {
             let mut f = self.forward(params, data, chunk);
             let last = self.layers() - 1;
-            let (loss, correct) = Self::residual(&mut f.z[last], data, chunk, 1.0);
+            let (loss, correct) = super::softmax_residual(&mut f.z[last], chunk.iter().map(|&i| super::class_of(data.labels[i])), 1.0);
             s.loss_sum += loss;
             s.metric_sum += correct as f64;
             s.count += chunk.len() as f64;

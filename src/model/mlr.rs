@@ -48,28 +48,6 @@ impl Mlr {
         z
     }
 
-    /// Turns scores into (probabilities - onehot) / B in place; returns the summed loss.
-    fn softmax_residual(z: &mut Array2<f32>, labels: impl Iterator<Item = usize>, scale: f32) -> (f64, usize) {
-        let mut loss = 0.0;
-        let mut correct = 0;
-        for (mut row, y) in z.rows_mut().into_iter().zip(labels) {
-            let (arg, &max) = row.iter().enumerate().fold((0, &f32::NEG_INFINITY), |a, b| if b.1 > a.1 { b } else { a });
-            correct += (arg == y) as usize;
-            let mut sum = 0f32;
-            row.iter_mut().for_each(|v| {
-                *v = (*v - max).exp();
-                sum += *v;
-            });
-            let p_y = row.get(y).copied().unwrap_or(0.0) / sum;
-            loss += -(p_y.max(1e-30) as f64).ln();
-            row.iter_mut().for_each(|v| *v = *v / sum * scale);
-            if let Some(v) = row.get_mut(y) {
-                *v -= scale;
-            }
-        }
-        (loss, correct)
-    }
-
     /// grad_W = alpha * G^T X + beta * grad_W (W only), grad_b += alpha * column sums of G.
     fn accumulate(&self, out: &mut [f32], g: &Array2<f32>, data: &Dataset, batch: &[usize], alpha: f32, beta: f32) {
         let (j, d) = self.dims();
@@ -108,9 +86,6 @@ fn gather_dense(x: &[f32], xd: usize, d: usize, batch: &[usize]) -> Array2<f32> 
     xb
 }
 
-fn class(y: f32) -> usize {
-    if y >= 0.0 { y as usize } else { usize::MAX }
-}
 
 impl Model for Mlr {
     fn spec(&self) -> &ModelSpec {
@@ -129,7 +104,7 @@ impl Model for Mlr {
     }
     fn loss_grad(&self, params: &[f32], data: &Dataset, batch: &[usize], grad: &mut [f32]) -> f64 {
         let mut z = self.scores(params, data, batch);
-        let (loss, _) = Self::softmax_residual(&mut z, batch.iter().map(|&i| class(data.labels[i])), 1.0 / batch.len() as f32);
+        let (loss, _) = super::softmax_residual(&mut z, batch.iter().map(|&i| super::class_of(data.labels[i])), 1.0 / batch.len() as f32);
         // Regulariser on the weights (not the biases), then the data term.
         let (j, d) = self.dims();
         for c in 0..j {
@@ -141,7 +116,7 @@ impl Model for Mlr {
     }
     fn sgd_step(&self, params: &mut [f32], data: &Dataset, batch: &[usize], lr: f32, _scratch: &mut Vec<f32>) -> f64 {
         let mut z = self.scores(params, data, batch);
-        let (loss, _) = Self::softmax_residual(&mut z, batch.iter().map(|&i| class(data.labels[i])), 1.0 / batch.len() as f32);
+        let (loss, _) = super::softmax_residual(&mut z, batch.iter().map(|&i| super::class_of(data.labels[i])), 1.0 / batch.len() as f32);
         // W <- (1 - lr lambda) W - lr G^T X in one product.
         self.accumulate(params, &z, data, batch, -lr, 1.0 - lr * self.spec.lambda);
         loss / batch.len() as f64
@@ -156,7 +131,7 @@ impl Model for Mlr {
         let idx: Vec<usize> = (0..data.len()).collect();
         for chunk in idx.chunks(512) {
             let mut z = self.scores(params, data, chunk);
-            let (loss, correct) = Self::softmax_residual(&mut z, chunk.iter().map(|&i| class(data.labels[i])), 1.0);
+            let (loss, correct) = super::softmax_residual(&mut z, chunk.iter().map(|&i| super::class_of(data.labels[i])), 1.0);
             s.loss_sum += loss;
             s.metric_sum += correct as f64;
             s.count += chunk.len() as f64;

@@ -162,6 +162,33 @@ pub fn row_axpy(row: Row<'_>, a: f32, w: &mut [f32]) {
     }
 }
 
+/// Class index of a label (labels outside 0..J never match a class).
+pub(crate) fn class_of(y: f32) -> usize {
+    if y >= 0.0 { y as usize } else { usize::MAX }
+}
+
+/// Softmax cross entropy on a B x J score matrix, in place: each row becomes
+/// (probabilities - onehot(label)) * `scale`. Returns (summed loss, correct predictions).
+pub(crate) fn softmax_residual(z: &mut ndarray::Array2<f32>, labels: impl Iterator<Item = usize>, scale: f32) -> (f64, usize) {
+    let mut loss = 0.0;
+    let mut correct = 0;
+    for (mut row, y) in z.rows_mut().into_iter().zip(labels) {
+        let (arg, max) = row.iter().enumerate().fold((0, f32::NEG_INFINITY), |a, (k, &v)| if v > a.1 { (k, v) } else { a });
+        correct += (arg == y) as usize;
+        let mut sum = 0f32;
+        row.iter_mut().for_each(|v| {
+            *v = (*v - max).exp();
+            sum += *v;
+        });
+        loss -= ((row.get(y).copied().unwrap_or(0.0) / sum).max(1e-30) as f64).ln();
+        row.iter_mut().for_each(|v| *v = *v / sum * scale);
+        if let Some(v) = row.get_mut(y) {
+            *v -= scale;
+        }
+    }
+    (loss, correct)
+}
+
 /// Builds the model `spec` describes, checking its sizes.
 pub fn build(spec: &ModelSpec) -> anyhow::Result<Box<dyn Model>> {
     Ok(match spec.kind {
