@@ -84,7 +84,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             Features::Ratings { n_users, n_items, .. } => (*n_users, *n_items),
             _ => (0, 0),
         };
-        let spec = ModelSpec { kind, lambda: 1e-5, features: dim, classes: 10, hidden: vec![128], rank: 10, users, items };
+        let spec = ModelSpec { kind, lambda: 1e-5, features: dim, classes: 10, hidden: vec![128], factors: 10, users, items };
         let model = model::build(&spec)?;
         let mut params = vec![0f32; model.num_params()];
         let mut rng = Rng::new(1);

@@ -1,10 +1,17 @@
 //! The effective training configuration: built-in defaults, then a TOML/JSON `--config` file,
 //! then command-line flags (each later source overrides the earlier). It is printed at start and
 //! stored with the metrics and every checkpoint.
+//!
+//! Every option is declared once, as a field of [`TrainConfig`] or of a mode's option group
+//! (flattened into it): the field's doc comment is its `--help`, its `#[arg]` attribute its flag
+//! and default, and its name its key in config files. Defaults, file keys and flags are derived
+//! from that one declaration (see [`TrainConfig::merge`]), so adding an option touches one place.
 
 use std::path::Path;
 
 use anyhow::Context;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args};
 use serde::{Deserialize, Serialize};
 
 use crate::data::Format;
@@ -21,6 +28,8 @@ pub enum SyncKind {
     Allreduce,
     /// ASAP stochastic reduce: average with in-neighbours on --graph, one-sided NOTIFY-ACK.
     Asap,
+    /// Stale synchronous parallel on parameter-server row shards hosted by the ranks themselves.
+    Ssp,
     /// No exchange: independent replicas (with one rank, plain SGD).
     None,
 }
@@ -54,100 +63,202 @@ pub enum Scaling {
     Standard,
 }
 
-/// Every setting of a training run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+/// Every setting of a training run. Options of one sync mode live in that mode's group.
+#[derive(Args, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TrainConfig {
+    // ---- data ----
+    /// Training data: LIBSVM text, IDX images (MNIST family, .gz ok; labels file found by
+    /// replacing images-idx3 with labels-idx1), HDF5 (.h5) or ratings text. Every rank reads only
+    /// its own shard. [default: Fashion-MNIST train set]
+    #[arg(long, value_name = "PATH", help_heading = "Data", hide_default_value = true,
+          default_value = concat!("/usr/share/datasets/fashion-mnist", "/train-images-idx3-ubyte.gz"))]
     pub data: String,
+    /// Held-out data evaluated with the final model. Without it (and without --test-fraction)
+    /// the metrics report training accuracy. [default: Fashion-MNIST t10k when --data is the
+    /// default; none otherwise]
+    #[arg(long, value_name = "PATH", help_heading = "Data", hide_default_value = true,
+          default_value = concat!("/usr/share/datasets/fashion-mnist", "/t10k-images-idx3-ubyte.gz"))]
     pub test_data: Option<String>,
+    /// Data format, when the file extension does not tell (.svm/.libsvm -> libsvm, *-ubyte[.gz]
+    /// -> idx, .h5/.hdf5 -> hdf5, .ratings -> ratings).
+    #[arg(long, value_enum, help_heading = "Data")]
     pub format: Option<Format>,
+    /// Hold out this fraction of the training examples (chosen by a seeded hash of the row) as
+    /// the test set, when there is no --test-data.
+    #[arg(long, value_name = "F", default_value_t = 0.0, help_heading = "Data")]
     pub test_fraction: f64,
+    /// Feature scaling (statistics of the whole training set, over all ranks): auto = standard
+    /// (zero mean, unit variance) for dense data, none for sparse.
+    #[arg(long, value_enum, default_value_t = Scaling::Auto, help_heading = "Data")]
     pub scale: Scaling,
-    pub model: ModelKind,
-    pub hidden: Vec<usize>,
-    pub rank: usize,
-    pub classes: Option<usize>,
+    /// Number of input features, if the data does not show the largest index (sparse data).
+    #[arg(long, value_name = "D", help_heading = "Data")]
     pub features: Option<usize>,
-    pub sync: SyncKind,
-    pub sync_every: usize,
-    pub epochs: usize,
-    pub batch_size: usize,
-    pub lr: f32,
-    pub lr_schedule: LrSchedule,
-    pub lr_decay: f32,
+
+    // ---- model ----
+    /// Model: svm (hinge + L2), logreg (binary logistic + L2), mlr (softmax regression), mf
+    /// (matrix factorisation of ratings), mlp (ReLU hidden layers, softmax).
+    #[arg(long, value_enum, default_value_t = ModelKind::Mlr, help_heading = "Model")]
+    pub model: ModelKind,
+    /// Hidden layer widths for --model mlp, e.g. 128 or 256,64.
+    #[arg(long, value_delimiter = ',', value_name = "W[,W]", default_value = "128", help_heading = "Model")]
+    pub hidden: Vec<usize>,
+    /// Latent factors per user and item for --model mf (the factorisation's rank k).
+    #[arg(long, alias = "rank", value_name = "K", default_value_t = 10, help_heading = "Model")]
+    #[serde(alias = "rank")]
+    pub factors: usize,
+    /// Number of classes for mlr/mlp. [default: largest label + 1, over all ranks]
+    #[arg(long, value_name = "J", help_heading = "Model")]
+    pub classes: Option<usize>,
+    /// L2 regularisation strength lambda.
+    #[arg(long, value_name = "L", default_value_t = 1e-5, help_heading = "Model")]
     pub lambda: f32,
+
+    // ---- optimisation ----
+    /// Passes over the data.
+    #[arg(long, value_name = "E", default_value_t = 10, help_heading = "Optimisation")]
+    pub epochs: usize,
+    /// Examples per mini-batch on each rank.
+    #[arg(long, value_name = "B", default_value_t = 32, help_heading = "Optimisation")]
+    pub batch_size: usize,
+    /// Initial step size eta0.
+    #[arg(long, value_name = "ETA", default_value_t = 0.3, help_heading = "Optimisation")]
+    pub lr: f32,
+    /// Step-size schedule: constant, inv-sqrt (eta0/sqrt(1+t), t = mini-batches), bottou
+    /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch).
+    #[arg(long, value_enum, default_value_t = LrSchedule::Decay, help_heading = "Optimisation")]
+    pub lr_schedule: LrSchedule,
+    /// Per-epoch factor for --lr-schedule decay.
+    #[arg(long, value_name = "F", default_value_t = 0.8, help_heading = "Optimisation")]
+    pub lr_decay: f32,
+    /// Seed for initialisation, shuffling and random graphs (same seed + ranks = same run).
+    #[arg(long, default_value_t = 1, help_heading = "Optimisation")]
     pub seed: u64,
-    pub eval_every: usize,
-    pub target: Option<f64>,
-    pub max_rounds: Option<u64>,
-    pub metrics: Option<String>,
-    pub save_model: Option<String>,
-    pub checkpoint_dir: Option<String>,
-    pub checkpoint_every: u64,
-    pub resume: bool,
-    pub straggler: Option<String>,
-    pub graph: String,
-    pub notify: crate::sync::asap::NotifyMode,
+
+    // ---- synchronisation (every mode) ----
+    /// How ranks exchange what they learned: allreduce (BSP averaging, the baseline), asap
+    /// (stochastic reduce with in-neighbours on --graph), ssp (stale synchronous parallel on
+    /// rank-hosted parameter-server shards, --staleness), none (independent replicas).
+    #[arg(long, value_enum, default_value_t = SyncKind::Asap, help_heading = "Synchronisation")]
+    pub sync: SyncKind,
+    /// Local mini-batches between two exchanges (one round, or one clock for ssp).
+    #[arg(long, value_name = "K", default_value_t = 1, help_heading = "Synchronisation")]
+    pub sync_every: usize,
+    /// Seconds a rank waits for another (a neighbour, a shard server, a collective) before the
+    /// job aborts naming the ranks it waited for.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0, help_heading = "Synchronisation")]
     pub wait_timeout: f64,
+    /// Emulate slow ranks: RANKS:FACTOR (e.g. 0,3:2 or 0-5:2) slows those ranks' compute FACTOR x.
+    #[arg(long, value_name = "RANKS:FACTOR", help_heading = "Synchronisation")]
+    pub straggler: Option<String>,
+    /// Fault injection for tests: RANK:ROUND makes RANK stop sending after ROUND (asap, ssp).
+    #[arg(long, value_name = "RANK:ROUND", hide = true)]
     pub stop_sending_after: Option<String>,
+    /// Fault injection for tests: RANK:ROUND makes RANK panic at ROUND.
+    #[arg(long, value_name = "RANK:ROUND", hide = true)]
     pub fault_panic: Option<String>,
+
+    /// Options of --sync asap.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub asap: crate::sync::asap::AsapOptions,
+    /// Options of --sync ssp.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub ssp: crate::sync::ssp::SspOptions,
+
+    // ---- output ----
+    /// Evaluate every this many rounds (0 = once per epoch). Under asynchronous modes (asap,
+    /// ssp with --staleness > 0) each rank keeps a snapshot and the evaluation runs later, so it
+    /// never makes the ranks wait for each other (see docs/training.md).
+    #[arg(long, value_name = "ROUNDS", default_value_t = 0, help_heading = "Output")]
+    pub eval_every: usize,
+    /// Target held-out metric (e.g. 0.84 accuracy, or an RMSE); the summary reports when it was
+    /// first reached.
+    #[arg(long, value_name = "VALUE", help_heading = "Output")]
+    pub target: Option<f64>,
+    /// Stop after this many rounds (the run can be continued with --resume).
+    #[arg(long, value_name = "N", help_heading = "Output")]
+    pub max_rounds: Option<u64>,
+    /// Write one JSON object per evaluation (plus start and summary lines) to FILE.
+    #[arg(long, value_name = "FILE.jsonl", help_heading = "Output")]
+    pub metrics: Option<String>,
+    /// Write the final model to this HDF5 file.
+    #[arg(long, value_name = "FILE.h5", help_heading = "Output")]
+    pub save_model: Option<String>,
+    /// Directory for HDF5 checkpoints (model of every rank, the sync mode's state, round, epoch,
+    /// RNG state, config).
+    #[arg(long, value_name = "DIR", help_heading = "Output")]
+    pub checkpoint_dir: Option<String>,
+    /// Write a checkpoint every N rounds (0 = only at the end).
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Output")]
+    pub checkpoint_every: u64,
+    /// Continue from the newest checkpoint in --checkpoint-dir.
+    #[arg(long, help_heading = "Output")]
+    pub resume: bool,
 }
 
 impl Default for TrainConfig {
     fn default() -> Self {
-        TrainConfig {
-            data: format!("{FASHION_MNIST_DIR}/train-images-idx3-ubyte.gz"),
-            test_data: Some(format!("{FASHION_MNIST_DIR}/t10k-images-idx3-ubyte.gz")),
-            format: None,
-            test_fraction: 0.0,
-            scale: Scaling::Auto,
-            model: ModelKind::Mlr,
-            hidden: vec![128],
-            rank: 10,
-            classes: None,
-            features: None,
-            sync: SyncKind::Asap,
-            sync_every: 1,
-            epochs: 10,
-            batch_size: 32,
-            lr: 0.3,
-            lr_schedule: LrSchedule::Decay,
-            lr_decay: 0.8,
-            lambda: 1e-5,
-            seed: 1,
-            eval_every: 0,
-            target: None,
-            max_rounds: None,
-            metrics: None,
-            save_model: None,
-            checkpoint_dir: None,
-            checkpoint_every: 0,
-            resume: false,
-            straggler: None,
-            graph: "root-expander".into(),
-            notify: crate::sync::asap::NotifyMode::NotifyAck,
-            wait_timeout: 60.0,
-            stop_sending_after: None,
-            fault_panic: None,
-        }
+        crate::sync::option_defaults()
     }
 }
 
 impl TrainConfig {
-    /// Reads a TOML (`.toml`) or JSON (anything else) config file; missing keys keep defaults,
-    /// unknown keys are an error (a typo should not be silently ignored).
-    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config file {}", path.display()))?;
-        let is_toml = path.extension().is_some_and(|e| e == "toml");
-        let cfg = if is_toml {
-            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        } else {
-            serde_json::from_str(&text).map_err(|e| {
-                anyhow::anyhow!("{}:{}:{}: {e}", path.display(), e.line(), e.column())
-            })?
-        };
+    /// The effective configuration: `flags` (defaults filled in by clap), with every key of the
+    /// config `file` applied where `matches` says the flag was not given on the command line.
+    /// Unknown keys in the file are errors naming file:line:col (a typo must not be ignored).
+    pub fn merge(file: Option<&Path>, flags: TrainConfig, matches: Option<&ArgMatches>) -> anyhow::Result<Self> {
+        let mut merged = serde_json::to_value(&flags)?;
+        let obj = merged.as_object_mut().expect("a struct serialises to an object");
+        let on_command_line =
+            |key: &str| matches.is_some_and(|m| m.try_contains_id(key).unwrap_or(false) && m.value_source(key) == Some(ValueSource::CommandLine));
+        let mut file_keys = Vec::new();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+            let parsed: serde_json::Value = if path.extension().is_some_and(|e| e == "toml") {
+                toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+            } else {
+                serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", path.display(), e.line(), e.column()))?
+            };
+            let serde_json::Value::Object(entries) = parsed else {
+                anyhow::bail!("{}: a config file holds option = value pairs (a table or object)", path.display());
+            };
+            for (key, value) in entries {
+                // The old name of --factors is still accepted.
+                let key = if key == "rank" { "factors".to_owned() } else { key };
+                if !obj.contains_key(&key) {
+                    let (line, col) = locate_key(&text, &key);
+                    anyhow::bail!("{}:{line}:{col}: unknown option {key:?} (see asap-train train --help; keys are the long options with _)", path.display());
+                }
+                // Each value is checked on its own so that a wrong type names its key.
+                let mut probe = serde_json::to_value(TrainConfig::default())?;
+                probe[&key] = value.clone();
+                if let Err(e) = serde_json::from_value::<TrainConfig>(probe) {
+                    let (line, col) = locate_key(&text, &key);
+                    anyhow::bail!("{}:{line}:{col}: option {key}: {e}", path.display());
+                }
+                if !on_command_line(&key) {
+                    obj.insert(key.clone(), value);
+                }
+                file_keys.push(key);
+            }
+        }
+        // The built-in test set belongs to the built-in training set only.
+        let default = TrainConfig::default();
+        let test_data_given = on_command_line("test_data") || file_keys.iter().any(|k| k == "test_data");
+        if obj["data"] != serde_json::json!(default.data) && !test_data_given {
+            obj.insert("test_data".into(), serde_json::Value::Null);
+        }
+        let cfg: TrainConfig = serde_json::from_value(merged)?;
+        cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Reads a TOML (`.toml`) or JSON (anything else) config file over the defaults.
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        Self::merge(Some(path), TrainConfig::default(), None)
     }
 
     /// Checks settings that do not need the data; messages name the option to fix.
@@ -162,7 +273,11 @@ impl TrainConfig {
             "--test-fraction must be in [0, 1), got {}",
             self.test_fraction
         );
-        anyhow::ensure!(self.wait_timeout > 0.0, "--wait-timeout must be positive seconds");
+        anyhow::ensure!(
+            self.wait_timeout > 0.0 && self.wait_timeout.is_finite(),
+            "--wait-timeout must be a positive number of seconds, got {}",
+            self.wait_timeout
+        );
         anyhow::ensure!(
             !self.resume || self.checkpoint_dir.is_some(),
             "--resume needs --checkpoint-dir DIR (the directory holding the checkpoints)"
@@ -174,6 +289,19 @@ impl TrainConfig {
         );
         Ok(())
     }
+}
+
+/// 1-based line and column of `key` in a TOML or JSON text (1:1 when it cannot be found).
+fn locate_key(text: &str, key: &str) -> (usize, usize) {
+    let quoted = format!("\"{key}\"");
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim_start();
+        let bare = t.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with('='));
+        if let Some(col) = line.find(&quoted).filter(|_| !bare).or(bare.then(|| line.len() - t.len())) {
+            return (i + 1, col + 1);
+        }
+    }
+    (1, 1)
 }
 
 /// `--straggler RANKS:FACTOR`, e.g. `0,3:2` or `0-5:2.5`: the named ranks' compute is slowed by

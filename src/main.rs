@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use mpi::collective::CommunicatorCollectives;
 use mpi::topology::Communicator;
 
@@ -41,7 +41,7 @@ fn report(e: &anyhow::Error, rank: usize) {
 /// Training returns an error only when every rank has one (errors of a single rank abort the
 /// job instead), so all ranks can meet in a barrier after rank 0 printed it: otherwise mpirun may
 /// kill rank 0 for another rank's early exit before the message is out.
-fn train(args: &TrainArgs) -> ExitCode {
+fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
     let universe = match asap_train::comm::init() {
         Ok(u) => u,
         Err(e) => {
@@ -50,7 +50,7 @@ fn train(args: &TrainArgs) -> ExitCode {
         }
     };
     let world = universe.world();
-    let result = args.effective_config().and_then(|cfg| asap_train::train::run(&cfg, &world).map(|_| ()));
+    let result = args.effective_config(matches).and_then(|cfg| asap_train::train::run(&cfg, &world).map(|_| ()));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -62,11 +62,12 @@ fn train(args: &TrainArgs) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging();
     let result = match &cli.command {
-        None => return train(&cli.train),
-        Some(Command::Train(a)) => return train(a),
+        None => return train(&cli.train, &matches),
+        Some(Command::Train(a)) => return train(a, matches.subcommand_matches("train").expect("clap matched train")),
         Some(Command::Graph(g)) => asap_train::graph::command::run(g),
         Some(Command::Data(d)) => asap_train::data::command::run(d),
         Some(Command::Bench(b)) => asap_train::bench::run(b),

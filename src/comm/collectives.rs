@@ -2,7 +2,7 @@
 //! "agree on failure" pattern that turns an error on some ranks into a clean exit on all of them.
 
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
-use mpi::datatype::Equivalence;
+use mpi::datatype::{Equivalence, PartitionMut};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 /// Element-wise sum over all ranks, in place.
@@ -67,19 +67,6 @@ pub fn broadcast_f32(comm: &SimpleCommunicator, root: usize, buf: &mut [f32]) {
     comm.process_at_rank(root as i32).broadcast_into(buf);
 }
 
-/// Broadcasts bytes (e.g. a serialized message) of a length known only at `root`.
-pub fn broadcast_bytes(comm: &SimpleCommunicator, root: usize, bytes: &mut Vec<u8>) {
-    let p = comm.process_at_rank(root as i32);
-    let mut len = bytes.len() as u64;
-    p.broadcast_into(&mut len);
-    bytes.resize(len as usize, 0);
-    p.broadcast_into(&mut bytes[..]);
-}
-
-
-
-
-
 /// Error returned on ranks that were fine when another rank failed; the failing rank has already
 /// printed the real cause.
 #[derive(Debug)]
@@ -116,12 +103,6 @@ pub fn agree<T>(comm: &SimpleCommunicator, r: anyhow::Result<T>) -> anyhow::Resu
 /// Context attached to errors [`agree`] has already printed, so `main` does not print them twice.
 pub const REPORTED: &str = "(already reported)";
 
-
-/// Waits until every rank arrives.
-pub fn barrier(comm: &SimpleCommunicator) {
-    comm.barrier();
-}
-
 /// Gathers equal-length slices at `root` (rank-major); other ranks get an empty vector.
 pub fn gather<T: Equivalence + Default + Clone>(comm: &SimpleCommunicator, root: usize, v: &[T]) -> Vec<T> {
     let p = comm.process_at_rank(root as i32);
@@ -143,4 +124,29 @@ pub fn scatter<T: Equivalence>(comm: &SimpleCommunicator, root: usize, all: &[T]
     } else {
         p.scatter_into(mine);
     }
+}
+
+/// Gathers slices of any length at `root`: every rank's slice, in rank order (empty vectors on
+/// the other ranks).
+pub fn gather_varcount<T: Equivalence + Default + Clone>(comm: &SimpleCommunicator, root: usize, v: &[T]) -> Vec<Vec<T>> {
+    let counts: Vec<i32> = gather(comm, root, &[v.len() as i32]);
+    let p = comm.process_at_rank(root as i32);
+    if comm.rank() as usize != root {
+        p.gather_varcount_into(v);
+        return Vec::new();
+    }
+    let displs: Vec<i32> = counts.iter().scan(0, |acc, &c| { let d = *acc; *acc += c; Some(d) }).collect();
+    let mut all = vec![T::default(); counts.iter().map(|&c| c as usize).sum()];
+    {
+        let mut part = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+        p.gather_varcount_into_root(v, &mut part);
+    }
+    let mut out = Vec::with_capacity(counts.len());
+    let mut rest = &all[..];
+    for &c in &counts {
+        let (head, tail) = rest.split_at(c as usize);
+        out.push(head.to_vec());
+        rest = tail;
+    }
+    out
 }

@@ -356,21 +356,6 @@ impl Mailboxes {
         Ok(())
     }
 
-    /// NOTIFY-ACK send: for every out-neighbour, wait for the ACK of our previous message to it
-    /// (never overwrite an unconsumed slot), put the message, flush, then notify.
-    pub fn send_notify_ack(
-        &mut self,
-        round: u64,
-        payload: &[f32],
-        timeout: Duration,
-    ) -> MailboxResult<()> {
-        for j in 0..self.out_nb.len() {
-            self.wait_ack(j, round, timeout)?;
-            self.send_to(j, round, payload)?;
-        }
-        Ok(())
-    }
-
     /// The NOTIFY half for one out-neighbour `j` (index into `out_neighbours()`): puts the
     /// message in one step, flushes it, then notifies. Call [`Mailboxes::wait_ack`] first.
     pub fn send_to(&mut self, j: usize, round: u64, payload: &[f32]) -> MailboxResult<()> {

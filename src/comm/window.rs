@@ -457,19 +457,6 @@ impl Window {
         }
         std::sync::atomic::fence(Ordering::Acquire);
     }
-
-    /// Copies `data` into the local window at `offset` with volatile stores.
-    pub fn write_local<T: RmaElement>(&self, offset: usize, data: &[T]) {
-        let size = std::mem::size_of::<T>();
-        self.check_local(offset, std::mem::size_of_val(data), size);
-        let dst = self.base.wrapping_add(offset) as *mut T;
-        for (i, v) in data.iter().enumerate() {
-            // SAFETY: in bounds and aligned (checked above); the window memory is ours for the
-            // window's life.
-            unsafe { std::ptr::write_volatile(dst.add(i), *v) };
-        }
-        std::sync::atomic::fence(Ordering::Release);
-    }
 }
 
 impl Drop for Window {

@@ -14,13 +14,13 @@ pub struct Mf {
 }
 
 impl Mf {
-    /// `spec.users` x `spec.items` ratings, rank `spec.rank`.
+    /// `spec.users` x `spec.items` ratings, `spec.factors` factors.
     pub fn new(spec: &ModelSpec) -> Self {
         Mf { spec: spec.clone() }
     }
 
     fn rows(&self, data: &Dataset, i: usize) -> (usize, usize) {
-        let k = self.spec.rank;
+        let k = self.spec.factors;
         match data.row(i) {
             Row::Rating { user, item } => (user as usize * k, (self.spec.users + item as usize) * k),
             _ => panic!("matrix factorisation needs ratings data (the trainer checks this)"),
@@ -34,7 +34,7 @@ impl Mf {
     }
 
     fn predict(&self, params: &[f32], u: usize, v: usize) -> f32 {
-        let k = self.spec.rank;
+        let k = self.spec.factors;
         params[u..u + k].iter().zip(&params[v..v + k]).map(|(a, b)| a * b).sum()
     }
 }
@@ -44,18 +44,18 @@ impl Model for Mf {
         &self.spec
     }
     fn num_params(&self) -> usize {
-        (self.spec.users + self.spec.items) * self.spec.rank
+        (self.spec.users + self.spec.items) * self.spec.factors
     }
     fn layout(&self) -> RowLayout {
-        RowLayout::uniform(self.spec.users + self.spec.items, self.spec.rank)
+        RowLayout::uniform(self.spec.users + self.spec.items, self.spec.factors)
     }
     fn init(&self, params: &mut [f32], rng: &mut Rng) {
         // Small random factors: zero would be a saddle point where SGD never moves.
-        let std = 0.3 / (self.spec.rank as f64).sqrt();
+        let std = 0.3 / (self.spec.factors as f64).sqrt();
         params.iter_mut().for_each(|w| *w = (rng.normal() * std) as f32);
     }
     fn loss_grad(&self, params: &[f32], data: &Dataset, batch: &[usize], grad: &mut [f32]) -> f64 {
-        let k = self.spec.rank;
+        let k = self.spec.factors;
         let inv = 1.0 / batch.len() as f32;
         let mut loss = 0.0;
         for &i in batch {
@@ -70,7 +70,7 @@ impl Model for Mf {
         loss / batch.len() as f64
     }
     fn sgd_step(&self, params: &mut [f32], data: &Dataset, batch: &[usize], lr: f32, _scratch: &mut Vec<f32>) -> f64 {
-        let k = self.spec.rank;
+        let k = self.spec.factors;
         let inv = 1.0 / batch.len() as f32;
         let lam = self.spec.lambda;
         let mut loss = 0.0;

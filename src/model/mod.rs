@@ -32,8 +32,9 @@ pub struct ModelSpec {
     pub classes: usize,
     /// Hidden layer widths for MLP (one or two entries).
     pub hidden: Vec<usize>,
-    /// Factor rank k for MF.
-    pub rank: usize,
+    /// Latent factors per user and item for MF (the factorisation's rank k).
+    #[serde(alias = "rank")]
+    pub factors: usize,
     /// Users and items for MF.
     pub users: usize,
     pub items: usize,
@@ -209,7 +210,7 @@ pub fn build(spec: &ModelSpec) -> anyhow::Result<Box<dyn Model>> {
             Box::new(mlp::Mlp::new(spec))
         }
         ModelKind::Mf => {
-            anyhow::ensure!(spec.rank > 0, "--rank must be positive for mf");
+            anyhow::ensure!(spec.factors > 0, "--factors must be positive for mf");
             anyhow::ensure!(spec.users > 0 && spec.items > 0, "mf needs ratings with at least one user and item");
             Box::new(mf::Mf::new(spec))
         }
@@ -222,7 +223,7 @@ mod tests {
     use crate::data::{Csr, Dataset, Features};
 
     fn spec(kind: ModelKind, features: usize) -> ModelSpec {
-        ModelSpec { kind, lambda: 0.01, features, classes: 3, hidden: vec![5], rank: 3, users: 4, items: 5 }
+        ModelSpec { kind, lambda: 0.01, features, classes: 3, hidden: vec![5], factors: 3, users: 4, items: 5 }
     }
 
     fn dense(n: usize, d: usize, classes: usize, rng: &mut Rng) -> Dataset {
@@ -373,7 +374,7 @@ mod tests {
             }
         }
         let data = Dataset { features: Features::Ratings { users, items, n_users: nu, n_items: ni }, labels, source: "r".into(), first_row: 0 };
-        let m = build(&ModelSpec { kind: ModelKind::Mf, lambda: 1e-4, features: 0, classes: 2, hidden: vec![], rank: 3, users: nu, items: ni }).unwrap();
+        let m = build(&ModelSpec { kind: ModelKind::Mf, lambda: 1e-4, features: 0, classes: 2, hidden: vec![], factors: 3, users: nu, items: ni }).unwrap();
         let mut p = vec![0f32; m.num_params()];
         m.init(&mut p, &mut Rng::new(2));
         let start = m.evaluate(&p, &data).metric(MetricKind::Rmse);

@@ -4,10 +4,9 @@
 
 use std::time::Instant;
 
-use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-use super::{CommStats, SyncMode};
+use super::{average_replicas, ring_allreduce_bytes, CommStats, SyncContext, SyncMode};
 use crate::comm::collectives;
 
 /// Averages all replicas every round.
@@ -18,28 +17,10 @@ pub struct ModelAverage {
 }
 
 impl ModelAverage {
-    /// Uses a private duplicate of `comm` so its traffic never mixes with other collectives.
-    pub fn new(comm: &SimpleCommunicator) -> Self {
-        ModelAverage { comm: comm.duplicate(), scratch: Vec::new(), stats: CommStats::default() }
-    }
-
-    fn average(&mut self, params: &mut [f32]) {
-        // A barrier first separates waiting for the slowest rank from moving data, so the
-        // metrics can tell a straggler problem from a bandwidth problem.
-        let t0 = Instant::now();
-        self.comm.barrier();
-        let t1 = Instant::now();
-        collectives::sum_f32(&self.comm, params, &mut self.scratch);
-        let inv = 1.0 / self.comm.size() as f32;
-        params.iter_mut().for_each(|w| *w *= inv);
-        self.stats.wait_seconds += (t1 - t0).as_secs_f64();
-        self.stats.comm_seconds += t1.elapsed().as_secs_f64();
-        // MPI does not tell us what it sent; a bandwidth-optimal (ring) allreduce moves
-        // 2 (N-1)/N of the vector out of and into every rank, which we report.
-        let n = self.comm.size() as f64;
-        let bytes = (2.0 * (n - 1.0) / n * (params.len() * 4) as f64) as u64;
-        self.stats.bytes_sent += bytes;
-        self.stats.bytes_received += bytes;
+    /// Uses a private duplicate of the communicator so its traffic never mixes with other
+    /// collectives.
+    pub fn new(ctx: &SyncContext) -> Self {
+        ModelAverage { comm: ctx.comm.duplicate(), scratch: Vec::new(), stats: CommStats::default() }
     }
 }
 
@@ -48,8 +29,23 @@ impl SyncMode for ModelAverage {
         "allreduce"
     }
 
+    fn lockstep(&self) -> bool {
+        true
+    }
+
     fn sync(&mut self, params: &mut [f32], _round: u64) -> anyhow::Result<()> {
-        self.average(params);
+        // No barrier to split waiting from transfer: it would cost a second synchronisation per
+        // round that no user of allreduce pays, so waiting is inside comm_seconds here.
+        let t = Instant::now();
+        collectives::sum_f32(&self.comm, params, &mut self.scratch);
+        let inv = 1.0 / self.comm.size() as f32;
+        params.iter_mut().for_each(|w| *w *= inv);
+        self.stats.comm_seconds += t.elapsed().as_secs_f64();
+        // MPI does not tell us what it sent; a bandwidth-optimal (ring) allreduce moves
+        // 2 (N-1)/N of the vector out of and into every rank, which we report.
+        let bytes = ring_allreduce_bytes(self.comm.size() as usize, params.len());
+        self.stats.bytes_sent += bytes;
+        self.stats.bytes_received += bytes;
         self.stats.rounds += 1;
         Ok(())
     }
@@ -57,7 +53,7 @@ impl SyncMode for ModelAverage {
     fn finish(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
         // Steps after the last round (when the step count is not a multiple of --sync-every)
         // still have to reach the final model.
-        self.average(params);
+        average_replicas(&self.comm, params, &mut self.stats);
         Ok(())
     }
 

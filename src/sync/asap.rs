@@ -13,11 +13,31 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-use super::{CommStats, SyncMode};
+use super::{average_replicas, Aggregate, CommStats, ModeMetric, SyncContext, SyncMode};
 use crate::comm::mailbox::{Mailboxes, SlotRead};
+
+/// Options of `--sync asap`.
+#[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+#[command(next_help_heading = "ASAP (--sync asap)")]
+pub struct AsapOptions {
+    /// Communication graph: root-expander, exponential, ring, complete, chain, line, star,
+    /// hypercube, torus, random:D (D-regular, seeded) or file:PATH (see graphs/).
+    #[arg(long, value_name = "GRAPH", default_value = "root-expander")]
+    pub graph: String,
+    /// Synchronisation: notify-ack (one-sided NOTIFY-ACK), barrier (put, MPI_Barrier, reduce
+    /// what is consistent) or none (fully asynchronous).
+    #[arg(long, value_enum, default_value_t = NotifyMode::NotifyAck)]
+    pub notify: NotifyMode,
+}
+
+impl Default for AsapOptions {
+    fn default() -> Self {
+        super::option_defaults()
+    }
+}
 
 /// How a receiver decides which in-neighbour models to reduce (`--notify`).
 #[derive(
@@ -68,13 +88,24 @@ pub struct StochasticReduce {
 }
 
 impl StochasticReduce {
+    /// Builds the mode from the run's options: the graph (its spectral gap computed and logged),
+    /// then the mailboxes. Returns the graph report for the metrics' start line too.
+    pub fn build(ctx: &SyncContext, opts: &AsapOptions) -> anyhow::Result<(Self, serde_json::Value)> {
+        let n = ctx.comm.size() as usize;
+        let (graph, report) = crate::graph::graph_for_training(&opts.graph, n, ctx.seed)?;
+        let cfg = AsapConfig {
+            in_neighbours: (0..n).map(|i| graph.in_neighbours(i).to_vec()).collect(),
+            notify: opts.notify,
+            wait_timeout: ctx.wait_timeout,
+            stop_sending_after: ctx.stop_sending_after,
+        };
+        let info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "report": report});
+        Ok((StochasticReduce::new(ctx.comm, cfg, ctx.n_params())?, info))
+    }
+
     /// Collectively sets up the mailboxes for `cfg.in_neighbours` over `comm` for a model of
     /// `n_params` f32s.
-    pub fn new(
-        comm: &SimpleCommunicator,
-        cfg: AsapConfig,
-        n_params: usize,
-    ) -> anyhow::Result<Self> {
+    pub fn new(comm: &SimpleCommunicator, cfg: AsapConfig, n_params: usize) -> anyhow::Result<Self> {
         if cfg.wait_timeout.is_zero() {
             bail!("--wait-timeout must be positive");
         }
@@ -270,6 +301,11 @@ impl SyncMode for StochasticReduce {
         "asap"
     }
 
+    fn lockstep(&self) -> bool {
+        // Only the barrier variant makes every rank wait for every other each round.
+        self.cfg.notify == NotifyMode::Barrier
+    }
+
     fn sync(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
         if params.len() != self.n_params {
             bail!(
@@ -309,25 +345,13 @@ impl SyncMode for StochasticReduce {
         // Drain: under NOTIFY-ACK every message must be consumed before the window goes away.
         if self.cfg.notify == NotifyMode::NotifyAck {
             let r0 = self.mail.bytes_received();
-            self.mail
-                .wait_acks(self.last_round, self.cfg.wait_timeout)?;
+            self.mail.wait_acks(self.last_round, self.cfg.wait_timeout)?;
             self.stats.bytes_received += self.mail.bytes_received() - r0;
         }
         self.mail.window().flush_all()?;
         self.mail.barrier(self.last_round, self.cfg.wait_timeout)?;
-        let t2 = Instant::now();
-        let mut sum = vec![0.0f32; params.len()];
-        self.comm
-            .all_reduce_into(&params[..], &mut sum[..], SystemOperation::sum());
-        let n = self.comm.size() as f32;
-        for (p, s) in params.iter_mut().zip(&sum) {
-            *p = *s / n;
-        }
-        self.stats.wait_seconds += (t2 - t).as_secs_f64();
-        self.stats.comm_seconds += t2.elapsed().as_secs_f64();
-        // Nominal all-reduce traffic: the model once each way.
-        self.stats.bytes_sent += 4 * params.len() as u64;
-        self.stats.bytes_received += 4 * params.len() as u64;
+        self.stats.wait_seconds += t.elapsed().as_secs_f64();
+        average_replicas(&self.comm, params, &mut self.stats);
         Ok(())
     }
 
@@ -335,13 +359,13 @@ impl SyncMode for StochasticReduce {
         &self.stats
     }
 
-    fn extra_metrics(&self) -> serde_json::Value {
-        serde_json::json!({
-            "consistency_histogram": self.histogram,
-            "torn": self.torn,
-            "stale": self.stale,
-            "in_degree": self.mail.in_neighbours().len(),
-        })
+    fn metrics(&self) -> Vec<ModeMetric> {
+        vec![
+            ModeMetric::array("consistency_histogram", Aggregate::Sum, self.histogram.iter().map(|&c| c as f64)),
+            ModeMetric::number("torn", Aggregate::Sum, self.torn as f64),
+            ModeMetric::number("stale", Aggregate::Sum, self.stale as f64),
+            ModeMetric::number("in_degree", Aggregate::Max, self.mail.in_neighbours().len() as f64),
+        ]
     }
 }
 

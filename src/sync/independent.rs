@@ -3,8 +3,7 @@
 
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-use super::{CommStats, SyncMode};
-use crate::comm::collectives;
+use super::{average_replicas, CommStats, SyncContext, SyncMode};
 
 /// Replicas that train alone and are averaged once at the end.
 pub struct Independent {
@@ -13,9 +12,9 @@ pub struct Independent {
 }
 
 impl Independent {
-    /// Keeps a private duplicate of `comm` for the final average.
-    pub fn new(comm: &SimpleCommunicator) -> Self {
-        Independent { comm: comm.duplicate(), stats: CommStats::default() }
+    /// Keeps a private duplicate of the communicator for the final average.
+    pub fn new(ctx: &SyncContext) -> Self {
+        Independent { comm: ctx.comm.duplicate(), stats: CommStats::default() }
     }
 }
 
@@ -24,16 +23,17 @@ impl SyncMode for Independent {
         "none"
     }
 
+    fn lockstep(&self) -> bool {
+        false
+    }
+
     fn sync(&mut self, _params: &mut [f32], _round: u64) -> anyhow::Result<()> {
         self.stats.rounds += 1;
         Ok(())
     }
 
     fn finish(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
-        let mut scratch = Vec::new();
-        collectives::sum_f32(&self.comm, params, &mut scratch);
-        let inv = 1.0 / self.comm.size() as f32;
-        params.iter_mut().for_each(|w| *w *= inv);
+        average_replicas(&self.comm, params, &mut self.stats);
         Ok(())
     }
 

@@ -1,40 +1,180 @@
 //! Sync modes: how ranks exchange what they learned. One file per mode, all behind [`SyncMode`].
-//! A mode sees the model only as a flat `f32` parameter slice (plus its row layout).
+//! A mode sees the model only as a flat `f32` parameter slice with its [`RowLayout`].
+//!
+//! What the training loop does with a mode, in order (see docs/sync-modes.md):
+//! - [`SyncMode::before_step`] before every local step (a read gate: SSP waits there for rows
+//!   fresh enough and puts them into the replica);
+//! - [`SyncMode::sync`] after every `--sync-every` steps (one round, or one clock);
+//! - at an evaluation round, [`SyncMode::mark_evaluation`]; the evaluation itself runs at once
+//!   only when the mode is [`SyncMode::lockstep`], otherwise later, from snapshots, using
+//!   [`SyncMode::evaluated_model`], so an asynchronous mode is never forced into step;
+//! - before a checkpoint, [`SyncMode::quiesce`] (a consistent cut), then
+//!   [`SyncMode::save_state`]; on `--resume`, [`SyncMode::restore_state`];
+//! - [`SyncMode::finish`] once at the end: the final model, every rank the same.
 
+use std::time::{Duration, Instant};
+
+use mpi::topology::{Communicator, SimpleCommunicator};
+
+use crate::comm::collectives;
+use crate::model::RowLayout;
+
+pub mod allreduce;
 pub mod asap;
+pub mod independent;
+pub mod ssp;
 
-/// Communication counters a mode keeps; the training loop reads them for metrics.
+/// Communication counters every mode keeps the same way; the training loop reports them per rank
+/// as mean and max.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct CommStats {
-    /// Bytes this rank sent (payload + protocol) for training.
+    /// Bytes this rank sent to other ranks for training (payload + protocol; not the final model).
     pub bytes_sent: u64,
-    /// Bytes this rank received for training.
+    /// Bytes this rank received from other ranks for training.
     pub bytes_received: u64,
-    /// Seconds spent moving data (puts, reductions).
+    /// Seconds in the sync layer moving data (puts, messages, reductions); for allreduce this
+    /// includes waiting, which MPI_Allreduce does not tell apart.
     pub comm_seconds: f64,
-    /// Seconds spent waiting for other ranks (notifications, barriers, clocks).
+    /// Seconds the sync layer knew it was waiting for other ranks (notifications, clocks).
     pub wait_seconds: f64,
-    /// Number of sync rounds done.
+    /// Sync rounds (clocks) done.
     pub rounds: u64,
+    /// Bytes sent to build the final model (counted the same way in every mode).
+    pub final_bytes: u64,
+    /// Seconds spent building the final model.
+    pub final_seconds: f64,
+}
+
+/// How per-rank values of a mode metric combine into the one the metrics file reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Aggregate {
+    /// Added up over ranks (counters; histograms element by element).
+    Sum,
+    /// Mean over ranks.
+    Mean,
+    /// Largest over ranks.
+    Max,
+}
+
+/// One mode-specific metric of this rank.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModeMetric {
+    pub name: &'static str,
+    pub aggregate: Aggregate,
+    /// One number, or a histogram (aggregated element by element).
+    pub values: Vec<f64>,
+    /// True when `values` is a histogram/array, false for a single number.
+    pub is_array: bool,
+}
+
+impl ModeMetric {
+    /// A single number.
+    pub fn number(name: &'static str, aggregate: Aggregate, v: f64) -> Self {
+        ModeMetric { name, aggregate, values: vec![v], is_array: false }
+    }
+    /// An array (a histogram), aggregated element by element.
+    pub fn array(name: &'static str, aggregate: Aggregate, v: impl IntoIterator<Item = f64>) -> Self {
+        ModeMetric { name, aggregate, values: v.into_iter().collect(), is_array: true }
+    }
+}
+
+/// A mode's own state for checkpoints: named arrays (f64 holds every f32 and every counter below
+/// 2^53 exactly). Each rank saves and restores its own.
+pub type ModeState = Vec<(String, Vec<f64>)>;
+
+/// What every mode is built from.
+pub struct SyncContext<'a> {
+    pub comm: &'a SimpleCommunicator,
+    /// Row structure of the model (the unit parameter-server modes shard and push).
+    pub layout: RowLayout,
+    /// Longest wait for another rank before failing (`--wait-timeout`).
+    pub wait_timeout: Duration,
+    /// Fault injection for tests: `(rank, round)`: that rank sends nothing after that round.
+    pub stop_sending_after: Option<(usize, u64)>,
+    pub seed: u64,
+}
+
+impl SyncContext<'_> {
+    /// Length of the flat parameter vector.
+    pub fn n_params(&self) -> usize {
+        *self.layout.offsets.last().unwrap_or(&0)
+    }
 }
 
 /// The interface every sync mode implements.
 pub trait SyncMode {
     /// Short name for logs and metrics (e.g. "allreduce").
     fn name(&self) -> &'static str;
+    /// True when every round makes all ranks wait for each other anyway (BSP): evaluations and
+    /// checkpoints then run at once. False: they are taken without forcing ranks into step.
+    fn lockstep(&self) -> bool;
+    /// Called before each local step; `clock` is the number of rounds done so far. A mode may
+    /// wait here and overwrite (parts of) `params` with fresher values.
+    fn before_step(&mut self, _params: &mut [f32], _clock: u64) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// Exchange after a block of local steps. `round` counts from 1. On return `params` holds the
-    /// rank's new model.
+    /// rank's model for the next steps.
     fn sync(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()>;
     /// Called once after training; leaves every rank's `params` as the final model the mode
-    /// defines (e.g. the average of all replicas).
+    /// defines (the average of the replicas, or the parameter servers' model).
     fn finish(&mut self, params: &mut [f32]) -> anyhow::Result<()>;
+    /// The training loop will evaluate the model of `round` (called right after `sync(round)`).
+    fn mark_evaluation(&mut self, _round: u64) {}
+    /// This rank's additive part of the model evaluated at `round` (the loop sums the parts over
+    /// ranks), or None: evaluate the average of the replicas. Collective in the sense that every
+    /// rank calls it for the same rounds, in order; may wait for other ranks.
+    fn evaluated_model(&mut self, _round: u64) -> anyhow::Result<Option<Vec<f32>>> {
+        Ok(None)
+    }
+    /// Brings the mode to a consistent cut after `sync(round)` on every rank (no message in
+    /// flight, every update of rounds <= `round` applied), before a checkpoint.
+    fn quiesce(&mut self, _params: &mut [f32], _round: u64) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// This rank's mode state for a checkpoint taken after `quiesce`.
+    fn save_state(&self) -> ModeState {
+        Vec::new()
+    }
+    /// Restores what `save_state` returned (on `--resume`).
+    fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
+        anyhow::ensure!(state.is_empty(), "the checkpoint holds sync-mode state that {} does not use", self.name());
+        Ok(())
+    }
     /// Counters so far.
     fn stats(&self) -> &CommStats;
-    /// Mode-specific metrics for the JSON lines (consistency histogram, staleness ...).
-    fn extra_metrics(&self) -> serde_json::Value {
-        serde_json::Value::Null
+    /// Mode-specific metrics (consistency histogram, staleness distribution ...).
+    fn metrics(&self) -> Vec<ModeMetric> {
+        Vec::new()
     }
 }
 
-pub mod allreduce;
-pub mod independent;
+/// Replaces `params` by the average of all ranks' `params`, counted in `stats` as final-model
+/// traffic the same way in every mode: the volume of a bandwidth-optimal (ring) allreduce,
+/// 2 (N-1)/N of the model per rank, since MPI does not report what it sent.
+pub fn average_replicas(comm: &SimpleCommunicator, params: &mut [f32], stats: &mut CommStats) {
+    let t = Instant::now();
+    let mut scratch = Vec::new();
+    collectives::sum_f32(comm, params, &mut scratch);
+    let inv = 1.0 / comm.size() as f32;
+    params.iter_mut().for_each(|w| *w *= inv);
+    stats.final_bytes += ring_allreduce_bytes(comm.size() as usize, params.len());
+    stats.final_seconds += t.elapsed().as_secs_f64();
+}
+
+/// Bytes one rank sends in a ring allreduce of `len` f32s over `n` ranks.
+pub fn ring_allreduce_bytes(n: usize, len: usize) -> u64 {
+    if n <= 1 {
+        return 0;
+    }
+    (2.0 * (n - 1) as f64 / n as f64 * (len * 4) as f64) as u64
+}
+
+/// The defaults of a clap option group (a mode's options), from the same attributes that define
+/// its flags, so a default is written once.
+pub fn option_defaults<T: clap::Args + clap::FromArgMatches>() -> T {
+    let cmd = T::augment_args(clap::Command::new("defaults").no_binary_name(true));
+    let m = cmd.try_get_matches_from(std::iter::empty::<String>()).expect("every option has a default or is optional");
+    T::from_arg_matches(&m).expect("defaults build the options")
+}

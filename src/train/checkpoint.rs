@@ -16,6 +16,7 @@ use ndarray::{Array1, Array2};
 
 use crate::comm::collectives::{self, agree};
 use crate::model::{Model, RowLayout};
+use crate::sync::ModeState;
 
 /// How many checkpoints to keep in the directory (older ones are deleted).
 const KEEP: usize = 2;
@@ -70,18 +71,31 @@ pub fn write_atomic(file: &Path, fill: impl FnOnce(&hdf5::File) -> hdf5::Result<
     Ok(())
 }
 
-/// Collective: gathers every replica and RNG state at rank 0, which writes the checkpoint.
-pub fn save(
-    comm: &SimpleCommunicator,
-    dir: &str,
-    pos: &Position,
-    params: &[f32],
-    epoch_rng: [u64; 4],
-    config_json: &str,
-    spec_json: &str,
-) -> anyhow::Result<()> {
+/// What a checkpoint holds besides the position.
+pub struct Contents<'a> {
+    pub params: &'a [f32],
+    pub epoch_rng: [u64; 4],
+    /// This rank's sync-mode state (`sync/rank{r}/{name}` datasets in the file).
+    pub mode_state: &'a ModeState,
+    pub config_json: &'a str,
+    pub spec_json: &'a str,
+}
+
+/// Collective: gathers every replica, RNG state and sync-mode state at rank 0, which writes the
+/// checkpoint.
+pub fn save(comm: &SimpleCommunicator, dir: &str, pos: &Position, c: &Contents) -> anyhow::Result<()> {
+    let (params, epoch_rng, config_json, spec_json) = (c.params, c.epoch_rng, c.config_json, c.spec_json);
     let all = collectives::gather(comm, 0, params);
     let rngs = collectives::gather(comm, 0, &epoch_rng);
+    // Mode state of every rank: names (one per line), lengths, values.
+    let names: Vec<u8> = c.mode_state.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join("\n").into_bytes();
+    let lens: Vec<u64> = c.mode_state.iter().map(|(_, v)| v.len() as u64).collect();
+    let values: Vec<f64> = c.mode_state.iter().flat_map(|(_, v)| v.iter().copied()).collect();
+    let (all_names, all_lens, all_values) = (
+        collectives::gather_varcount(comm, 0, &names),
+        collectives::gather_varcount(comm, 0, &lens),
+        collectives::gather_varcount(comm, 0, &values),
+    );
     let r = if comm.rank() == 0 {
         let n = comm.size() as usize;
         let path = Path::new(dir).join(ckpt_name(pos.round));
@@ -94,7 +108,19 @@ pub fn save(
             }
             f.new_attr::<f64>().create("train_seconds")?.write_scalar(&pos.train_seconds)?;
             str_attr(f, "config", config_json)?;
-            str_attr(f, "model_spec", spec_json)
+            str_attr(f, "model_spec", spec_json)?;
+            let group = f.create_group("sync")?;
+            for (r, ((names, lens), values)) in all_names.iter().zip(&all_lens).zip(&all_values).enumerate() {
+                let g = group.create_group(&format!("rank{r}"))?;
+                let names = String::from_utf8_lossy(names);
+                let mut rest = &values[..];
+                for (name, &len) in names.split('\n').filter(|n| !n.is_empty()).zip(lens) {
+                    let (head, tail) = rest.split_at(len as usize);
+                    g.new_dataset_builder().with_data(&Array1::from_vec(head.to_vec())).create(name)?;
+                    rest = tail;
+                }
+            }
+            Ok(())
         });
         if res.is_ok() {
             prune(Path::new(dir));
@@ -188,6 +214,24 @@ pub fn restore(comm: &SimpleCommunicator, dir: &str, n_params: usize) -> anyhow:
         epoch_rng: rng,
         path,
     })
+}
+
+/// Collective: every rank reads its own sync-mode state from the checkpoint `path` (the one
+/// [`restore`] returned), in the order the datasets are stored.
+pub fn restore_mode_state(comm: &SimpleCommunicator, path: &Path) -> anyhow::Result<ModeState> {
+    let r = comm.rank();
+    let read = (|| -> anyhow::Result<ModeState> {
+        let f = hdf5::File::open(path).with_context(|| format!("cannot open checkpoint {}", path.display()))?;
+        let Ok(g) = f.group(&format!("sync/rank{r}")) else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for name in g.member_names()? {
+            let v: Array1<f64> = g.dataset(&name)?.read_1d()?;
+            out.push((name, v.into_raw_vec_and_offset().0));
+        }
+        Ok(out)
+    })()
+    .with_context(|| format!("checkpoint {}: cannot read the sync-mode state of rank {r}", path.display()));
+    agree(comm, read)
 }
 
 /// Writes the final model (rank 0 only; call on rank 0): `params` (P), `row_offsets`, and the

@@ -1,4 +1,4 @@
-//! Collective evaluation of a training run: the averaged model on the held-out (or training) set,
+//! Collective evaluation of a training run: the run's model (averaged replicas or server shards) on the held-out (or training) set,
 //! the training objective, the consensus distance of the replicas, and time/byte counters
 //! summarised over ranks. The extra allreduces done here are not counted as training traffic.
 
@@ -39,17 +39,24 @@ pub fn average_model(comm: &SimpleCommunicator, params: &[f32], avg: &mut Vec<f3
     avg.iter_mut().for_each(|w| *w *= inv);
 }
 
-/// Collective evaluation of the averaged model.
+/// Collective evaluation of a run's model: the sum over ranks of `model_part` when the mode gives
+/// one (a parameter server's shards), else the average of the replicas `params`. The consensus
+/// distance is always that of the replicas.
 pub fn evaluate(
     comm: &SimpleCommunicator,
     model: &dyn Model,
     params: &[f32],
+    model_part: Option<Vec<f32>>,
     train: &Dataset,
     test: Option<&Dataset>,
 ) -> Evaluation {
     let mut avg = Vec::new();
     average_model(comm, params, &mut avg);
     let local_dist: f64 = params.iter().zip(&avg).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
+    if let Some(mut part) = model_part {
+        collectives::sum_f32(comm, &mut part, &mut Vec::new());
+        avg = part;
+    }
     let mut d = [local_dist];
     collectives::sum_f64(comm, &mut d);
     let kind = model.metric_kind();

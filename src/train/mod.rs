@@ -17,8 +17,7 @@ use crate::comm::{self, collectives};
 use crate::config::{parse_straggler, SyncKind, TrainConfig};
 use crate::model::{MetricKind, Model};
 use crate::rng::Rng;
-use crate::sync::asap::{AsapConfig, StochasticReduce};
-use crate::sync::SyncMode;
+use crate::sync::{Aggregate, ModeMetric, SyncContext, SyncMode};
 use checkpoint::Position;
 use eval::{fmt_metric, Evaluation};
 use report::{MetricsFile, Progress};
@@ -32,27 +31,21 @@ pub struct Summary {
     pub time_to_target: Option<f64>,
 }
 
-/// Builds the sync mode chosen by `--sync` (for asap: the graph, its spectral gap, the mailboxes).
-fn build_sync(cfg: &TrainConfig, comm: &SimpleCommunicator, n_params: usize) -> anyhow::Result<(Box<dyn SyncMode>, serde_json::Value)> {
+/// Builds the sync mode chosen by `--sync` (the one place that maps a mode's name to its type).
+/// Returns what the metrics' start line records about it.
+fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Result<(Box<dyn SyncMode>, serde_json::Value)> {
     Ok(match cfg.sync {
-        SyncKind::Allreduce => (Box::new(crate::sync::allreduce::ModelAverage::new(comm)), json!(null)),
-        SyncKind::None => (Box::new(crate::sync::independent::Independent::new(comm)), json!(null)),
+        SyncKind::Allreduce => (Box::new(crate::sync::allreduce::ModelAverage::new(ctx)), json!(null)),
+        SyncKind::None => (Box::new(crate::sync::independent::Independent::new(ctx)), json!(null)),
         SyncKind::Asap => {
-            let n = comm.size() as usize;
-            let (graph, report) = crate::graph::graph_for_training(&cfg.graph, n, cfg.seed)?;
-            let stop_sending_after = cfg
-                .stop_sending_after
-                .as_deref()
-                .map(|s| crate::config::parse_rank_round("--stop-sending-after", s, n))
-                .transpose()?;
-            let acfg = AsapConfig {
-                in_neighbours: (0..n).map(|i| graph.in_neighbours(i).to_vec()).collect(),
-                notify: cfg.notify,
-                wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
-                stop_sending_after,
-            };
-            let info = json!({"graph": cfg.graph, "notify": cfg.notify, "report": report});
-            (Box::new(StochasticReduce::new(comm, acfg, n_params)?), info)
+            let (mode, info) = crate::sync::asap::StochasticReduce::build(ctx, &cfg.asap)?;
+            (Box::new(mode), info)
+        }
+        SyncKind::Ssp => {
+            let shards = crate::sync::ssp::shard_ranges(&ctx.layout, ctx.comm.size() as usize);
+            let info = json!({"staleness": cfg.ssp.staleness, "apply": cfg.ssp.apply,
+                              "shard_params": shards.iter().map(|r| r.len()).collect::<Vec<_>>()});
+            (Box::new(crate::sync::ssp::StaleSynchronous::new(ctx, &cfg.ssp, init)?), info)
         }
     })
 }
@@ -66,43 +59,72 @@ struct Clock {
     excluded: Duration,
 }
 
-/// Sums per-rank JSON metrics of the sync mode at rank 0: numbers and arrays of numbers are added
-/// up over ranks (histograms, counters); anything else is rank 0's.
-fn merge_extra(comm: &SimpleCommunicator, mine: &serde_json::Value) -> serde_json::Value {
-    if mine.is_null() {
+/// Combines every rank's mode metrics at rank 0 as each metric says (sum, mean, max), into
+/// `{name: value, ..., "aggregation": {name: "sum"|"mean"|"max"}}`; null on other ranks.
+fn aggregate_metrics(comm: &SimpleCommunicator, mine: &[ModeMetric]) -> serde_json::Value {
+    if mine.is_empty() {
         return json!(null);
     }
-    let bytes = serde_json::to_vec(mine).expect("JSON value serialises");
-    let len = collectives::max_u64(comm, bytes.len() as u64) as usize;
-    let mut padded = bytes.clone();
-    padded.resize(len, b' ');
-    let all = collectives::gather(comm, 0, &padded);
+    // Every rank has the same metrics (same mode); arrays may differ in length (histograms).
+    let mut out = serde_json::Map::new();
+    let mut how = serde_json::Map::new();
+    for m in mine {
+        let len = collectives::max_u64(comm, m.values.len() as u64) as usize;
+        let mut v = m.values.clone();
+        v.resize(len, 0.0);
+        let combined = match m.aggregate {
+            Aggregate::Sum => {
+                collectives::sum_f64(comm, &mut v);
+                v
+            }
+            Aggregate::Mean => {
+                collectives::sum_f64(comm, &mut v);
+                v.iter().map(|x| x / comm.size() as f64).collect()
+            }
+            Aggregate::Max => {
+                collectives::max_f64(comm, &mut v);
+                v
+            }
+        };
+        let value = if m.is_array { json!(combined) } else { json!(combined[0]) };
+        out.insert(m.name.into(), value);
+        how.insert(m.name.into(), json!(m.aggregate));
+    }
     if comm.rank() != 0 {
         return json!(null);
     }
-    let mut acc = mine.clone();
-    for (r, chunk) in all.chunks(len).enumerate().skip(1) {
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(chunk) else { continue };
-        let (Some(a), Some(b)) = (acc.as_object_mut(), v.as_object()) else { continue };
-        for (k, bv) in b {
-            match (a.get_mut(k), bv) {
-                (Some(av), serde_json::Value::Number(bn)) if av.is_number() => {
-                    *av = json!(av.as_f64().unwrap_or(0.0) + bn.as_f64().unwrap_or(0.0));
-                }
-                (Some(serde_json::Value::Array(aa)), serde_json::Value::Array(ba)) => {
-                    if aa.len() < ba.len() {
-                        aa.resize(ba.len(), json!(0));
-                    }
-                    for (x, y) in aa.iter_mut().zip(ba) {
-                        *x = json!(x.as_f64().unwrap_or(0.0) + y.as_f64().unwrap_or(0.0));
-                    }
-                }
-                _ => log::debug!("sync metric {k} of rank {r} not merged"),
-            }
-        }
-    }
-    acc
+    out.insert("aggregation".into(), serde_json::Value::Object(how));
+    serde_json::Value::Object(out)
 }
+
+/// An evaluation point whose evaluation may run later: what this rank knew at that round.
+struct PendingEval {
+    round: u64,
+    epoch: f64,
+    step: u64,
+    train_seconds: f64,
+    wall_seconds: f64,
+    replica: Vec<f32>,
+    counters: Vec<f64>,
+    mode_metrics: Vec<ModeMetric>,
+}
+
+/// Pending evaluations are run once their replicas would hold more than this many bytes on a
+/// rank, even under an asynchronous mode (a collective that makes the ranks meet once).
+const PENDING_EVAL_BYTES: usize = 256 << 20;
+
+/// Names of the per-rank counters, in the order [`Run::local_counters`] returns them.
+const COUNTER_NAMES: [&str; 9] = [
+    "compute_seconds",
+    "comm_seconds",
+    "wait_seconds",
+    "sync_seconds",
+    "straggler_sleep_seconds",
+    "bytes_sent",
+    "bytes_received",
+    "final_bytes",
+    "final_seconds",
+];
 
 struct Run<'a> {
     cfg: &'a TrainConfig,
@@ -118,6 +140,7 @@ struct Run<'a> {
     steps_per_epoch: usize,
     reached: Option<(f64, u64, f64)>,
     last_eval: Evaluation,
+    pending: Vec<PendingEval>,
 }
 
 impl Run<'_> {
@@ -136,77 +159,136 @@ impl Run<'_> {
         self.pos.epoch as f64 + self.pos.step_in_epoch as f64 / self.steps_per_epoch as f64
     }
 
-    /// Per-rank counters summarised as {name: {mean, max}}.
-    fn counters(&self) -> serde_json::Value {
+    /// This rank's counters, named by [`COUNTER_NAMES`].
+    fn local_counters(&self) -> Vec<f64> {
         let s = self.sync.stats();
-        let names = ["compute_seconds", "comm_seconds", "wait_seconds", "straggler_sleep_seconds", "bytes_sent", "bytes_received"];
-        let vals = [self.clock.compute, s.comm_seconds, s.wait_seconds, self.clock.straggle, s.bytes_sent as f64, s.bytes_received as f64];
-        let (mean, max) = collectives::mean_max(self.comm, &vals);
+        vec![
+            self.clock.compute,
+            s.comm_seconds,
+            s.wait_seconds,
+            s.comm_seconds + s.wait_seconds,
+            self.clock.straggle,
+            s.bytes_sent as f64,
+            s.bytes_received as f64,
+            s.final_bytes as f64,
+            s.final_seconds,
+        ]
+    }
+
+    /// Per-rank counters summarised as {name: {mean, max}} (collective).
+    fn counters(&self, vals: &[f64]) -> serde_json::Value {
+        let (mean, max) = collectives::mean_max(self.comm, vals);
         let mut m = serde_json::Map::new();
-        for (i, n) in names.iter().enumerate() {
+        for (i, n) in COUNTER_NAMES.iter().enumerate() {
             m.insert(n.to_string(), json!({"mean": mean[i], "max": max[i]}));
         }
         serde_json::Value::Object(m)
     }
 
-    /// Collective evaluation, metrics line, progress line, target and divergence checks.
-    fn evaluate(&mut self, params: &[f32]) -> anyhow::Result<()> {
-        let t0 = Instant::now();
-        let train_s = self.train_seconds();
-        let ev = eval::evaluate(self.comm, self.model.as_ref(), params, &self.shards.train, self.shards.test.as_ref());
-        let counters = self.counters();
-        let extra = merge_extra(self.comm, &self.sync.extra_metrics());
-        let kind = self.model.metric_kind();
-        if let (Some(t), None) = (self.cfg.target, self.reached) {
-            if eval::reached(kind, ev.metric, t) {
-                self.reached = Some((train_s, self.pos.round, self.epoch_fraction()));
-            }
-        }
-        let record = json!({
-            "event": "eval",
-            "epoch": self.epoch_fraction(),
-            "round": self.pos.round,
-            "step": self.pos.global_step,
-            "train_seconds": train_s,
-            "wall_seconds": self.train_start.elapsed().as_secs_f64(),
-            "objective": ev.objective,
-            "metric": kind,
-            "test_metric": if self.shards.test.is_some() { json!(ev.metric) } else { json!(null) },
-            "train_metric": ev.train_metric,
-            "consensus_distance": ev.consensus_distance,
-            "counters": counters,
-            "sync": extra,
+    /// Records an evaluation point at the current round; evaluates at once under a lockstep mode
+    /// (or when the pending snapshots grow too big), later otherwise.
+    fn mark_evaluation(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
+        let round = self.pos.round;
+        self.sync.mark_evaluation(round);
+        self.pending.push(PendingEval {
+            round,
+            epoch: self.epoch_fraction(),
+            step: self.pos.global_step,
+            train_seconds: self.train_seconds(),
+            wall_seconds: self.train_start.elapsed().as_secs_f64(),
+            replica: params.to_vec(),
+            counters: self.local_counters(),
+            mode_metrics: self.sync.metrics(),
         });
-        self.write_metrics(&record);
-        let which = if self.shards.test.is_some() { "test" } else { "train" };
-        self.progress.last_metric = format!("{which} {}", fmt_metric(kind, ev.metric));
-        let line = format!(
-            "epoch {:6.2} round {:7} | objective {:.5} | {which} {} | consensus {:.3e} | {:.1}s",
-            self.epoch_fraction(),
-            self.pos.round,
-            ev.objective,
-            fmt_metric(kind, ev.metric),
-            ev.consensus_distance,
-            train_s
-        );
-        self.progress.line(&line);
-        if !ev.objective.is_finite() {
-            anyhow::bail!(
-                "training diverged by epoch {:.2} (round {}): the objective is {}; try a smaller --lr (now {})",
-                self.epoch_fraction(),
-                self.pos.round,
-                ev.objective,
-                self.cfg.lr
-            );
+        if self.sync.lockstep() {
+            self.evaluate_pending()?;
+        } else if self.pending.len() * params.len() * 4 > PENDING_EVAL_BYTES {
+            self.quiesce(params);
+            self.evaluate_pending()?;
         }
-        self.last_eval = ev;
+        Ok(())
+    }
+
+    /// A consistent cut of the mode (every rank calls it at the same round): afterwards no rank
+    /// needs another to make progress, so blocking collectives are safe.
+    fn quiesce(&mut self, params: &mut [f32]) {
+        if let Err(e) = self.sync.quiesce(params, self.pos.round) {
+            comm::abort_job(&format!("{e:#}"), 4);
+        }
+    }
+
+    /// Collective evaluation of every pending evaluation point, in order: metrics line, progress
+    /// line, target and divergence checks. All ranks call it at the same points.
+    fn evaluate_pending(&mut self) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        for p in std::mem::take(&mut self.pending) {
+            let model = match self.sync.evaluated_model(p.round) {
+                Ok(m) => m,
+                Err(e) => comm::abort_job(&format!("{e:#}"), 4),
+            };
+            let ev = eval::evaluate(self.comm, self.model.as_ref(), &p.replica, model, &self.shards.train, self.shards.test.as_ref());
+            let counters = self.counters(&p.counters);
+            let extra = aggregate_metrics(self.comm, &p.mode_metrics);
+            // The round was done everywhere when the slowest rank got there.
+            let mut train_s = [p.train_seconds];
+            collectives::max_f64(self.comm, &mut train_s);
+            let train_s = train_s[0];
+            let kind = self.model.metric_kind();
+            if let (Some(t), None) = (self.cfg.target, self.reached) {
+                if eval::reached(kind, ev.metric, t) {
+                    self.reached = Some((train_s, p.round, p.epoch));
+                }
+            }
+            let record = json!({
+                "event": "eval",
+                "epoch": p.epoch,
+                "round": p.round,
+                "step": p.step,
+                "train_seconds": train_s,
+                "wall_seconds": p.wall_seconds,
+                "objective": ev.objective,
+                "metric": kind,
+                "test_metric": if self.shards.test.is_some() { json!(ev.metric) } else { json!(null) },
+                "train_metric": ev.train_metric,
+                "consensus_distance": ev.consensus_distance,
+                "counters": counters,
+                "sync": extra,
+            });
+            self.write_metrics(&record);
+            let which = if self.shards.test.is_some() { "test" } else { "train" };
+            self.progress.last_metric = format!("{which} {}", fmt_metric(kind, ev.metric));
+            let line = format!(
+                "epoch {:6.2} round {:7} | objective {:.5} | {which} {} | consensus {:.3e} | {:.1}s",
+                p.epoch,
+                p.round,
+                ev.objective,
+                fmt_metric(kind, ev.metric),
+                ev.consensus_distance,
+                train_s
+            );
+            self.progress.line(&line);
+            if !ev.objective.is_finite() {
+                anyhow::bail!(
+                    "training diverged by epoch {:.2} (round {}): the objective is {}; try a smaller --lr (now {})",
+                    p.epoch,
+                    p.round,
+                    ev.objective,
+                    self.cfg.lr
+                );
+            }
+            self.last_eval = ev;
+        }
         self.clock.excluded += t0.elapsed();
         Ok(())
     }
 
-    fn checkpoint(&mut self, params: &[f32], epoch_rng: [u64; 4], rng_now: [u64; 4]) -> anyhow::Result<()> {
+    /// A consistent cut of the mode, then the pending evaluations, then the checkpoint (all
+    /// collective).
+    fn checkpoint(&mut self, params: &mut [f32], epoch_rng: [u64; 4], rng_now: [u64; 4]) -> anyhow::Result<()> {
         let Some(dir) = self.cfg.checkpoint_dir.clone() else { return Ok(()) };
         let t0 = Instant::now();
+        self.quiesce(params);
+        self.evaluate_pending()?;
         let mut pos = self.pos.clone();
         pos.train_seconds = self.train_seconds();
         // At the end of an epoch the next epoch starts from the current RNG state.
@@ -217,15 +299,14 @@ impl Run<'_> {
         } else {
             epoch_rng
         };
-        checkpoint::save(
-            self.comm,
-            &dir,
-            &pos,
+        let contents = checkpoint::Contents {
             params,
-            rng_state,
-            &serde_json::to_string(self.cfg)?,
-            &serde_json::to_string(self.model.spec())?,
-        )?;
+            epoch_rng: rng_state,
+            mode_state: &self.sync.save_state(),
+            config_json: &serde_json::to_string(self.cfg)?,
+            spec_json: &serde_json::to_string(self.model.spec())?,
+        };
+        checkpoint::save(self.comm, &dir, &pos, &contents)?;
         self.clock.excluded += t0.elapsed();
         Ok(())
     }
@@ -254,13 +335,13 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         None => 1.0,
     };
     let fault_panic = cfg.fault_panic.as_deref().map(|s| crate::config::parse_rank_round("--fault-panic", s, n)).transpose()?;
-    let (sync, sync_info) = build_sync(cfg, comm, p)?;
     let local_n = shards.train.len();
     let steps_per_epoch = collectives::min_u64(comm, local_n.div_ceil(cfg.batch_size) as u64) as usize;
     let total_rounds_all = (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64;
     let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
 
     let mut pos = Position { epoch: 0, step_in_epoch: 0, global_step: 0, round: 0, train_seconds: 0.0 };
+    let mut resumed_from = None;
     if cfg.resume {
         let dir = cfg.checkpoint_dir.as_deref().expect("validated: --resume needs --checkpoint-dir");
         let r = checkpoint::restore(comm, dir, p)?;
@@ -270,6 +351,24 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         params = r.params;
         rng = Rng::from_state(r.epoch_rng);
         pos = r.position;
+        resumed_from = Some(r.path);
+    }
+    let stop_sending_after = cfg
+        .stop_sending_after
+        .as_deref()
+        .map(|s| crate::config::parse_rank_round("--stop-sending-after", s, n))
+        .transpose()?;
+    let ctx = SyncContext {
+        comm,
+        layout: model.layout(),
+        wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
+        stop_sending_after,
+        seed: cfg.seed,
+    };
+    let (mut sync, sync_info) = build_sync(cfg, &ctx, &params)?;
+    if let Some(path) = &resumed_from {
+        let state = checkpoint::restore_mode_state(comm, path)?;
+        collectives::agree(comm, sync.restore_state(state))?;
     }
     let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank0, cfg.resume))?;
     let mut run = Run {
@@ -285,6 +384,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         sync,
         reached: None,
         last_eval: Evaluation::default(),
+        pending: Vec::new(),
         shards,
     };
     let start = json!({
@@ -320,6 +420,9 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
             let s = run.pos.step_in_epoch;
             batch.clear();
             batch.extend((0..b).map(|k| perm[(s * b + k) % local_n]));
+            if let Err(e) = run.sync.before_step(&mut params, run.pos.round) {
+                comm::abort_job(&format!("{e:#}"), 4);
+            }
             let lr = schedule::step_size(cfg.lr_schedule, cfg.lr, cfg.lambda, cfg.lr_decay, run.pos.global_step, run.pos.epoch, b);
             let t0 = Instant::now();
             let loss = run.model.sgd_step(&mut params, &run.shards.train, &batch, lr, &mut scratch);
@@ -358,11 +461,11 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
             let epoch = run.epoch_fraction();
             run.progress.tick(run.pos.round, epoch);
             if cfg.eval_every > 0 && run.pos.round % cfg.eval_every as u64 == 0 {
-                run.evaluate(&params)?;
+                run.mark_evaluation(&mut params)?;
             }
             let last = Some(run.pos.round) == cfg.max_rounds;
             if cfg.checkpoint_every > 0 && run.pos.round % cfg.checkpoint_every == 0 || last {
-                run.checkpoint(&params, epoch_rng, rng.state())?;
+                run.checkpoint(&mut params, epoch_rng, rng.state())?;
             }
             if last {
                 stopped_early = true;
@@ -372,16 +475,18 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         run.pos.epoch += 1;
         run.pos.step_in_epoch = 0;
         if cfg.eval_every == 0 {
-            run.evaluate(&params)?;
+            run.mark_evaluation(&mut params)?;
         }
     }
     if !stopped_early && cfg.checkpoint_every > 0 {
-        run.checkpoint(&params, rng.state(), rng.state())?;
+        run.checkpoint(&mut params, rng.state(), rng.state())?;
     }
+    run.quiesce(&mut params);
+    run.evaluate_pending()?;
     run.progress.finish();
     let train_seconds = run.train_seconds();
 
-    // Final model: what the mode defines (the average of all replicas for every mode here).
+    // Final model: what the mode defines (the average of the replicas, or the servers' model).
     let own = params.clone();
     if let Err(e) = run.sync.finish(&mut params) {
         comm::abort_job(&format!("{e:#}"), 4);
@@ -393,9 +498,9 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     } else {
         Vec::new()
     };
-    let final_eval = eval::evaluate(comm, run.model.as_ref(), &params, &run.shards.train, run.shards.test.as_ref());
-    let counters = run.counters();
-    let extra = merge_extra(comm, &run.sync.extra_metrics());
+    let final_eval = eval::evaluate(comm, run.model.as_ref(), &params, None, &run.shards.train, run.shards.test.as_ref());
+    let counters = run.counters(&run.local_counters());
+    let extra = aggregate_metrics(comm, &run.sync.metrics());
     let examples_per_rank = run.pos.global_step as f64 * b as f64;
     let summary = json!({
         "event": "summary",

@@ -124,7 +124,7 @@ pub fn model_spec(cfg: &TrainConfig, shards: &Shards, comm: &SimpleCommunicator)
         features,
         classes,
         hidden: cfg.hidden.clone(),
-        rank: cfg.rank,
+        factors: cfg.factors,
         users: g[4] as usize,
         items: g[5] as usize,
     })

@@ -1,0 +1,181 @@
+//! Two-sided tagged messages between ranks that never block the sender: [`Postbox::send`] starts
+//! an `MPI_Isend` of an owned buffer and keeps the buffer until MPI reports the send complete;
+//! [`Postbox::try_receive`] takes one waiting message, if any (matched probe + receive, so a
+//! message can never be taken by another receive in between).
+//!
+//! This is the transport of the parameter-server modes, where every rank is client and server in
+//! one thread: a rank waiting for rows keeps serving others' requests by polling, and no rank ever
+//! sits in a blocking `MPI_Send` while its peer does the same (large messages use a rendezvous
+//! protocol, so two blocking sends towards each other would deadlock). Knows nothing of ML.
+
+use std::ffi::c_int;
+use std::time::{Duration, Instant};
+
+use mpi::ffi;
+use mpi::point_to_point::{MatchedReceiveVec, Source};
+use mpi::raw::AsRaw;
+use mpi::topology::{Communicator, SimpleCommunicator};
+
+use super::mailbox::Backoff;
+
+/// An MPI call that failed in the postbox.
+#[derive(Debug, thiserror::Error)]
+#[error("{call} failed with MPI error code {code}")]
+pub struct PostboxError {
+    pub call: &'static str,
+    pub code: i32,
+}
+
+/// One send in flight: MPI reads `buf` until the request completes.
+struct InFlight {
+    request: ffi::MPI_Request,
+    buf: Vec<u8>,
+}
+
+/// Non-blocking tagged messages over a private duplicate of a communicator.
+pub struct Postbox {
+    comm: SimpleCommunicator,
+    rank: usize,
+    in_flight: Vec<InFlight>,
+    bytes_sent: u64,
+    bytes_received: u64,
+}
+
+impl Postbox {
+    /// A postbox over a duplicate of `comm` (collective: every rank must create it).
+    pub fn new(comm: &SimpleCommunicator) -> Self {
+        let comm = comm.duplicate();
+        let rank = comm.rank() as usize;
+        Postbox { comm, rank, in_flight: Vec::new(), bytes_sent: 0, bytes_received: 0 }
+    }
+
+    /// The postbox's private communicator (for collectives of the same group of ranks).
+    pub fn comm(&self) -> &SimpleCommunicator {
+        &self.comm
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.comm.size() as usize
+    }
+
+    /// Bytes sent to other ranks (messages to self are not network traffic and not counted).
+    pub fn bytes_sent(&self) -> u64 {
+        self.bytes_sent
+    }
+
+    /// Bytes received from other ranks.
+    pub fn bytes_received(&self) -> u64 {
+        self.bytes_received
+    }
+
+    /// Starts sending `buf` to `dest` with `tag`; returns at once. Messages from one rank to
+    /// another with the same tag arrive in the order they were sent (MPI's non-overtaking rule).
+    pub fn send(&mut self, dest: usize, tag: i32, buf: Vec<u8>) -> Result<(), PostboxError> {
+        let mut request = request_null();
+        // SAFETY: `buf` is a live heap allocation of `buf.len()` bytes; it is moved into
+        // `in_flight` right after and neither read, written nor freed until MPI_Test reports the
+        // request complete (or, on drop with the send unfinished, it is leaked). Moving the Vec
+        // value does not move its heap buffer. The communicator is live for self's lifetime.
+        let code = unsafe {
+            ffi::MPI_Isend(
+                buf.as_ptr().cast(),
+                buf.len() as c_int,
+                ffi::RSMPI_UINT8_T,
+                dest as c_int,
+                tag,
+                self.comm.as_raw(),
+                &mut request,
+            )
+        };
+        check("MPI_Isend", code)?;
+        if dest != self.rank {
+            self.bytes_sent += buf.len() as u64;
+        }
+        self.in_flight.push(InFlight { request, buf });
+        Ok(())
+    }
+
+    /// Lets finished sends go; returns how many are still in flight.
+    pub fn progress_sends(&mut self) -> Result<usize, PostboxError> {
+        let mut i = 0;
+        while i < self.in_flight.len() {
+            let mut flag: c_int = 0;
+            // SAFETY: the request came from MPI_Isend and was not completed yet (completed ones
+            // are removed below); MPI_Test sets it to MPI_REQUEST_NULL when it completes.
+            let code = unsafe {
+                ffi::MPI_Test(&mut self.in_flight[i].request, &mut flag, ffi::RSMPI_STATUS_IGNORE)
+            };
+            check("MPI_Test", code)?;
+            if flag != 0 {
+                self.in_flight.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(self.in_flight.len())
+    }
+
+    /// Takes one waiting message with `tag` from any rank: `(source, bytes)`, or None.
+    pub fn try_receive(&mut self, tag: i32) -> Option<(usize, Vec<u8>)> {
+        let probed = self.comm.any_process().immediate_matched_probe_with_tag(tag)?;
+        let (bytes, status) = probed.matched_receive_vec::<u8>();
+        let source = status.source_rank() as usize;
+        if source != self.rank {
+            self.bytes_received += bytes.len() as u64;
+        }
+        Some((source, bytes))
+    }
+
+    /// Waits (polling with back-off, calling `serve` between polls so this rank keeps answering
+    /// others) until every send of this rank has completed, or `timeout` passed.
+    pub fn flush_sends(
+        &mut self,
+        timeout: Duration,
+        mut serve: impl FnMut(&mut Self) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let start = Instant::now();
+        let mut backoff = Backoff::default();
+        while self.progress_sends()? > 0 {
+            serve(self)?;
+            if start.elapsed() > timeout {
+                anyhow::bail!(
+                    "rank {}: {} message(s) not delivered after {:.1} s (--wait-timeout)",
+                    self.rank,
+                    self.in_flight.len(),
+                    timeout.as_secs_f64()
+                );
+            }
+            backoff.pause();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Postbox {
+    fn drop(&mut self) {
+        // A send still in flight may be read by MPI later: its buffer must outlive it. This only
+        // happens when the job is being aborted, so leaking is harmless.
+        for f in self.in_flight.drain(..) {
+            std::mem::forget(f.buf);
+        }
+    }
+}
+
+fn request_null() -> ffi::MPI_Request {
+    // SAFETY: reading an immutable extern static initialised by rsmpi's C shim.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
+fn check(call: &'static str, code: c_int) -> Result<(), PostboxError> {
+    if code == ffi::MPI_SUCCESS as c_int {
+        Ok(())
+    } else {
+        Err(PostboxError { call, code })
+    }
+}
