@@ -1,6 +1,10 @@
-//! Matrix factorisation of ratings: D ~ L R^T with rank k. Parameters: one row of k factors per
-//! user (L), then one per item (R). Loss per rating (r - l_u . r_i)^2 / 2. The objective's
-//! regulariser is global, (lambda/2)(||L||^2 + ||R||^2), and `loss_grad` is its exact gradient;
+//! Matrix factorisation of ratings with biases: r_ui ~ l_u . r_i + b_u + c_i + mu, rank k.
+//! Parameters: one row per user (k factors, then the bias b_u), one per item (k factors, then c_i),
+//! then a last row holding the global offset mu. Loss per rating (r - prediction)^2 / 2. The
+//! biases matter: without them the factors must also learn each user's and item's offset from
+//! the mean rating, and on MovieLens held-out RMSE stayed at 1.05-1.07 for every step size and
+//! lambda tried, against ~0.9 with them. The objective's regulariser is global,
+//! (lambda/2)(||factors||^2 + ||biases||^2) (mu is not regularised), and `loss_grad` is its exact gradient;
 //! `sgd_step` regularises only the rows the batch touches (as SGD-MF implementations do), so a
 //! step costs O(batch * k), not O(model).
 
@@ -19,10 +23,20 @@ impl Mf {
         Mf { spec: spec.clone() }
     }
 
+    /// Values per user or item row: k factors and a bias.
+    fn width(&self) -> usize {
+        self.spec.factors + 1
+    }
+
+    /// Offset of mu, the last parameter.
+    fn mu(&self) -> usize {
+        (self.spec.users + self.spec.items) * self.width()
+    }
+
     fn rows(&self, data: &Dataset, i: usize) -> (usize, usize) {
-        let k = self.spec.factors;
+        let w = self.width();
         match data.row(i) {
-            Row::Rating { user, item } => (user as usize * k, (self.spec.users + item as usize) * k),
+            Row::Rating { user, item } => (user as usize * w, (self.spec.users + item as usize) * w),
             _ => panic!("matrix factorisation needs ratings data (the trainer checks this)"),
         }
     }
@@ -35,7 +49,8 @@ impl Mf {
 
     fn predict(&self, params: &[f32], u: usize, v: usize) -> f32 {
         let k = self.spec.factors;
-        params[u..u + k].iter().zip(&params[v..v + k]).map(|(a, b)| a * b).sum()
+        let dot: f32 = params[u..u + k].iter().zip(&params[v..v + k]).map(|(a, b)| a * b).sum();
+        dot + params[u + k] + params[v + k] + params[self.mu()]
     }
 }
 
@@ -44,15 +59,21 @@ impl Model for Mf {
         &self.spec
     }
     fn num_params(&self) -> usize {
-        (self.spec.users + self.spec.items) * self.spec.factors
+        self.mu() + 1
     }
     fn layout(&self) -> RowLayout {
-        RowLayout::uniform(self.spec.users + self.spec.items, self.spec.factors)
+        let mut l = RowLayout::uniform(self.spec.users + self.spec.items, self.width());
+        l.offsets.push(self.mu() + 1);
+        l
     }
     fn init(&self, params: &mut [f32], rng: &mut Rng) {
-        // Small random factors: zero would be a saddle point where SGD never moves.
-        let std = 0.3 / (self.spec.factors as f64).sqrt();
-        params.iter_mut().for_each(|w| *w = (rng.normal() * std) as f32);
+        // Small random factors: zero would be a saddle point where SGD never moves. Biases and
+        // mu start at 0.
+        let (k, w) = (self.spec.factors, self.width());
+        let std = 0.3 / (k as f64).sqrt();
+        for (j, p) in params.iter_mut().enumerate() {
+            *p = if j < self.mu() && j % w < k { (rng.normal() * std) as f32 } else { 0.0 };
+        }
     }
     fn loss_grad(&self, params: &[f32], data: &Dataset, batch: &[usize], grad: &mut [f32]) -> f64 {
         let k = self.spec.factors;
@@ -65,8 +86,12 @@ impl Model for Mf {
                 grad[u + t] -= e * params[v + t] * inv;
                 grad[v + t] -= e * params[u + t] * inv;
             }
+            grad[u + k] -= e * inv;
+            grad[v + k] -= e * inv;
+            grad[self.mu()] -= e * inv;
         }
-        grad.iter_mut().zip(params).for_each(|(g, w)| *g += self.spec.lambda * w);
+        let mu = self.mu();
+        grad[..mu].iter_mut().zip(params).for_each(|(g, w)| *g += self.spec.lambda * w);
         loss / batch.len() as f64
     }
     fn sgd_step(&self, params: &mut [f32], data: &Dataset, batch: &[usize], lr: f32, _scratch: &mut Vec<f32>) -> f64 {
@@ -82,11 +107,15 @@ impl Model for Mf {
                 params[u + t] += lr * (e * b * inv - lam * a * inv);
                 params[v + t] += lr * (e * a * inv - lam * b * inv);
             }
+            params[u + k] += lr * (e - lam * params[u + k]) * inv;
+            params[v + k] += lr * (e - lam * params[v + k]) * inv;
+            let mu = self.mu();
+            params[mu] += lr * e * inv;
         }
         loss / batch.len() as f64
     }
     fn regulariser(&self, params: &[f32]) -> f64 {
-        0.5 * self.spec.lambda as f64 * params.iter().map(|&w| (w as f64).powi(2)).sum::<f64>()
+        0.5 * self.spec.lambda as f64 * params[..self.mu()].iter().map(|&w| (w as f64).powi(2)).sum::<f64>()
     }
     fn evaluate(&self, params: &[f32], data: &Dataset) -> EvalSums {
         let mut s = EvalSums::default();
