@@ -67,6 +67,17 @@ pub fn broadcast_f32(comm: &SimpleCommunicator, root: usize, buf: &mut [f32]) {
     comm.process_at_rank(root as i32).broadcast_into(buf);
 }
 
+/// Broadcasts a string known only at `root` (others pass anything) to every rank.
+pub fn broadcast_string(comm: &SimpleCommunicator, root: usize, text: &str) -> String {
+    let p = comm.process_at_rank(root as i32);
+    let mut bytes = text.as_bytes().to_vec();
+    let mut len = bytes.len() as u64;
+    p.broadcast_into(&mut len);
+    bytes.resize(len as usize, 0);
+    p.broadcast_into(&mut bytes[..]);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// Error returned on ranks that were fine when another rank failed; the failing rank has already
 /// printed the real cause.
 #[derive(Debug)]

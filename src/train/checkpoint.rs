@@ -202,6 +202,7 @@ pub fn restore(comm: &SimpleCommunicator, dir: &str, n_params: usize) -> anyhow:
     collectives::scatter(comm, 0, &rngs, &mut rng);
     let mut pos = pos0.to_vec();
     comm.process_at_rank(0).broadcast_into(&mut pos[..]);
+    let path = PathBuf::from(collectives::broadcast_string(comm, 0, &path.to_string_lossy()));
     Ok(Restored {
         position: Position {
             epoch: pos[0] as usize,
