@@ -140,6 +140,12 @@ pub fn scatter<T: Equivalence>(comm: &SimpleCommunicator, root: usize, all: &[T]
 /// Gathers slices of any length at `root`: every rank's slice, in rank order (empty vectors on
 /// the other ranks).
 pub fn gather_varcount<T: Equivalence + Default + Clone>(comm: &SimpleCommunicator, root: usize, v: &[T]) -> Vec<Vec<T>> {
+    // MPI_Gatherv rejects an empty receive buffer (Open MPI: MPI_ERR_ARG), so nothing at all is
+    // agreed on first.
+    if max_u64(comm, v.len() as u64) == 0 {
+        let n = if comm.rank() as usize == root { comm.size() as usize } else { 0 };
+        return vec![Vec::new(); n];
+    }
     let counts: Vec<i32> = gather(comm, root, &[v.len() as i32]);
     let p = comm.process_at_rank(root as i32);
     if comm.rank() as usize != root {
