@@ -2,7 +2,7 @@
 # The ASAP comparison at 8 ranks on Fashion-MNIST MLR: allreduce vs asap on several graphs and
 # with the barrier / fully-asynchronous variants, plus a straggler run. Prints one row per run:
 # time to the target accuracy (training seconds, evaluation excluded), rounds, bytes sent per rank,
-# wait time per rank, final accuracy. Usage: benches/compare-8.sh [NP] [TARGET] [EPOCHS]
+# time in the sync layer per rank, final accuracy. Usage: benches/compare-8.sh [NP] [TARGET] [EPOCHS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NP=${1:-8}; TARGET=${2:-0.84}; EPOCHS=${3:-10}
@@ -22,9 +22,9 @@ hit = next((e for e in lines if e["event"] == "eval" and (e["test_metric"] or 0)
 if hit:
     c = hit["counters"]
     at = (f"t2t={hit['train_seconds']:6.2f}s rounds={hit['round']:5d} sent/rank={c['bytes_sent']['mean']/1e6:7.1f}MB "
-          f"wait/rank={c['wait_seconds']['mean']:5.2f}s")
+          f"sync/rank={c['sync_seconds']['mean']:5.2f}s")
 else:
-    at = f"t2t=   n/a  rounds=  n/a sent/rank=    n/a   wait/rank=  n/a"
+    at = f"t2t=   n/a  rounds=  n/a sent/rank=    n/a   sync/rank=  n/a"
 h = (s.get("sync_metrics") or {}).get("consistency_histogram")
 print(f"{name:24s} {at} | full run: {s['rounds']} rounds {s['train_seconds']:5.2f}s, final acc {100*s['final_metric']:.2f}%"
       + (f", hist {h}" if h else ""))

@@ -354,6 +354,33 @@ mod tests {
         let e = TrainConfig::from_file(&j).unwrap_err().to_string();
         assert!(e.contains("c.json:1:") && e.contains("epoch"), "{e}");
     }
+
+    /// Flags given on the command line beat the file; defaults do not; mode groups and the old
+    /// name of --factors work in files; a wrong type names its key and line.
+    #[test]
+    fn flags_beat_the_file_and_defaults_do_not() {
+        use clap::{CommandFactory, FromArgMatches, Parser};
+        #[derive(Parser)]
+        struct Cmd {
+            #[command(flatten)]
+            c: TrainConfig,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("c.toml");
+        std::fs::write(&t, "epochs = 3\nbatch_size = 64\nrank = 7\nstaleness = 5\ngraph = \"ring\"\n").unwrap();
+        let m = Cmd::command().get_matches_from(["x", "--epochs", "10", "--graph", "exponential"]);
+        let flags = Cmd::from_arg_matches(&m).unwrap().c;
+        let c = TrainConfig::merge(Some(&t), flags, Some(&m)).unwrap();
+        assert_eq!(c.epochs, 10, "a flag equal to the default still beats the file");
+        assert_eq!((c.batch_size, c.factors, c.ssp.staleness), (64, 7, 5));
+        assert_eq!(c.asap.graph, "exponential");
+        std::fs::write(&t, "epochs = 3\nlr = \"fast\"\n").unwrap();
+        let e = TrainConfig::from_file(&t).unwrap_err().to_string();
+        assert!(e.contains("c.toml:2:1") && e.contains("lr"), "{e}");
+        // Defaults come from the flags' declarations.
+        assert_eq!(TrainConfig::default().ssp.staleness, 3);
+        assert_eq!(TrainConfig::default().batch_size, 32);
+    }
 }
 
 /// A `RANK:ROUND` pair (fault-injection options).

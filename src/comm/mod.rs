@@ -7,7 +7,8 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 /// Sets the Open MPI variables this program needs before `MPI_Init`, unless the user set them:
 /// - `osc=ucx`: Debian's default one-sided components crash on 64-bit compare-and-swap and fail
-///   window creation at one rank (TOOLCHAIN.md);
+///   window creation at one rank (Open MPI 4.1.4 osc/rdma over btl/vader; upstream
+///   open-mpi/ompi#7967 and #11349);
 /// - `mpi_yield_when_idle=1`: with more ranks than cores, ranks blocked in MPI must give up the CPU.
 ///
 /// Open MPI reads `OMPI_MCA_*` from the process environment inside `MPI_Init`, so setting them

@@ -114,7 +114,7 @@ impl RmaOp {
 }
 
 /// Rounds a byte count up to a multiple of 16: MPICH 4.0.2 misplaces remote data by 8 bytes in
-/// windows whose size is not a multiple of 16 (TOOLCHAIN.md).
+/// windows whose size is not a multiple of 16 (measured with Debian's MPICH 4.0.2 here).
 pub fn pad16(bytes: usize) -> usize {
     bytes.div_ceil(16).max(1) * 16
 }

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# SSP on rank-hosted shards, measured. One markdown table per call, every row from this one run:
+#   benches/ssp.sh stragglers   8 ranks, 2 of 8 at half speed, Fashion-MNIST MLR to 84 %:
+#                               allreduce vs ssp S=0 and S=3 with each apply rule
+#   benches/ssp.sh accuracy     8 ranks, no stragglers: final accuracy for S = 0, 2, 10 x rule
+#   benches/ssp.sh mf           MovieLens MF held-out RMSE at 1, 4, 8 ranks, S = 0 and 3
+# Every mode is counted the same way: bytes a rank sent to other ranks while training, its time
+# in the sync layer (transfer + waiting), and the final model's assembly counted apart.
+# The plain rule adds the M workers' updates, so it runs at 1/M of the others' step size.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WHAT=${1:-stragglers}
+BIN=target/release/asap-train
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+out=runs/ssp-$WHAT
+rm -rf "$out"; mkdir -p "$out"
+rows=()
+run() { # run NAME NP ARGS...
+    local name=$1 np=$2; shift 2
+    if ! mpirun -n "$np" $BIN train --metrics "$out/$name.jsonl" "$@" > "$out/$name.log" 2>&1; then
+        echo "run $name failed: see $out/$name.log" >&2; exit 1
+    fi
+    rows+=("$name")
+}
+table() { # table TARGET LOWER_IS_BETTER(0/1)
+    python3 - "$out" "$1" "$2" "${rows[@]}" <<'PY'
+import json, sys
+out, target, lower = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
+print("| run | ranks | clocks to target | train s to target | final metric | sent/rank MB | sync s/rank (mean/max) | read staleness mean/max | final-model MB/rank |")
+print("|---|---|---|---|---|---|---|---|---|")
+for name in sys.argv[4:]:
+    lines = [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
+    s = lines[-1]
+    ok = lambda v: v is not None and (v <= target if lower else v >= target)
+    hit = next((e for e in lines if e["event"] == "eval" and ok(e["test_metric"])), None)
+    c = s["counters"]
+    sm = s.get("sync_metrics") or {}
+    st = f"{sm['mean_staleness']:.2f} / {sm['max_staleness']:.0f}" if "mean_staleness" in sm else "-"
+    fm = s["final_metric"]
+    fms = f"{fm:.4f}" if lower else f"{100*fm:.2f} %"
+    print(f"| {name} | {s['ranks']} | {hit['round'] if hit else 'not reached'} | "
+          f"{hit['train_seconds']:.2f} | " if hit else f"| {name} | {s['ranks']} | not reached | - | ", end="")
+    print(f"{fms} | {c['bytes_sent']['mean']/1e6:.1f} | {c['sync_seconds']['mean']:.2f} / {c['sync_seconds']['max']:.2f} | {st} | "
+          f"{c['final_bytes']['mean']/1e6:.2f} |")
+PY
+}
+MLR=(--epochs 10 --eval-every 25)
+case "$WHAT" in
+stragglers)
+    S=(--straggler 0,1:2)
+    run allreduce 8 "${MLR[@]}" "${S[@]}" --sync allreduce
+    run ssp-S0-dynsgd 8 "${MLR[@]}" "${S[@]}" --sync ssp --staleness 0 --apply dynsgd
+    run ssp-S3-plain 8 "${MLR[@]}" "${S[@]}" --sync ssp --staleness 3 --apply plain --lr 0.0375
+    run ssp-S3-consgd 8 "${MLR[@]}" "${S[@]}" --sync ssp --staleness 3 --apply consgd
+    run ssp-S3-dynsgd 8 "${MLR[@]}" "${S[@]}" --sync ssp --staleness 3 --apply dynsgd
+    table 0.84 0 ;;
+accuracy)
+    run allreduce 8 "${MLR[@]}" --sync allreduce
+    for S in 0 2 10; do
+        run "ssp-S$S-plain" 8 "${MLR[@]}" --sync ssp --staleness $S --apply plain --lr 0.0375
+        run "ssp-S$S-consgd" 8 "${MLR[@]}" --sync ssp --staleness $S --apply consgd
+        run "ssp-S$S-dynsgd" 8 "${MLR[@]}" --sync ssp --staleness $S --apply dynsgd
+    done
+    table 0.84 0 ;;
+mf)
+    datasets/prepare.sh >/dev/null
+    MF=(--data datasets/out/movielens-train.ratings --test-data datasets/out/movielens-test.ratings --model mf
+        --lr 1 --lambda 0.1 --lr-decay 0.9 --epochs 20 --eval-every 50)
+    run none-1rank 1 "${MF[@]}" --sync none
+    for np in 4 8; do
+        run "allreduce-$np" $np "${MF[@]}" --sync allreduce
+        for S in 0 3; do run "ssp-S$S-dynsgd-$np" $np "${MF[@]}" --sync ssp --staleness $S --apply dynsgd; done
+    done
+    table 0.90 1 ;;
+*) echo "usage: benches/ssp.sh stragglers|accuracy|mf" >&2; exit 2 ;;
+esac
