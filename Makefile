@@ -20,7 +20,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 
-.PHONY: all deps build run test bench clean test-mpich
+.PHONY: all deps build run test bench clean test-mpich datasets
 
 all: build
 
@@ -40,6 +40,11 @@ run: build
 
 test: deps
 	$(CARGO) test --release --locked -- --test-threads=1
+
+# Real public data sets from Debian packages into datasets/out/ (MovieLens needs r-cran-dslabs,
+# which the script installs; R is used once here, never at training time).
+datasets:
+	datasets/prepare.sh
 
 bench: build
 	$(BIN) bench

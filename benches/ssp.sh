@@ -4,6 +4,9 @@
 #                               allreduce vs ssp S=0 and S=3 with each apply rule
 #   benches/ssp.sh accuracy     8 ranks, no stragglers: final accuracy for S = 0, 2, 10 x rule
 #   benches/ssp.sh mf           MovieLens MF held-out RMSE at 1, 4, 8 ranks, S = 0 and 3
+#   benches/ssp.sh transport    8 ranks, 2 epochs: every-rank-to-every-rank exchange per round over
+#                               one-sided NOTIFY-ACK (asap, complete graph) vs two-sided messages
+#                               (ssp S=0) vs MPI_Allreduce: sync time and bytes per round
 # Every mode is counted the same way: bytes a rank sent to other ranks while training, its time
 # in the sync layer (transfer + waiting), and the final model's assembly counted apart.
 # The plain rule adds the M workers' updates, so it runs at 1/M of the others' step size.
@@ -72,5 +75,21 @@ mf)
         for S in 0 3; do run "ssp-S$S-dynsgd-$np" $np "${MF[@]}" --sync ssp --staleness $S --apply dynsgd; done
     done
     table 0.90 1 ;;
-*) echo "usage: benches/ssp.sh stragglers|accuracy|mf" >&2; exit 2 ;;
+transport)
+    T=(--epochs 2 --eval-every 0)
+    run allreduce 8 "${T[@]}" --sync allreduce
+    run asap-complete-notify-ack 8 "${T[@]}" --sync asap --graph complete
+    run ssp-S0-consgd 8 "${T[@]}" --sync ssp --staleness 0 --apply consgd
+    python3 - "$out" "${rows[@]}" <<'PY'
+import json, sys
+out = sys.argv[1]
+print("| run | rounds | sync ms/round (mean rank) | sent kB/round/rank | final acc |")
+print("|---|---|---|---|---|")
+for name in sys.argv[2:]:
+    s = [json.loads(l) for l in open(f"{out}/{name}.jsonl")][-1]
+    c, r = s["counters"], s["rounds"]
+    print(f"| {name} | {r} | {1e3*c['sync_seconds']['mean']/r:.3f} | {c['bytes_sent']['mean']/r/1e3:.1f} | {100*s['final_metric']:.2f} % |")
+PY
+    ;;
+*) echo "usage: benches/ssp.sh stragglers|accuracy|mf|transport" >&2; exit 2 ;;
 esac

@@ -320,6 +320,11 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     if rank0 {
         eprintln!("asap-train: {n} rank(s); effective configuration:\n{}", serde_json::to_string_pretty(cfg)?);
     }
+    for path in std::iter::once(&cfg.data).chain(&cfg.test_data) {
+        if path.contains("datasets/out/") && !std::path::Path::new(path).exists() {
+            anyhow::bail!("{path} does not exist: `make datasets` (or datasets/prepare.sh) prepares the data sets under datasets/out/");
+        }
+    }
     let (shards, spec) = setup::prepare(cfg, comm)?;
     let load_seconds = t_start.elapsed().as_secs_f64();
     let model = crate::model::build(&spec)?;
