@@ -412,6 +412,8 @@ impl StaleSynchronous {
             self.stats.comm_seconds += t.elapsed().as_secs_f64();
         }
         self.post.progress_sends()?;
+        self.stats.bytes_sent = self.post.bytes_sent();
+        self.stats.bytes_received = self.post.bytes_received();
         Ok(())
     }
 
@@ -543,8 +545,6 @@ impl SyncMode for StaleSynchronous {
         }
         self.stats.comm_seconds += t.elapsed().as_secs_f64();
         self.serve()?;
-        self.stats.bytes_sent = self.post.bytes_sent();
-        self.stats.bytes_received = self.post.bytes_received();
         self.last_round = round;
         self.stats.rounds += 1;
         Ok(())
@@ -553,15 +553,13 @@ impl SyncMode for StaleSynchronous {
     fn finish(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
         let clock = self.last_round;
         self.drain(params, clock)?;
-        self.stats.bytes_sent = self.post.bytes_sent();
-        self.stats.bytes_received = self.post.bytes_received();
         // The final model is the servers' model: each rank contributes its shard.
         let t = Instant::now();
         params.iter_mut().for_each(|w| *w = 0.0);
         if let Some(s) = &self.server {
             params[s.range.clone()].copy_from_slice(&s.rows);
         }
-        collectives::sum_f32(self.post_comm(), params, &mut Vec::new());
+        collectives::sum_f32(self.post.comm(), params, &mut Vec::new());
         self.stats.final_bytes += ring_allreduce_bytes(self.shards.len(), params.len());
         self.stats.final_seconds += t.elapsed().as_secs_f64();
         Ok(())
@@ -667,12 +665,6 @@ impl SyncMode for StaleSynchronous {
                 self.server.as_ref().map_or(0, |s| s.max_live_versions) as f64,
             ),
         ]
-    }
-}
-
-impl StaleSynchronous {
-    fn post_comm(&self) -> &mpi::topology::SimpleCommunicator {
-        self.post.comm()
     }
 }
 
