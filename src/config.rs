@@ -48,6 +48,18 @@ pub enum LrSchedule {
     Decay,
 }
 
+/// Which model a `--target` is judged on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetOn {
+    /// The run's model (averaged replicas, or the parameter servers' model).
+    Averaged,
+    /// The worst rank's own replica (what decentralised training must bring up).
+    WorstRank,
+    /// The mean over ranks of each rank's own replica's metric.
+    MeanRank,
+}
+
 /// Feature scaling applied to dense inputs before training (statistics from the training set,
 /// combined over all ranks, applied to train and test alike).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -178,6 +190,11 @@ pub struct TrainConfig {
     /// first reached.
     #[arg(long, value_name = "VALUE", help_heading = "Output")]
     pub target: Option<f64>,
+    /// Which model --target is judged on: averaged (the run's model), worst-rank (the worst
+    /// rank's own replica) or mean-rank (the mean of the ranks' own metrics). Eval lines carry
+    /// all three.
+    #[arg(long, value_enum, default_value_t = TargetOn::Averaged, help_heading = "Output")]
+    pub target_on: TargetOn,
     /// Stop after this many rounds (the run can be continued with --resume).
     #[arg(long, value_name = "N", help_heading = "Output")]
     pub max_rounds: Option<u64>,

@@ -20,7 +20,7 @@ fn staleness_bound_holds_with_a_straggler() {
     let dir = scratch("ssp-bound");
     let m = dir.join("m.jsonl");
     let args = ["train", "--data", &t10k(), "--sync", "ssp", "--staleness", "2", "--apply", "dynsgd", "--epochs", "2",
-        "--straggler", "0:3", "--eval-every", "10", "--metrics", s(&m)];
+        "--straggler", "0:3", "--eval-every", "10", "--target", "0.6", "--target-on", "worst-rank", "--metrics", s(&m)];
     mpirun(4, &args, 180).expect_ok();
     let evals: Vec<_> = metrics(&m).into_iter().filter(|v| v["event"] == "eval").collect();
     assert!(evals.len() >= 3, "evaluations: {}", evals.len());
@@ -29,7 +29,15 @@ fn staleness_bound_holds_with_a_straggler() {
         assert_eq!(h.len(), 4, "buckets 0..=2 and one for > S: {h:?}");
         assert_eq!(h[3], 0.0, "a read older than S at round {}: {h:?}", e["round"]);
     }
+    // Every eval line carries the ranks' own models too; the target is judged on the worst.
+    for e in &evals {
+        let (w, mean) = (e["rank_metric"]["worst"].as_f64().unwrap(), e["rank_metric"]["mean"].as_f64().unwrap());
+        assert!(w <= mean + 1e-12, "{}", e["rank_metric"]);
+    }
     let sm = summary(&m);
+    let hit = sm["time_to_target"]["round"].as_u64().expect("worst rank reaches 60 %");
+    let at = evals.iter().find(|e| e["round"].as_u64() == Some(hit)).unwrap();
+    assert!(at["rank_metric"]["worst"].as_f64().unwrap() >= 0.6, "{at}");
     let sync = &sm["sync_metrics"];
     let h = hist(sync);
     assert_eq!(h[3], 0.0);

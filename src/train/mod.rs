@@ -14,7 +14,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use serde_json::json;
 
 use crate::comm::{self, collectives};
-use crate::config::{parse_straggler, SyncKind, TrainConfig};
+use crate::config::{parse_straggler, SyncKind, TargetOn, TrainConfig};
 use crate::model::{MetricKind, Model};
 use crate::rng::Rng;
 use crate::sync::{Aggregate, ModeMetric, SyncContext, SyncMode};
@@ -217,6 +217,27 @@ impl Run<'_> {
         }
     }
 
+    /// The worst and the mean over ranks of each rank's own replica's metric (on every rank).
+    /// Replicas of allreduce are equal at every round, so `averaged` stands for them there.
+    fn own_metrics(&self, replica: &[f32], averaged: f64) -> (f64, f64) {
+        if self.cfg.sync == SyncKind::Allreduce || self.comm.size() == 1 {
+            return (averaged, averaged);
+        }
+        let eval_set = self.shards.test.as_ref().unwrap_or(&self.shards.train);
+        let all = eval::per_rank_metrics(self.comm, self.model.as_ref(), replica, eval_set);
+        let kind = self.model.metric_kind();
+        // Rank 0 has the list; the others learn the two numbers from it.
+        let mut v = [0.0, 0.0];
+        if !all.is_empty() {
+            let worst = all.iter().copied().fold(if kind == MetricKind::Accuracy { f64::INFINITY } else { f64::NEG_INFINITY }, |a, b| {
+                if kind == MetricKind::Accuracy { a.min(b) } else { a.max(b) }
+            });
+            v = [worst, all.iter().sum::<f64>() / all.len() as f64];
+        }
+        collectives::sum_f64(self.comm, &mut v);
+        (v[0], v[1])
+    }
+
     /// Collective evaluation of every pending evaluation point, in order: metrics line, progress
     /// line, target and divergence checks. All ranks call it at the same points.
     fn evaluate_pending(&mut self) -> anyhow::Result<()> {
@@ -234,8 +255,14 @@ impl Run<'_> {
             collectives::max_f64(self.comm, &mut train_s);
             let train_s = train_s[0];
             let kind = self.model.metric_kind();
+            let (worst, mean) = self.own_metrics(&p.replica, ev.metric);
+            let judged = match self.cfg.target_on {
+                TargetOn::Averaged => ev.metric,
+                TargetOn::WorstRank => worst,
+                TargetOn::MeanRank => mean,
+            };
             if let (Some(t), None) = (self.cfg.target, self.reached) {
-                if eval::reached(kind, ev.metric, t) {
+                if eval::reached(kind, judged, t) {
                     self.reached = Some((train_s, p.round, p.epoch));
                 }
             }
@@ -251,6 +278,7 @@ impl Run<'_> {
                 "test_metric": if self.shards.test.is_some() { json!(ev.metric) } else { json!(null) },
                 "train_metric": ev.train_metric,
                 "consensus_distance": ev.consensus_distance,
+                "rank_metric": {"worst": worst, "mean": mean},
                 "counters": counters,
                 "sync": extra,
             });
@@ -525,6 +553,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         "held_out": run.shards.test.is_some(),
         "per_rank_metric": per_rank,
         "target": cfg.target,
+        "target_on": cfg.target_on,
         "time_to_target": run.reached.map(|r| json!({"train_seconds": r.0, "round": r.1, "epoch": r.2})),
         "counters": counters,
         "sync_metrics": extra,
@@ -570,10 +599,11 @@ fn print_summary(s: &serde_json::Value, kind: MetricKind) {
         println!("each rank's own model: {} .. {}", fmt_metric(kind, lo), fmt_metric(kind, hi));
     }
     if let Some(t) = s["target"].as_f64() {
+        let on = s["target_on"].as_str().unwrap_or("averaged");
         match s["time_to_target"].as_object() {
-            Some(r) => println!("target {t} reached after {:.2} s of training (round {}, epoch {:.2})",
+            Some(r) => println!("target {t} ({on}) reached after {:.2} s of training (round {}, epoch {:.2})",
                 r["train_seconds"].as_f64().unwrap_or(0.0), r["round"], r["epoch"].as_f64().unwrap_or(0.0)),
-            None => println!("target {t} not reached"),
+            None => println!("target {t} ({on}) not reached"),
         }
     }
 }
