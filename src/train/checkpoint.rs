@@ -39,8 +39,52 @@ pub struct Restored {
     pub path: PathBuf,
 }
 
-fn ckpt_name(round: u64) -> String {
-    format!("ckpt-{round:010}.h5")
+/// Which run a checkpoint belongs to: a hash of what determines the trajectory (the options
+/// below and the seed; not outputs, `--max-rounds`, `--resume` or evaluation settings), and one
+/// of that and the rank count. Checkpoints are named by the run identity, and pruning and
+/// `--resume` look only at the run's own, so a directory shared by two runs loses nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunIdentity {
+    /// Hash of the trajectory-determining options (16 hex digits).
+    pub config_id: String,
+    /// Hash of `config_id` and the rank count (16 hex digits).
+    pub run_id: String,
+}
+
+impl RunIdentity {
+    pub fn new(cfg: &crate::config::TrainConfig, ranks: usize) -> Self {
+        let c = serde_json::json!({
+            "data": cfg.data, "test_data": cfg.test_data, "format": cfg.format, "test_fraction": cfg.test_fraction,
+            "scale": cfg.scale, "model": cfg.model, "hidden": cfg.hidden, "factors": cfg.factors, "classes": cfg.classes,
+            "features": cfg.features, "lambda": cfg.lambda, "batch_size": cfg.batch_size, "lr": cfg.lr,
+            "lr_schedule": cfg.lr_schedule, "lr_decay": cfg.lr_decay, "seed": cfg.seed, "sync": cfg.sync,
+            "sync_every": cfg.sync_every, "asap": cfg.asap, "ssp": cfg.ssp, "straggler": cfg.straggler,
+        });
+        let config_id = format!("{:016x}", fnv1a(c.to_string().as_bytes()));
+        let run_id = format!("{:016x}", fnv1a(format!("{config_id}/{ranks}").as_bytes()));
+        RunIdentity { config_id, run_id }
+    }
+}
+
+/// FNV-1a, 64 bits: a stable hash (std's hasher may change between Rust releases).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+fn ckpt_name(id: &RunIdentity, round: u64) -> String {
+    format!("ckpt-{}-{round:010}.h5", id.run_id)
+}
+
+/// Removes temporary checkpoint files this run left behind (a crash or a signal in the middle of
+/// a write). Rank 0 only.
+pub fn remove_stale_temporaries(dir: &Path, id: &RunIdentity) {
+    let prefix = format!(".ckpt-{}-", id.run_id);
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&prefix) && name.ends_with(".tmp") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 fn str_attr(loc: &hdf5::Location, name: &str, value: &str) -> hdf5::Result<()> {
@@ -83,7 +127,7 @@ pub struct Contents<'a> {
 
 /// Collective: gathers every replica, RNG state and sync-mode state at rank 0, which writes the
 /// checkpoint.
-pub fn save(comm: &SimpleCommunicator, dir: &str, pos: &Position, c: &Contents) -> anyhow::Result<()> {
+pub fn save(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, pos: &Position, c: &Contents) -> anyhow::Result<()> {
     let (params, epoch_rng, config_json, spec_json) = (c.params, c.epoch_rng, c.config_json, c.spec_json);
     let all = collectives::gather(comm, 0, params);
     let rngs = collectives::gather(comm, 0, &epoch_rng);
@@ -98,7 +142,7 @@ pub fn save(comm: &SimpleCommunicator, dir: &str, pos: &Position, c: &Contents) 
     );
     let r = if comm.rank() == 0 {
         let n = comm.size() as usize;
-        let path = Path::new(dir).join(ckpt_name(pos.round));
+        let path = Path::new(dir).join(ckpt_name(id, pos.round));
         let res = write_atomic(&path, |f| {
             f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, params.len()), all).unwrap()).create("params")?;
             f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, 4), rngs).unwrap()).create("rng")?;
@@ -109,6 +153,8 @@ pub fn save(comm: &SimpleCommunicator, dir: &str, pos: &Position, c: &Contents) 
             f.new_attr::<f64>().create("train_seconds")?.write_scalar(&pos.train_seconds)?;
             str_attr(f, "config", config_json)?;
             str_attr(f, "model_spec", spec_json)?;
+            str_attr(f, "run_id", &id.run_id)?;
+            str_attr(f, "config_id", &id.config_id)?;
             let group = f.create_group("sync")?;
             for (r, ((names, lens), values)) in all_names.iter().zip(&all_lens).zip(&all_values).enumerate() {
                 let g = group.create_group(&format!("rank{r}"))?;
@@ -123,7 +169,7 @@ pub fn save(comm: &SimpleCommunicator, dir: &str, pos: &Position, c: &Contents) 
             Ok(())
         });
         if res.is_ok() {
-            prune(Path::new(dir));
+            prune(Path::new(dir), id);
             log::info!("checkpoint written: {}", path.display());
         }
         res
@@ -133,23 +179,29 @@ pub fn save(comm: &SimpleCommunicator, dir: &str, pos: &Position, c: &Contents) 
     agree(comm, r)
 }
 
-fn list_checkpoints(dir: &Path) -> Vec<(u64, PathBuf)> {
-    let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+/// Checkpoints in `dir` as (run id, round, path), sorted by round.
+fn list_checkpoints(dir: &Path) -> Vec<(String, u64, PathBuf)> {
+    let mut v: Vec<(String, u64, PathBuf)> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
-            let round = name.strip_prefix("ckpt-")?.strip_suffix(".h5")?.parse().ok()?;
-            Some((round, e.path()))
+            let (id, round) = name.strip_prefix("ckpt-")?.strip_suffix(".h5")?.split_once('-')?;
+            Some((id.to_owned(), round.parse().ok()?, e.path()))
         })
         .collect();
-    v.sort();
+    v.sort_by_key(|c| c.1);
     v
 }
 
-fn prune(dir: &Path) {
-    let all = list_checkpoints(dir);
+/// This run's checkpoints in `dir`, oldest first.
+fn own_checkpoints(dir: &Path, id: &RunIdentity) -> Vec<(u64, PathBuf)> {
+    list_checkpoints(dir).into_iter().filter(|c| c.0 == id.run_id).map(|c| (c.1, c.2)).collect()
+}
+
+fn prune(dir: &Path, id: &RunIdentity) {
+    let all = own_checkpoints(dir, id);
     for (_, p) in all.iter().take(all.len().saturating_sub(KEEP)) {
         let _ = std::fs::remove_file(p);
     }
@@ -161,13 +213,11 @@ fn read_u64(f: &hdf5::File, name: &str) -> hdf5::Result<u64> {
 
 /// Collective: rank 0 reads the newest checkpoint in `dir` and scatters each rank's replica and
 /// RNG state. Errors (no checkpoint, other rank count or model size) reach every rank.
-pub fn restore(comm: &SimpleCommunicator, dir: &str, n_params: usize) -> anyhow::Result<Restored> {
+pub fn restore(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, n_params: usize) -> anyhow::Result<Restored> {
     let n = comm.size() as usize;
     let loaded = if comm.rank() == 0 {
         (|| -> anyhow::Result<_> {
-            let (_, path) = list_checkpoints(Path::new(dir)).pop().ok_or_else(|| {
-                anyhow::anyhow!("--resume: no checkpoint (ckpt-*.h5) in {dir}; run without --resume first")
-            })?;
+            let Some((_, path)) = own_checkpoints(Path::new(dir), id).pop() else { bail!("{}", no_own_checkpoint(dir, id)) };
             let f = hdf5::File::open(&path).with_context(|| format!("cannot open checkpoint {}", path.display()))?;
             let ctx = || format!("checkpoint {} is damaged or not ours", path.display());
             let ranks = read_u64(&f, "ranks").with_context(ctx)? as usize;
@@ -182,7 +232,13 @@ pub fn restore(comm: &SimpleCommunicator, dir: &str, n_params: usize) -> anyhow:
                     params.ncols()
                 );
             }
+            if params.nrows() != n {
+                bail!("checkpoint {} is damaged: it says {n} ranks but holds {} replicas", path.display(), params.nrows());
+            }
             let rng: Array2<u64> = f.dataset("rng").and_then(|d| d.read_2d()).with_context(ctx)?;
+            if rng.dim() != (n, 4) {
+                bail!("checkpoint {} is damaged: its RNG states have shape {:?}, not ({n}, 4)", path.display(), rng.dim());
+            }
             let pos = [
                 read_u64(&f, "epoch").with_context(ctx)?,
                 read_u64(&f, "step_in_epoch").with_context(ctx)?,
@@ -215,6 +271,26 @@ pub fn restore(comm: &SimpleCommunicator, dir: &str, n_params: usize) -> anyhow:
         epoch_rng: rng,
         path,
     })
+}
+
+/// Why `--resume` found nothing of this run in `dir`, saying what is there instead.
+fn no_own_checkpoint(dir: &str, id: &RunIdentity) -> String {
+    let others = list_checkpoints(Path::new(dir));
+    let same_options = others.iter().rev().find_map(|(_, _, p)| {
+        let f = hdf5::File::open(p).ok()?;
+        let cid: VarLenUnicode = f.attr("config_id").ok()?.read_scalar().ok()?;
+        (cid.as_str() == id.config_id).then(|| (p.clone(), read_u64(&f, "ranks").ok()))
+    });
+    match (same_options, others.len()) {
+        (Some((p, Some(ranks))), _) => {
+            format!("checkpoint {} was written by {ranks} ranks; resume it with {ranks} ranks", p.display())
+        }
+        (_, 0) => format!("--resume: no checkpoint (ckpt-*.h5) in {dir}; run without --resume first"),
+        (_, k) => format!(
+            "--resume: the {k} checkpoint(s) in {dir} belong to other runs (other options or seed); resume with the \
+             options of the run that wrote them, or use another --checkpoint-dir"
+        ),
+    }
 }
 
 /// Collective: every rank reads its own sync-mode state from the checkpoint `path` (the one

@@ -141,6 +141,7 @@ struct Run<'a> {
     reached: Option<(f64, u64, f64)>,
     last_eval: Evaluation,
     pending: Vec<PendingEval>,
+    run_id: checkpoint::RunIdentity,
 }
 
 impl Run<'_> {
@@ -334,7 +335,7 @@ impl Run<'_> {
             config_json: &serde_json::to_string(self.cfg)?,
             spec_json: &serde_json::to_string(self.model.spec())?,
         };
-        checkpoint::save(self.comm, &dir, &pos, &contents)?;
+        checkpoint::save(self.comm, &dir, &self.run_id, &pos, &contents)?;
         self.clock.excluded += t0.elapsed();
         Ok(())
     }
@@ -375,9 +376,13 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
 
     let mut pos = Position { epoch: 0, step_in_epoch: 0, global_step: 0, round: 0, train_seconds: 0.0 };
     let mut resumed_from = None;
+    let run_id = checkpoint::RunIdentity::new(cfg, n);
+    if let (Some(dir), true) = (&cfg.checkpoint_dir, rank0) {
+        checkpoint::remove_stale_temporaries(std::path::Path::new(dir), &run_id);
+    }
     if cfg.resume {
         let dir = cfg.checkpoint_dir.as_deref().expect("validated: --resume needs --checkpoint-dir");
-        let r = checkpoint::restore(comm, dir, p)?;
+        let r = checkpoint::restore(comm, dir, &run_id, p)?;
         if rank0 {
             eprintln!("asap-train: resuming from {} (epoch {}, round {})", r.path.display(), r.position.epoch, r.position.round);
         }
@@ -418,6 +423,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         reached: None,
         last_eval: Evaluation::default(),
         pending: Vec::new(),
+        run_id,
         shards,
     };
     let start = json!({
