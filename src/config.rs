@@ -214,6 +214,11 @@ pub struct TrainConfig {
     /// Continue from the newest checkpoint in --checkpoint-dir.
     #[arg(long, help_heading = "Output")]
     pub resume: bool,
+
+    /// The --config file these options came from (not an option itself; checked against outputs).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub config_file: Option<String>,
 }
 
 impl Default for TrainConfig {
@@ -268,7 +273,8 @@ impl TrainConfig {
         if obj["data"] != serde_json::json!(default.data) && !test_data_given {
             obj.insert("test_data".into(), serde_json::Value::Null);
         }
-        let cfg: TrainConfig = serde_json::from_value(merged)?;
+        let mut cfg: TrainConfig = serde_json::from_value(merged)?;
+        cfg.config_file = file.map(|p| p.to_string_lossy().into_owned());
         cfg.validate()?;
         Ok(cfg)
     }
@@ -291,10 +297,14 @@ impl TrainConfig {
             self.test_fraction
         );
         anyhow::ensure!(
-            self.wait_timeout > 0.0 && self.wait_timeout.is_finite(),
-            "--wait-timeout must be a positive number of seconds, got {}",
+            self.wait_timeout > 0.0 && self.wait_timeout <= 1e9,
+            "--wait-timeout must be a positive number of seconds (at most 1e9), got {}",
             self.wait_timeout
         );
+        anyhow::ensure!(self.lr_decay > 0.0 && self.lr_decay.is_finite(), "--lr-decay must be a positive number, got {}", self.lr_decay);
+        if let Some(t) = self.target {
+            anyhow::ensure!(t.is_finite(), "--target must be a number, got {t}");
+        }
         anyhow::ensure!(
             !self.resume || self.checkpoint_dir.is_some(),
             "--resume needs --checkpoint-dir DIR (the directory holding the checkpoints)"

@@ -3,6 +3,7 @@
 
 pub mod checkpoint;
 pub mod eval;
+pub mod outputs;
 pub mod report;
 pub mod schedule;
 pub mod setup;
@@ -349,6 +350,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     if rank0 {
         eprintln!("asap-train: {n} rank(s); effective configuration:\n{}", serde_json::to_string_pretty(cfg)?);
     }
+    // Outputs are written by rank 0: it checks them before anything is read or trained.
+    collectives::agree(comm, if rank0 { outputs::check(cfg) } else { Ok(()) })?;
     for path in std::iter::once(&cfg.data).chain(&cfg.test_data) {
         if path.contains("datasets/out/") && !std::path::Path::new(path).exists() {
             anyhow::bail!("{path} does not exist: `make datasets` (or datasets/prepare.sh) prepares the data sets under datasets/out/");
