@@ -1,54 +1,70 @@
 //! Small typed wrappers over the MPI collectives the trainer needs (safe rsmpi calls), and the
 //! "agree on failure" pattern that turns an error on some ranks into a clean exit on all of them.
+//!
+//! While a [`deadline`](super::deadline) is armed (during training), every collective here is
+//! started non-blocking and polled, so a stopped or dead rank ends the job within
+//! `--wait-timeout` with its rank named, instead of hanging it.
 
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
 use mpi::datatype::{Equivalence, PartitionMut};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
+use super::deadline;
+
+/// `recv = op(send over all ranks)`, under the deadline when one is armed.
+fn all_reduce<T: Equivalence>(comm: &SimpleCommunicator, send: &[T], recv: &mut [T], op: SystemOperation) {
+    if !deadline::armed() {
+        comm.all_reduce_into(send, recv, op);
+        return;
+    }
+    deadline::enter();
+    mpi::request::scope(|sc| deadline::wait(comm.immediate_all_reduce_into(sc, send, recv, op), "an allreduce"));
+}
+
 /// Element-wise sum over all ranks, in place.
 pub fn sum_f64(comm: &SimpleCommunicator, v: &mut [f64]) {
     let send = v.to_vec();
-    comm.all_reduce_into(&send[..], v, SystemOperation::sum());
+    all_reduce(comm, &send, v, SystemOperation::sum());
 }
 
 /// Element-wise sum over all ranks, in place.
 pub fn sum_f32(comm: &SimpleCommunicator, v: &mut [f32], scratch: &mut Vec<f32>) {
     scratch.clear();
     scratch.extend_from_slice(v);
-    comm.all_reduce_into(&scratch[..], v, SystemOperation::sum());
+    all_reduce(comm, scratch, v, SystemOperation::sum());
 }
 
 /// Element-wise maximum over all ranks, in place.
 pub fn max_f64(comm: &SimpleCommunicator, v: &mut [f64]) {
     let send = v.to_vec();
-    comm.all_reduce_into(&send[..], v, SystemOperation::max());
+    all_reduce(comm, &send, v, SystemOperation::max());
 }
 
 /// Element-wise maximum over all ranks, in place.
 pub fn max_f32(comm: &SimpleCommunicator, v: &mut [f32]) {
     let send = v.to_vec();
-    comm.all_reduce_into(&send[..], v, SystemOperation::max());
+    all_reduce(comm, &send, v, SystemOperation::max());
+}
+
+fn scalar_u64(comm: &SimpleCommunicator, x: u64, op: SystemOperation) -> u64 {
+    let mut out = [0u64];
+    all_reduce(comm, &[x], &mut out, op);
+    out[0]
 }
 
 /// Maximum of one `u64` over all ranks.
 pub fn max_u64(comm: &SimpleCommunicator, x: u64) -> u64 {
-    let mut out = 0u64;
-    comm.all_reduce_into(&x, &mut out, SystemOperation::max());
-    out
+    scalar_u64(comm, x, SystemOperation::max())
 }
 
 /// Minimum of one `u64` over all ranks.
 pub fn min_u64(comm: &SimpleCommunicator, x: u64) -> u64 {
-    let mut out = 0u64;
-    comm.all_reduce_into(&x, &mut out, SystemOperation::min());
-    out
+    scalar_u64(comm, x, SystemOperation::min())
 }
 
 /// Sum of one `u64` over all ranks.
 pub fn sum_u64(comm: &SimpleCommunicator, x: u64) -> u64 {
-    let mut out = 0u64;
-    comm.all_reduce_into(&x, &mut out, SystemOperation::sum());
-    out
+    scalar_u64(comm, x, SystemOperation::sum())
 }
 
 /// Mean and maximum over ranks of each value.
@@ -63,18 +79,28 @@ pub fn mean_max(comm: &SimpleCommunicator, v: &[f64]) -> (Vec<f64>, Vec<f64>) {
 }
 
 /// Broadcasts `buf` from `root` to every rank.
+pub fn broadcast<T: Equivalence>(comm: &SimpleCommunicator, root: usize, buf: &mut [T]) {
+    let p = comm.process_at_rank(root as i32);
+    if !deadline::armed() {
+        p.broadcast_into(buf);
+        return;
+    }
+    deadline::enter();
+    mpi::request::scope(|sc| deadline::wait(p.immediate_broadcast_into(sc, buf), "a broadcast"));
+}
+
+/// Broadcasts `buf` from `root` to every rank.
 pub fn broadcast_f32(comm: &SimpleCommunicator, root: usize, buf: &mut [f32]) {
-    comm.process_at_rank(root as i32).broadcast_into(buf);
+    broadcast(comm, root, buf);
 }
 
 /// Broadcasts a string known only at `root` (others pass anything) to every rank.
 pub fn broadcast_string(comm: &SimpleCommunicator, root: usize, text: &str) -> String {
-    let p = comm.process_at_rank(root as i32);
     let mut bytes = text.as_bytes().to_vec();
-    let mut len = bytes.len() as u64;
-    p.broadcast_into(&mut len);
-    bytes.resize(len as usize, 0);
-    p.broadcast_into(&mut bytes[..]);
+    let mut len = [bytes.len() as u64];
+    broadcast(comm, root, &mut len);
+    bytes.resize(len[0] as usize, 0);
+    broadcast(comm, root, &mut bytes);
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -117,12 +143,24 @@ pub const REPORTED: &str = "(already reported)";
 /// Gathers equal-length slices at `root` (rank-major); other ranks get an empty vector.
 pub fn gather<T: Equivalence + Default + Clone>(comm: &SimpleCommunicator, root: usize, v: &[T]) -> Vec<T> {
     let p = comm.process_at_rank(root as i32);
+    let armed = deadline::armed();
+    if armed {
+        deadline::enter();
+    }
     if comm.rank() as usize == root {
         let mut out = vec![T::default(); v.len() * comm.size() as usize];
-        p.gather_into_root(v, &mut out[..]);
+        if armed {
+            mpi::request::scope(|sc| deadline::wait(p.immediate_gather_into_root(sc, v, &mut out[..]), "a gather"));
+        } else {
+            p.gather_into_root(v, &mut out[..]);
+        }
         out
     } else {
-        p.gather_into(v);
+        if armed {
+            mpi::request::scope(|sc| deadline::wait(p.immediate_gather_into(sc, v), "a gather"));
+        } else {
+            p.gather_into(v);
+        }
         Vec::new()
     }
 }
@@ -130,10 +168,15 @@ pub fn gather<T: Equivalence + Default + Clone>(comm: &SimpleCommunicator, root:
 /// Scatters rank-major equal chunks of `all` (significant at `root` only) into `mine`.
 pub fn scatter<T: Equivalence>(comm: &SimpleCommunicator, root: usize, all: &[T], mine: &mut [T]) {
     let p = comm.process_at_rank(root as i32);
-    if comm.rank() as usize == root {
-        p.scatter_into_root(all, mine);
-    } else {
-        p.scatter_into(mine);
+    let armed = deadline::armed();
+    if armed {
+        deadline::enter();
+    }
+    match (comm.rank() as usize == root, armed) {
+        (true, false) => p.scatter_into_root(all, mine),
+        (false, false) => p.scatter_into(mine),
+        (true, true) => mpi::request::scope(|sc| deadline::wait(p.immediate_scatter_into_root(sc, all, mine), "a scatter")),
+        (false, true) => mpi::request::scope(|sc| deadline::wait(p.immediate_scatter_into(sc, mine), "a scatter")),
     }
 }
 
@@ -148,15 +191,27 @@ pub fn gather_varcount<T: Equivalence + Default + Clone>(comm: &SimpleCommunicat
     }
     let counts: Vec<i32> = gather(comm, root, &[v.len() as i32]);
     let p = comm.process_at_rank(root as i32);
+    let armed = deadline::armed();
+    if armed {
+        deadline::enter();
+    }
     if comm.rank() as usize != root {
-        p.gather_varcount_into(v);
+        if armed {
+            mpi::request::scope(|sc| deadline::wait(p.immediate_gather_varcount_into(sc, v), "a gather"));
+        } else {
+            p.gather_varcount_into(v);
+        }
         return Vec::new();
     }
     let displs: Vec<i32> = counts.iter().scan(0, |acc, &c| { let d = *acc; *acc += c; Some(d) }).collect();
     let mut all = vec![T::default(); counts.iter().map(|&c| c as usize).sum()];
     {
         let mut part = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
-        p.gather_varcount_into_root(v, &mut part);
+        if armed {
+            mpi::request::scope(|sc| deadline::wait(p.immediate_gather_varcount_into_root(sc, v, &mut part), "a gather"));
+        } else {
+            p.gather_varcount_into_root(v, &mut part);
+        }
     }
     let mut out = Vec::with_capacity(counts.len());
     let mut rest = &all[..];

@@ -2,6 +2,7 @@
 //! Knows nothing of machine learning.
 
 pub mod collectives;
+pub mod deadline;
 
 use mpi::topology::{Communicator, SimpleCommunicator};
 

@@ -418,8 +418,9 @@ impl StaleSynchronous {
     }
 
     /// Serves until `done(self)` holds, counting the time as waiting; after `--wait-timeout`
-    /// fails with `what` and the ranks this rank's shard is waiting for.
-    fn wait_until(&mut self, what: &str, done: impl Fn(&Self) -> bool) -> anyhow::Result<()> {
+    /// fails with `what(self)` (said at that moment, naming whom it still waits for) and, when
+    /// this rank's shard holds reads back, the ranks whose updates it lacks.
+    fn wait_until(&mut self, what: impl Fn(&Self) -> String, done: impl Fn(&Self) -> bool) -> anyhow::Result<()> {
         let start = Instant::now();
         // Yield (not sleep) for a while: the answer usually comes from a rank that only needs
         // the CPU for one step, and sleeping 1 ms per clock made S = 0 take 2.1 s instead of
@@ -429,7 +430,7 @@ impl StaleSynchronous {
         while !done(self) {
             if start.elapsed() > self.wait_timeout {
                 let behind = match &self.server {
-                    Some(s) => format!(
+                    Some(s) if !s.reads.is_empty() || !s.queued.is_empty() => format!(
                         "; this rank's shard has every update of clocks < {} and waits for the updates of rank(s) {:?} \
                          (clocks pushed per rank {:?}, reads deferred {:?}, pushes queued {:?})",
                         s.cmin,
@@ -438,12 +439,13 @@ impl StaleSynchronous {
                         s.reads,
                         s.queued.keys().collect::<Vec<_>>()
                     ),
-                    None => String::new(),
+                    _ => String::new(),
                 };
                 bail!(
-                    "rank {}: waited {:.1} s (--wait-timeout) for {what}{behind}: those ranks are stuck, dead or far too slow",
+                    "rank {}: waited {:.1} s (--wait-timeout) for {}{behind}: those ranks are stuck, dead or far too slow",
                     self.rank,
-                    start.elapsed().as_secs_f64()
+                    start.elapsed().as_secs_f64(),
+                    what(self)
                 );
             }
             backoff.pause();
@@ -451,6 +453,11 @@ impl StaleSynchronous {
         }
         self.stats.wait_seconds += start.elapsed().as_secs_f64();
         Ok(())
+    }
+
+    /// Ranks that have not pushed `clock` clocks to this rank's shard.
+    fn behind(&self, clock: u64) -> Vec<usize> {
+        self.server.as_ref().map_or(Vec::new(), |s| (0..s.workers()).filter(|&m| s.completed[m] < clock).collect())
     }
 
     /// Waits for the answers to this rank's reads and puts the rows into the replica.
@@ -465,8 +472,10 @@ impl StaleSynchronous {
         };
         if !missing(self).is_empty() {
             self.blocked_reads += 1;
-            let owners = missing(self);
-            self.wait_until(&format!("the rows of clock {clock} from the shard servers on rank(s) {owners:?}"), |s| missing(s).is_empty())?;
+            self.wait_until(
+                |s| format!("the rows of clock {clock} from the shard server(s) on rank(s) {:?}", missing(s)),
+                |s| missing(s).is_empty(),
+            )?;
         }
         for (src, cmin, rows, values) in std::mem::take(&mut self.inbox) {
             let (start, offsets) = (self.shards[src].start, &self.local_offsets[src]);
@@ -491,7 +500,7 @@ impl StaleSynchronous {
     fn drain(&mut self, params: &mut [f32], clock: u64) -> anyhow::Result<()> {
         self.complete_reads(params, clock)?;
         if self.server.is_some() {
-            self.wait_until(&format!("every rank's updates up to clock {}", clock.saturating_sub(1)), |s| {
+            self.wait_until(|s| format!("the updates up to clock {} of rank(s) {:?}", clock.saturating_sub(1), s.behind(clock)), |s| {
                 s.server.as_ref().is_some_and(|sv| sv.cmin >= clock)
             })?;
         }
@@ -576,7 +585,7 @@ impl SyncMode for StaleSynchronous {
         let n_params = self.base.len();
         let mut part = vec![0f32; n_params];
         if self.server.is_some() {
-            self.wait_until(&format!("every rank's updates up to clock {} (evaluation)", round.saturating_sub(1)), |s| {
+            self.wait_until(|s| format!("the updates up to clock {} of rank(s) {:?} (evaluation)", round.saturating_sub(1), s.behind(round)), |s| {
                 s.server.as_ref().is_some_and(|sv| sv.snapshots.get(&round).is_some_and(|x| x.is_some()))
             })?;
             let s = self.server.as_mut().expect("checked");

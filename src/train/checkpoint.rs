@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use hdf5::types::VarLenUnicode;
-use mpi::collective::Root;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use ndarray::{Array1, Array2};
 
@@ -257,7 +256,7 @@ pub fn restore(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, n_params:
     let mut rng = [0u64; 4];
     collectives::scatter(comm, 0, &rngs, &mut rng);
     let mut pos = pos0.to_vec();
-    comm.process_at_rank(0).broadcast_into(&mut pos[..]);
+    collectives::broadcast(comm, 0, &mut pos[..]);
     let path = PathBuf::from(collectives::broadcast_string(comm, 0, &path.to_string_lossy()));
     Ok(Restored {
         position: Position {

@@ -51,6 +51,22 @@ fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Res
     })
 }
 
+/// Collectives with a deadline while it lives.
+struct DeadlineGuard;
+
+impl DeadlineGuard {
+    fn arm(comm: &SimpleCommunicator, timeout: Duration) -> anyhow::Result<Self> {
+        comm::deadline::arm(comm, timeout).context("setting up the collectives' deadline (one-sided window)")?;
+        Ok(DeadlineGuard)
+    }
+}
+
+impl Drop for DeadlineGuard {
+    fn drop(&mut self) {
+        comm::deadline::disarm();
+    }
+}
+
 /// Timers and counters of this rank that are not the sync mode's.
 #[derive(Default)]
 struct Clock {
@@ -350,6 +366,9 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     if rank0 {
         eprintln!("asap-train: {n} rank(s); effective configuration:\n{}", serde_json::to_string_pretty(cfg)?);
     }
+    // From here on every collective gives up after --wait-timeout naming the ranks that never
+    // reached it (disarmed when this function returns, on every rank alike).
+    let _deadline = DeadlineGuard::arm(comm, Duration::from_secs_f64(cfg.wait_timeout))?;
     // Outputs are written by rank 0: it checks them before anything is read or trained.
     collectives::agree(comm, if rank0 { outputs::check(cfg) } else { Ok(()) })?;
     for path in std::iter::once(&cfg.data).chain(&cfg.test_data) {
