@@ -559,7 +559,19 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     } else {
         Vec::new()
     };
+    // A model with non-finite values is never saved or reported as a result (the mini-batch
+    // loss check cannot see a last step that overflowed). Every rank holds the same final model.
+    if let Some(i) = params.iter().position(|w| !w.is_finite()) {
+        anyhow::bail!(
+            "training diverged: the final model has a non-finite parameter ({} at index {i}); nothing was saved; try a smaller --lr (now {})",
+            params[i],
+            cfg.lr
+        );
+    }
     let final_eval = eval::evaluate(comm, run.model.as_ref(), &params, None, &run.shards.train, run.shards.test.as_ref());
+    if !final_eval.objective.is_finite() {
+        anyhow::bail!("training diverged: the final objective is {}; nothing was saved; try a smaller --lr (now {})", final_eval.objective, cfg.lr);
+    }
     let counters = run.counters(&run.local_counters());
     let extra = aggregate_metrics(comm, &run.sync.metrics());
     let examples_per_rank = run.pos.global_step as f64 * b as f64;
