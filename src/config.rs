@@ -214,6 +214,16 @@ pub struct TrainConfig {
     /// Continue from the newest checkpoint in --checkpoint-dir.
     #[arg(long, help_heading = "Output")]
     pub resume: bool,
+    /// Continue from this run's newest checkpoint in --checkpoint-dir when there is one, else
+    /// start from scratch: for batch jobs that are requeued after preemption.
+    #[arg(long, help_heading = "Output")]
+    pub auto_resume: bool,
+    /// Rounds between the ranks' votes on stopping: on SIGTERM or SIGUSR1 (Slurm's --signal)
+    /// all ranks stop at the next vote round after the signal, write a checkpoint (with
+    /// --checkpoint-dir) and exit with status 75, which slurm/asap-train.sbatch turns into a
+    /// requeue.
+    #[arg(long, value_name = "ROUNDS", default_value_t = 20, help_heading = "Output")]
+    pub stop_check_every: u64,
 
     /// The --config file these options came from (not an option itself; checked against outputs).
     #[arg(skip)]
@@ -306,9 +316,10 @@ impl TrainConfig {
             anyhow::ensure!(t.is_finite(), "--target must be a number, got {t}");
         }
         anyhow::ensure!(
-            !self.resume || self.checkpoint_dir.is_some(),
-            "--resume needs --checkpoint-dir DIR (the directory holding the checkpoints)"
+            !(self.resume || self.auto_resume) || self.checkpoint_dir.is_some(),
+            "--resume and --auto-resume need --checkpoint-dir DIR (the directory holding the checkpoints)"
         );
+        anyhow::ensure!(self.stop_check_every >= 1, "--stop-check-every must be at least 1");
         anyhow::ensure!(
             self.model != ModelKind::Mlp || (1..=2).contains(&self.hidden.len()),
             "--hidden takes one or two layer widths for --model mlp, got {:?}",

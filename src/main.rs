@@ -50,9 +50,10 @@ fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
         }
     };
     let world = universe.world();
-    let result = args.effective_config(matches).and_then(|cfg| asap_train::train::run(&cfg, &world).map(|_| ()));
+    let result = args.effective_config(matches).and_then(|cfg| asap_train::train::run(&cfg, &world));
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(s) if s.preempted => ExitCode::from(asap_train::train::PREEMPTED_EXIT),
+        Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             report(&e, world.rank() as usize);
             world.barrier();

@@ -70,4 +70,5 @@ pub fn abort_job(message: &str, code: i32) -> ! {
 
 pub mod mailbox;
 pub mod postbox;
+pub mod preempt;
 pub mod window;

@@ -272,6 +272,12 @@ pub fn restore(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, n_params:
     })
 }
 
+/// Collective: whether `dir` holds a checkpoint of this run (rank 0 looks; all learn it).
+pub fn has_own(comm: &SimpleCommunicator, dir: Option<&str>, id: &RunIdentity) -> bool {
+    let mine = comm.rank() == 0 && dir.is_some_and(|d| !own_checkpoints(Path::new(d), id).is_empty());
+    collectives::max_u64(comm, mine as u64) == 1
+}
+
 /// Why `--resume` found nothing of this run in `dir`, saying what is there instead.
 fn no_own_checkpoint(dir: &str, id: &RunIdentity) -> String {
     let others = list_checkpoints(Path::new(dir));

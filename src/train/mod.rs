@@ -30,7 +30,13 @@ pub struct Summary {
     pub rounds: u64,
     pub train_seconds: f64,
     pub time_to_target: Option<f64>,
+    /// Stopped by SIGTERM/SIGUSR1 (the process should exit with [`PREEMPTED_EXIT`]).
+    pub preempted: bool,
 }
+
+/// Exit status of a run stopped by SIGTERM/SIGUSR1 after writing its checkpoint (EX_TEMPFAIL:
+/// "try again"); `slurm/asap-train.sbatch` requeues the job on it.
+pub const PREEMPTED_EXIT: u8 = 75;
 
 /// Builds the sync mode chosen by `--sync` (the one place that maps a mode's name to its type).
 /// Returns what the metrics' start line records about it.
@@ -402,7 +408,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     if let (Some(dir), true) = (&cfg.checkpoint_dir, rank0) {
         checkpoint::remove_stale_temporaries(std::path::Path::new(dir), &run_id);
     }
-    if cfg.resume {
+    let resume = cfg.resume || (cfg.auto_resume && checkpoint::has_own(comm, cfg.checkpoint_dir.as_deref(), &run_id));
+    if resume {
         let dir = cfg.checkpoint_dir.as_deref().expect("validated: --resume needs --checkpoint-dir");
         let r = checkpoint::restore(comm, dir, &run_id, p)?;
         if rank0 {
@@ -430,7 +437,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         let state = checkpoint::restore_mode_state(comm, path)?;
         collectives::agree(comm, sync.restore_state(state))?;
     }
-    let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank0, cfg.resume))?;
+    let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank0, resume))?;
     let mut run = Run {
         cfg,
         comm,
@@ -473,6 +480,9 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     let mut scratch = Vec::new();
     let mut perm: Vec<usize> = (0..local_n).collect();
     let mut stopped_early = false;
+    let mut preempted = false;
+    comm::preempt::install_handlers();
+    let mut stop_vote = comm::preempt::StopVote::new(comm, cfg.stop_check_every, Duration::from_secs_f64(cfg.wait_timeout));
     'epochs: while run.pos.epoch < cfg.epochs {
         let epoch_rng = rng.state();
         perm.iter_mut().enumerate().for_each(|(i, x)| *x = i);
@@ -525,11 +535,23 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
                 run.mark_evaluation(&mut params)?;
             }
             let last = Some(run.pos.round) == cfg.max_rounds;
-            if cfg.checkpoint_every > 0 && run.pos.round % cfg.checkpoint_every == 0 || last {
+            let stop = match stop_vote.stop_after(run.pos.round) {
+                Ok(s) => s,
+                Err(e) => comm::abort_job(&format!("{e:#}"), 4),
+            };
+            if cfg.checkpoint_every > 0 && run.pos.round % cfg.checkpoint_every == 0 || last || stop {
                 run.checkpoint(&mut params, epoch_rng, rng.state())?;
             }
-            if last {
+            if last || stop {
+                if stop && rank0 {
+                    eprintln!(
+                        "asap-train: stopping at round {} on SIGTERM/SIGUSR1{}",
+                        run.pos.round,
+                        if cfg.checkpoint_dir.is_some() { "; checkpoint written, continue with --resume or --auto-resume" } else { " (no --checkpoint-dir: the work so far is not kept)" }
+                    );
+                }
                 stopped_early = true;
+                preempted = stop;
                 break 'epochs;
             }
         }
@@ -538,6 +560,9 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         if cfg.eval_every == 0 {
             run.mark_evaluation(&mut params)?;
         }
+    }
+    if let Err(e) = stop_vote.close() {
+        comm::abort_job(&format!("{e:#}"), 4);
     }
     if !stopped_early && cfg.checkpoint_every > 0 {
         run.checkpoint(&mut params, rng.state(), rng.state())?;
@@ -582,6 +607,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         "epochs": run.epoch_fraction(),
         "rounds": run.pos.round,
         "stopped_early": stopped_early,
+        "preempted": preempted,
         "load_seconds": load_seconds,
         "train_seconds": train_seconds,
         "wall_seconds": t_start.elapsed().as_secs_f64(),
@@ -602,7 +628,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     let mut saved = Ok(());
     if rank0 {
         print_summary(&summary, kind);
-        if let Some(path) = &cfg.save_model {
+        if let Some(path) = cfg.save_model.as_ref().filter(|_| !preempted) {
             saved = checkpoint::save_model(path, run.model.as_ref(), &params, &serde_json::to_string(cfg)?, &summary.to_string())
                 .with_context(|| "cannot save the final model (--save-model)");
             if saved.is_ok() {
@@ -612,7 +638,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     }
     // The model file is written by rank 0 alone; nobody leaves before it is done or failed.
     collectives::agree(comm, saved)?;
-    Ok(Summary { final_eval, rounds: run.pos.round, train_seconds, time_to_target: run.reached.map(|r| r.0) })
+    Ok(Summary { final_eval, rounds: run.pos.round, train_seconds, time_to_target: run.reached.map(|r| r.0), preempted })
 }
 
 fn print_summary(s: &serde_json::Value, kind: MetricKind) {
@@ -626,7 +652,13 @@ fn print_summary(s: &serde_json::Value, kind: MetricKind) {
     let f = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
     let which = if s["held_out"].as_bool() == Some(true) { "held-out" } else { "training" };
     println!("== asap-train summary ({} ranks, sync {}) ==", s["ranks"], s["sync"].as_str().unwrap_or("?"));
-    println!("epochs {:.2}, rounds {}{}", f("epochs"), s["rounds"], if s["stopped_early"] == json!(true) { " (stopped by --max-rounds)" } else { "" });
+    println!("epochs {:.2}, rounds {}{}", f("epochs"), s["rounds"], if s["preempted"] == json!(true) {
+        " (stopped by a signal)"
+    } else if s["stopped_early"] == json!(true) {
+        " (stopped by --max-rounds)"
+    } else {
+        ""
+    });
     println!("wall {:.2} s = load {:.2} s + training {:.2} s + evaluation/checkpoints", f("wall_seconds"), f("load_seconds"), f("train_seconds"));
     println!("per rank (mean / max): compute {comp:.2} / {comp_max:.2} s, communication {comm_s:.2} / {comm_max:.2} s, waiting {wait:.2} / {wait_max:.2} s");
     println!("bytes per rank (mean / max): sent {} / {}, received {} / {}", human(sent), human(sent_max), human(recv), human(recv_max));
