@@ -13,7 +13,7 @@ use crate::config::TrainConfig;
 /// ASAP stochastic reduce on the root expander graph).
 /// `asap-train train --help` lists every training option.
 #[derive(Parser, Debug)]
-#[command(name = "asap-train", version, about, long_about = None, args_conflicts_with_subcommands = true)]
+#[command(name = "asap-train", version, about, long_about = None, args_conflicts_with_subcommands = true, allow_negative_numbers = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -26,6 +26,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Train a model (the main job; run it under mpirun or srun).
+    #[command(allow_negative_numbers = true)]
     Train(TrainArgs),
     /// Analyse communication graphs: spectral gap, comparisons, search (no MPI needed).
     Graph(crate::graph::command::GraphArgs),

@@ -242,6 +242,9 @@ impl TrainConfig {
     /// config `file` applied where `matches` says the flag was not given on the command line.
     /// Unknown keys in the file are errors naming file:line:col (a typo must not be ignored).
     pub fn merge(file: Option<&Path>, flags: TrainConfig, matches: Option<&ArgMatches>) -> anyhow::Result<Self> {
+        // The merge goes through JSON, which has no NaN or infinity (they would turn into null):
+        // refuse them first.
+        flags.check_finite()?;
         let mut merged = serde_json::to_value(&flags)?;
         let obj = merged.as_object_mut().expect("a struct serialises to an object");
         let on_command_line =
@@ -250,7 +253,16 @@ impl TrainConfig {
         if let Some(path) = file {
             let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
             let parsed: serde_json::Value = if path.extension().is_some_and(|e| e == "toml") {
-                toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+                let table: toml::Table = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                for (key, value) in &table {
+                    if let toml::Value::Float(x) = value {
+                        if !x.is_finite() {
+                            let (line, col) = locate_key(&text, key);
+                            anyhow::bail!("{}:{line}:{col}: option {key} must be a finite number, got {x}", path.display());
+                        }
+                    }
+                }
+                serde_json::to_value(table)?
             } else {
                 serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", path.display(), e.line(), e.column()))?
             };
@@ -294,8 +306,25 @@ impl TrainConfig {
         Self::merge(Some(path), TrainConfig::default(), None)
     }
 
+    /// Refuses NaN and infinite values of the floating-point options.
+    fn check_finite(&self) -> anyhow::Result<()> {
+        let floats = [
+            ("--lr", self.lr as f64),
+            ("--lambda", self.lambda as f64),
+            ("--lr-decay", self.lr_decay as f64),
+            ("--test-fraction", self.test_fraction),
+            ("--wait-timeout", self.wait_timeout),
+            ("--target", self.target.unwrap_or(0.0)),
+        ];
+        for (opt, v) in floats {
+            anyhow::ensure!(v.is_finite(), "{opt} must be a finite number, got {v}");
+        }
+        Ok(())
+    }
+
     /// Checks settings that do not need the data; messages name the option to fix.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.check_finite()?;
         anyhow::ensure!(self.batch_size >= 1, "--batch-size must be at least 1");
         anyhow::ensure!(self.sync_every >= 1, "--sync-every must be at least 1");
         anyhow::ensure!(self.epochs >= 1, "--epochs must be at least 1");

@@ -1,0 +1,326 @@
+//! A table of malformed inputs and options, each run as a real job. For every case: a non-zero
+//! exit (never a time-out) within its bound, a message that names the option or file at fault,
+//! no input file changed, and no process of the job left behind.
+
+mod common;
+use common::*;
+
+use std::path::{Path, PathBuf};
+
+struct Case {
+    name: String,
+    ranks: usize,
+    args: Vec<String>,
+    /// Every one of these must appear in the job's output.
+    needles: Vec<String>,
+}
+
+/// The fixtures every case may use, written once.
+struct Files {
+    dir: PathBuf,
+    good: String,
+}
+
+impl Files {
+    fn new() -> Self {
+        let dir = scratch("bad-table");
+        let good = write(&dir, "good.svm", "+1 1:0.5 2:1\n-1 1:-0.5 2:-1\n+1 1:0.7 3:0.1\n-1 2:-0.3 3:-0.2\n+1 1:1\n-1 2:-1\n");
+        Files { dir, good }
+    }
+    fn file(&self, name: &str, text: &str) -> String {
+        write(&self.dir, name, text)
+    }
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_string_lossy().into_owned()
+    }
+}
+
+fn case(name: &str, ranks: usize, args: &[&str], needles: &[&str]) -> Case {
+    let mut a: Vec<String> = vec!["train".into()];
+    a.extend(args.iter().map(|s| s.to_string()));
+    Case { name: name.into(), ranks, args: a, needles: needles.iter().map(|s| s.to_string()).collect() }
+}
+
+/// Options wrong in range, finiteness, form or combination, on otherwise good data.
+fn option_cases(f: &Files) -> Vec<Case> {
+    let g = f.good.as_str();
+    let svm = |extra: &[&str]| -> Vec<String> {
+        let mut v = vec!["--data".to_string(), g.to_string(), "--epochs".into(), "1".into()];
+        if !extra.contains(&"--model") {
+            v.extend(["--model".to_string(), "svm".to_string()]);
+        }
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let mut out = Vec::new();
+    let mut add = |name: &str, ranks: usize, extra: &[&str], needles: &[&str]| {
+        let args = svm(extra);
+        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        out.push(case(name, ranks, &refs, needles));
+    };
+    for (opt, vals) in [
+        ("--batch-size", vec!["0", "-1", "x", "1.5"]),
+        ("--sync-every", vec!["0", "-2", "many"]),
+        ("--epochs", vec!["0", "-1", "ten"]),
+        ("--lr", vec!["0", "-0.1", "nan", "inf", "fast"]),
+        ("--lambda", vec!["-1", "nan", "inf"]),
+        ("--test-fraction", vec!["1", "-0.1", "nan", "2"]),
+        ("--wait-timeout", vec!["0", "-1", "nan", "inf", "1e20"]),
+        ("--lr-decay", vec!["0", "-0.5", "nan"]),
+        ("--target", vec!["nan", "inf", "high"]),
+        ("--stop-check-every", vec!["0", "-1"]),
+        ("--seed", vec!["-1", "x"]),
+        ("--eval-every", vec!["-1"]),
+        ("--checkpoint-every", vec!["-5"]),
+        ("--max-rounds", vec!["-1"]),
+        ("--staleness", vec!["-1", "x"]),
+        ("--factors", vec!["-3"]),
+        ("--classes", vec!["-2"]),
+        ("--features", vec!["-7"]),
+    ] {
+        for v in vals {
+            add(&format!("{opt} {v}"), 1, &[opt, v], &[opt.trim_start_matches('-')]);
+        }
+    }
+    for (opt, v) in [
+        ("--sync", "gossip"),
+        ("--model", "svr"),
+        ("--format", "csv"),
+        ("--notify", "sometimes"),
+        ("--apply", "median"),
+        ("--target-on", "best-rank"),
+        ("--lr-schedule", "cosine"),
+        ("--scale", "minmax"),
+    ] {
+        add(&format!("{opt} {v}"), 1, &[opt, v], &[opt, v]);
+    }
+    add("unknown flag", 1, &["--learning-rate", "0.1"], &["--learning-rate"]);
+    add("--resume without --checkpoint-dir", 1, &["--resume"], &["--resume", "--checkpoint-dir"]);
+    add("--auto-resume without --checkpoint-dir", 1, &["--auto-resume"], &["--auto-resume", "--checkpoint-dir"]);
+    add("--resume with an empty directory", 1, &["--resume", "--checkpoint-dir", &f.path("empty-ck")], &["--resume", "empty-ck"]);
+    add("mlp with three hidden layers", 1, &["--model", "mlp", "--hidden", "8,8,8"], &["--hidden"]);
+    add("mlp with a zero-width layer", 1, &["--model", "mlp", "--hidden", "0"], &["hidden"]);
+    for s in ["x", "1", "0:0.5", "0:nan", "0-:2", "3-1:2", "0:x"] {
+        add(&format!("--straggler {s}"), 1, &["--straggler", s], &["--straggler"]);
+    }
+    add("--straggler rank outside the job", 2, &["--straggler", "5:2"], &["--straggler", "5"]);
+    for s in ["1", "x:1", "9:1", "0:y"] {
+        add(&format!("--fault-panic {s}"), 1, &["--fault-panic", s], &["--fault-panic"]);
+        add(&format!("--stop-sending-after {s}"), 1, &["--stop-sending-after", s], &["--stop-sending-after"]);
+    }
+    add("--graph unknown family", 2, &["--sync", "asap", "--graph", "moebius"], &["moebius"]);
+    add("--graph missing file", 2, &["--sync", "asap", "--graph", "file:/nonexistent/g.txt"], &["/nonexistent/g.txt"]);
+    add("--graph not strongly connected", 3, &["--sync", "asap", "--graph", "chain"], &["strongly connected"]);
+    add("--graph random:0", 2, &["--sync", "asap", "--graph", "random:0"], &["random:0"]);
+    add("--features below the data", 1, &["--features", "1"], &["--features"]);
+    add("--scale standard on sparse data", 1, &["--scale", "standard"], &["--scale standard"]);
+    add("mf on feature data", 1, &["--model", "mf"], &["mf", "ratings"]);
+    add("--config missing", 1, &["--config", "/nonexistent/run.toml"], &["/nonexistent/run.toml"]);
+    let typo = f.file("typo.toml", "epochs = 1\nlearning_rate = 0.1\n");
+    add("config with an unknown key", 1, &["--config", &typo], &["typo.toml:2:", "learning_rate"]);
+    let wrong = f.file("wrong.json", "{\"epochs\": \"one\"}");
+    add("config with a wrong type", 1, &["--config", &wrong], &["wrong.json:1:", "epochs"]);
+    let broken = f.file("broken.json", "{\"epochs\": 1,,}");
+    add("config that is not JSON", 1, &["--config", &broken], &["broken.json:1:"]);
+    let list = f.file("list.json", "[1, 2]");
+    add("config that is not a table", 1, &["--config", &list], &["list.json"]);
+    let badtoml = f.file("bad.toml", "epochs = = 2\n");
+    add("config that is not TOML", 1, &["--config", &badtoml], &["bad.toml"]);
+    out
+}
+
+/// Input files that are missing, of the wrong kind, or malformed.
+fn file_cases(f: &Files) -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut data = |name: &str, ranks: usize, path: &str, extra: &[&str], needles: &[&str]| {
+        let mut a = vec!["--data", path, "--epochs", "1"];
+        a.extend(extra);
+        out.push(case(name, ranks, &a, needles));
+    };
+    let svm = ["--model", "svm"];
+    let three = f.file("three-classes.svm", "0 1:1\n1 2:1\n2 3:1\n0 1:0.5\n");
+    data("--classes below the labels", 1, &three, &["--model", "mlr", "--classes", "2"], &["--classes"]);
+    data("missing data file", 2, "/nonexistent/d.svm", &svm, &["/nonexistent/d.svm"]);
+    let dirp = f.path("a-directory.svm");
+    std::fs::create_dir_all(&dirp).unwrap();
+    data("data is a directory", 2, &dirp, &svm, &["a-directory.svm"]);
+    let empty = f.file("empty.svm", "");
+    data("empty data file", 2, &empty, &svm, &["empty.svm"]);
+    let comments = f.file("comments.svm", "# nothing but a comment\n# and another\n");
+    data("only comments", 1, &comments, &svm, &["comments.svm"]);
+    for (name, text, needle) in [
+        ("bad-colon.svm", "+1 1:0.5\n-1 1:\n", "bad-colon.svm:2:"),
+        ("bad-index-word.svm", "+1 1:0.5\n-1 a:1\n", "bad-index-word.svm:2:"),
+        ("bad-zero-index.svm", "+1 1:0.5\n-1 0:1\n", "bad-zero-index.svm:2:"),
+        ("bad-negative-index.svm", "+1 1:0.5\n-1 -2:1\n", "bad-negative-index.svm:2:"),
+        ("bad-label-word.svm", "+1 1:0.5\nmaybe 1:1\n", "bad-label-word.svm:2:"),
+        ("bad-value-word.svm", "+1 1:0.5\n-1 1:big\n", "bad-value-word.svm:2:"),
+        ("bad-value-nan.svm", "+1 1:0.5\n-1 1:nan\n", "bad-value-nan.svm:2:"),
+        ("bad-value-inf.svm", "+1 1:0.5\n-1 1:inf\n", "bad-value-inf.svm:2:"),
+        ("bad-label-nan.svm", "+1 1:0.5\nnan 1:1\n", "bad-label-nan.svm:2:"),
+        ("bad-no-colon.svm", "+1 1:0.5\n-1 3\n", "bad-no-colon.svm:2:"),
+        ("bad-huge-index.svm", "+1 1:0.5\n-1 99999999999:1\n", "bad-huge-index.svm:2:"),
+    ] {
+        let p = f.file(name, text);
+        data(&format!("libsvm {name}"), 1, &p, &svm, &[needle]);
+    }
+    let mf = ["--model", "mf"];
+    for (name, text, needle) in [
+        ("bad-fields.ratings", "0 1 4\n1 2\n", "bad-fields.ratings:2:"),
+        ("bad-user.ratings", "0 1 4\nx 2 3\n", "bad-user.ratings:2:"),
+        ("bad-neg-user.ratings", "0 1 4\n-1 2 3\n", "bad-neg-user.ratings:2:"),
+        ("bad-rating.ratings", "0 1 4\n1 2 good\n", "bad-rating.ratings:2:"),
+        ("bad-rating-nan.ratings", "0 1 4\n1 2 nan\n", "bad-rating-nan.ratings:2:"),
+        ("bad-frac-item.ratings", "0 1 4\n1 2.5 3\n", "bad-frac-item.ratings:2:"),
+    ] {
+        let p = f.file(name, text);
+        data(&format!("ratings {name}"), 1, &p, &mf, &[needle]);
+    }
+    // IDX: a wrong magic number, and a file cut short.
+    let idx = f.dir.join("bad-images-idx3-ubyte");
+    std::fs::write(&idx, [0u8, 0, 9, 9, 0, 0, 0, 1]).unwrap();
+    std::fs::write(f.dir.join("bad-labels-idx1-ubyte"), [0u8, 0, 8, 1, 0, 0, 0, 1, 3]).unwrap();
+    data("idx with a wrong magic number", 1, s(&idx), &[], &["bad-images-idx3-ubyte"]);
+    let cut = f.dir.join("cut-images-idx3-ubyte");
+    let mut bytes = vec![0u8, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 28, 0, 0, 0, 28];
+    bytes.extend(std::iter::repeat_n(7u8, 100));
+    std::fs::write(&cut, bytes).unwrap();
+    std::fs::write(f.dir.join("cut-labels-idx1-ubyte"), [0u8, 0, 8, 1, 0, 0, 0, 2, 3, 4]).unwrap();
+    data("idx cut short", 1, s(&cut), &[], &["cut-images-idx3-ubyte"]);
+    let nolabels = f.dir.join("lonely-images-idx3-ubyte");
+    std::fs::write(&nolabels, [0u8, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1]).unwrap();
+    data("idx without its labels file", 1, s(&nolabels), &[], &["lonely-labels-idx1-ubyte"]);
+    // HDF5: missing datasets and wrong shapes.
+    let h5 = |name: &str, fill: &dyn Fn(&hdf5::File)| -> String {
+        let p = f.dir.join(name);
+        let file = hdf5::File::create(&p).unwrap();
+        fill(&file);
+        drop(file);
+        p.to_string_lossy().into_owned()
+    };
+    let no_y = h5("no-y.h5", &|file| {
+        file.new_dataset_builder().with_data(&ndarray::Array2::<f32>::zeros((4, 3))).create("X").unwrap();
+    });
+    data("hdf5 without y", 1, &no_y, &[], &["no-y.h5"]);
+    let short_y = h5("short-y.h5", &|file| {
+        file.new_dataset_builder().with_data(&ndarray::Array2::<f32>::zeros((4, 3))).create("X").unwrap();
+        file.new_dataset_builder().with_data(&ndarray::Array1::<f32>::zeros(2)).create("y").unwrap();
+    });
+    data("hdf5 with fewer labels than rows", 1, &short_y, &[], &["short-y.h5"]);
+    let nothing = h5("nothing.h5", &|_| {});
+    data("hdf5 with no known datasets", 1, &nothing, &[], &["nothing.h5"]);
+    let notreally = f.file("text.h5", "this is not HDF5\n");
+    data("text named .h5", 1, &notreally, &[], &["text.h5"]);
+    // Held-out data.
+    let g = f.good.as_str();
+    out.push(case("missing test data", 2, &["--data", g, "--model", "svm", "--test-data", "/nonexistent/t.svm"], &["/nonexistent/t.svm"]));
+    let badtest = f.file("bad-test.svm", "+1 1:1\n-1 1:x\n");
+    out.push(case("malformed test data", 1, &["--data", g, "--model", "svm", "--test-data", &badtest], &["bad-test.svm:2:"]));
+    out.push(case("more ranks than examples", 8, &["--data", g, "--model", "svm"], &["ranks"]));
+    out
+}
+
+/// Outputs that would destroy an input or each other, or cannot be written.
+fn output_cases(f: &Files) -> Vec<Case> {
+    let g = f.good.as_str();
+    let cfg = f.file("out-cfg.toml", "epochs = 1\n");
+    let base = ["--data", g, "--model", "svm", "--config", cfg.as_str()];
+    let mut out = Vec::new();
+    let mut add = |name: &str, extra: &[&str], needles: &[&str]| {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend(extra);
+        out.push(case(name, 2, &a, needles));
+    };
+    add("--metrics is the data", &["--metrics", g], &["--metrics", "--data"]);
+    add("--save-model is the data", &["--save-model", g], &["--save-model", "--data"]);
+    add("--metrics is the config", &["--metrics", &cfg], &["--metrics", "--config"]);
+    add("--save-model is the config", &["--save-model", &cfg], &["--save-model", "--config"]);
+    let m = f.path("same.out");
+    add("--metrics and --save-model are one file", &["--metrics", &m, "--save-model", &m], &["--save-model", "--metrics"]);
+    add("--checkpoint-dir is the data", &["--checkpoint-dir", g], &["--checkpoint-dir"]);
+    add("--save-model is a directory", &["--save-model", &f.dir.to_string_lossy()], &["--save-model", "directory"]);
+    add("--metrics in an unwritable place", &["--metrics", "/proc/none/m.jsonl"], &["--metrics"]);
+    add("--save-model in an unwritable place", &["--save-model", "/proc/none/m.h5"], &["--save-model"]);
+    add("--checkpoint-dir in an unwritable place", &["--checkpoint-dir", "/proc/none/ck"], &["--checkpoint-dir"]);
+    out
+}
+
+/// Contents of every regular file under `dir` (the inputs the cases must not change).
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut v: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .map(|e| (e.path(), std::fs::read(e.path()).unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn leftover_ranks(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("environ"))
+                .map(|env| env.split(|&b| b == 0).any(|v| v == format!("ASAP_TABLE_CASE={marker}").as_bytes()))
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+#[test]
+fn malformed_inputs_and_options_fail_cleanly() {
+    let f = Files::new();
+    let cases: Vec<Case> = option_cases(&f).into_iter().chain(file_cases(&f)).chain(output_cases(&f)).collect();
+    assert!(cases.len() >= 100, "the table has {} cases", cases.len());
+    let before = snapshot(&f.dir);
+    let mut failures = Vec::new();
+    for (i, c) in cases.iter().enumerate() {
+        let marker = format!("{}-{i}", std::process::id());
+        let start = std::time::Instant::now();
+        // One-rank cases run as singleton MPI jobs (no launcher): the same program, 5x faster.
+        let launcher: Vec<String> = if c.ranks == 1 {
+            vec![bin().into()]
+        } else {
+            ["mpirun", "-n", &c.ranks.to_string(), "--oversubscribe", bin()].map(String::from).to_vec()
+        };
+        let out = std::process::Command::new("timeout")
+            .args(["-k", "5", "60"])
+            .args(&launcher)
+            .args(&c.args)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("ASAP_TABLE_CASE", &marker)
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let code = out.status.code();
+        let mut why = Vec::new();
+        if code == Some(0) {
+            why.push("exit 0".to_string());
+        }
+        if matches!(code, Some(124) | Some(137) | None) {
+            why.push(format!("hung or killed ({code:?})"));
+        }
+        for n in &c.needles {
+            if !text.contains(n.as_str()) {
+                why.push(format!("no {n:?} in the output"));
+            }
+        }
+        if text.contains("panicked") {
+            why.push("a panic".into());
+        }
+        if leftover_ranks(&marker) > 0 {
+            why.push("processes left behind".into());
+        }
+        if !why.is_empty() {
+            let tail: String = text.lines().filter(|l| !l.starts_with("  ") && !l.starts_with('{') && !l.starts_with('}')).take(8).collect::<Vec<_>>().join("\n    ");
+            failures.push(format!("{} ({:.1} s): {}\n    {tail}", c.name, start.elapsed().as_secs_f64(), why.join(", ")));
+        }
+    }
+    let after = snapshot(&f.dir);
+    let changed: Vec<_> = before.iter().filter(|(p, b)| after.iter().find(|(q, _)| q == p).map(|(_, a)| a) != Some(b)).map(|(p, _)| p.display().to_string()).collect();
+    assert!(changed.is_empty(), "input files changed: {changed:?}");
+    assert!(failures.is_empty(), "{} of {} cases misbehave:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
