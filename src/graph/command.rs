@@ -1,10 +1,11 @@
-//! `asap-train graph gap|compare|search|dot`: reason about a communication graph before spending
-//! cluster time on it.
+//! `asap-train graph gap|compare|search|mix|dot|export`: reason about a communication graph
+//! before spending cluster time on it.
 
 use clap::{Args, Subcommand};
 
-use super::spectral::{analyse_with, GraphReport, Method};
-use super::{file, generate, random_regular, Graph};
+use super::mixing::{mix, MixReport};
+use super::spectral::{analyse_with, one_peer_report, sigma_2, GraphReport, Method};
+use super::{file, generate, random_regular, Cayley, Graph, ONE_PEER_EXPONENTIAL};
 use crate::rng::Rng;
 
 /// Analyse communication graphs.
@@ -18,8 +19,9 @@ pub struct GraphArgs {
 #[derive(Args, Debug, Clone)]
 pub struct Which {
     /// Generator: complete, star, root-expander, chain (one-way, open), line (two-way chain),
-    /// ring, hypercube, exponential, torus,
-    /// random:D (D-regular, seeded), or file:PATH.
+    /// ring, hypercube, exponential, torus, random:D (D-regular, seeded), auto (what training
+    /// picks for --nodes ranks), file:PATH, or (for `gap` only) one-peer-exponential, the
+    /// time-varying graph whose one-period product is reported.
     #[arg(long, default_value = "root-expander")]
     pub kind: String,
     /// Number of nodes (ranks); with --file, checked against the file's header if given.
@@ -47,7 +49,7 @@ impl Which {
 /// The `graph` subcommands.
 #[derive(Subcommand, Debug)]
 pub enum GraphCommand {
-    /// Spectral gap and structure of one graph.
+    /// Spectral gap and structure of one graph (sparse methods: a million nodes in seconds).
     Gap {
         #[command(flatten)]
         which: Which,
@@ -93,6 +95,34 @@ pub enum GraphCommand {
         #[arg(long)]
         out: Option<String>,
     },
+    /// Simulate the averaging x_{t+1} = W_t x_t (one process, no MPI) from a seeded random start
+    /// and print the rounds until the consensus distance ||x - mean|| fell by EPSILON, next to
+    /// the spectral-gap prediction ceil(ln EPSILON / ln sigma_2): how to pick a graph for
+    /// thousands of ranks before asking for the allocation.
+    Mix {
+        /// Graphs to compare, comma-separated: generators as for `gap --kind` (random:D,
+        /// file:PATH ...) and one-peer-exponential (round k: i sends to i + 2^(k mod log2 N)).
+        #[arg(long, value_delimiter = ',', default_value = "exponential,one-peer-exponential,random:4,hypercube,root-expander,torus")]
+        kinds: Vec<String>,
+        /// Number of nodes (ranks).
+        #[arg(long)]
+        nodes: usize,
+        /// Stop when the consensus distance is EPSILON times the starting one.
+        #[arg(long, default_value_t = 1e-3)]
+        epsilon: f64,
+        /// Give up on a graph after this many simulated rounds.
+        #[arg(long, default_value_t = 100_000)]
+        max_rounds: u64,
+        /// Give up on a graph after this many seconds of simulation.
+        #[arg(long, default_value_t = 60.0)]
+        max_seconds: f64,
+        /// Seed of random graphs and of the starting vector.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Graphviz DOT of a graph.
     Dot {
         #[command(flatten)]
@@ -120,7 +150,7 @@ fn table(r: &GraphReport) -> String {
     row("regular", yes(r.regular).into());
     row("doubly stochastic", yes(r.doubly_stochastic).into());
     row("strongly connected", yes(r.strongly_connected).into());
-    row("diameter", r.diameter.map_or("infinite".into(), |d| d.to_string()));
+    row("diameter", r.diameter_text());
     row("sigma_1(P)", format!("{:.6}", r.sigma_1));
     row("sigma_2(P)", format!("{:.6}", r.sigma_2));
     row("spectral gap", format!("{:.6}", r.spectral_gap));
@@ -129,21 +159,44 @@ fn table(r: &GraphReport) -> String {
     if let Some(b) = r.bytes_per_round {
         row("bytes per round", format!("{b} ({:.2} MB)", b as f64 / 1e6));
     }
-    row("method", format!("{} ({:.3} s)", r.method, r.seconds));
+    let steps = match (r.iterations, r.residual) {
+        (Some(k), Some(res)) => format!(", {k} steps, residual {res:.1e}{}", if r.converged { "" } else { ", NOT converged" }),
+        _ => String::new(),
+    };
+    row("method", format!("{} ({:.3} s{steps})", r.method, r.seconds));
     s
+}
+
+fn mix_row(r: &MixReport) -> String {
+    let measured = match r.measured_rounds {
+        Some(m) => m.to_string(),
+        None => format!("> {}", r.simulated_rounds),
+    };
+    format!(
+        "{:<44} {:>9} {:>5} {:>10.3e} {:>10} {:>10} {:>8.2}",
+        r.graph,
+        r.nodes,
+        r.sends_per_round,
+        r.spectral_gap,
+        r.predicted_rounds.map_or("never".into(), |p| p.to_string()),
+        measured,
+        r.analysis_seconds + r.simulation_seconds
+    )
 }
 
 /// Best graph found by `search`: circulants (i -> i + s for a set of shifts) and random regular
 /// graphs, by spectral gap.
 pub fn search(n: usize, k: usize, candidates: usize, seed: u64) -> anyhow::Result<(Graph, GraphReport, usize)> {
     anyhow::ensure!(k >= 1 && k < n, "--out-degree must be in 1..{}", n - 1);
-    let mut best: Option<(Graph, GraphReport)> = None;
+    let mut best: Option<(Graph, f64)> = None;
     let mut tried = 0;
+    // Candidates are ranked by sigma_2 alone (a full analysis of each would compute diameters
+    // and, up to 1,024 nodes, all eigenvalues: minutes at 1,024 nodes).
     let mut consider = |g: Graph, tried: &mut usize| {
         *tried += 1;
-        let r = analyse_with(&g, 0, Method::Auto, 1e-3);
-        if best.as_ref().is_none_or(|(_, b)| r.spectral_gap > b.spectral_gap + 1e-12) {
-            best = Some((g, r));
+        let gap = 1.0 - sigma_2(&g);
+        if best.as_ref().is_none_or(|(_, b)| gap > *b + 1e-12) {
+            best = Some((g, gap));
         }
     };
     // Circulants: all shift sets when there are few, random ones otherwise.
@@ -160,8 +213,8 @@ pub fn search(n: usize, k: usize, candidates: usize, seed: u64) -> anyhow::Resul
     };
     for shifts in shift_sets {
         let edges = (0..n).flat_map(|i| shifts.iter().map(move |&s| (i, (i + s) % n)));
-        let mut g = Graph::from_edges(n, edges, &format!("circulant{shifts:?}"));
-        g.name = format!("circulant shifts {shifts:?}");
+        let cayley = Cayley::new(vec![n], shifts.iter().map(|&s| vec![s]));
+        let g = Graph::from_edges(n, edges, &format!("circulant shifts {shifts:?}")).with_cayley(cayley);
         consider(g, &mut tried);
     }
     for c in 0..candidates {
@@ -170,7 +223,8 @@ pub fn search(n: usize, k: usize, candidates: usize, seed: u64) -> anyhow::Resul
             consider(g, &mut tried);
         }
     }
-    let (mut g, mut r) = best.expect("at least one candidate");
+    let (mut g, _) = best.expect("at least one candidate");
+    let mut r = analyse_with(&g, 0, Method::Auto, 1e-3);
     // Hill climbing from the best candidate: swap the heads of two edges (a->b, c->d becomes
     // a->d, c->b), which keeps every in- and out-degree, and keep swaps that widen the gap.
     let n_swaps = if n <= 256 { 2000 } else { 0 };
@@ -227,8 +281,15 @@ fn combinations(n: usize, k: usize) -> Vec<Vec<usize>> {
 pub fn run(args: &GraphArgs) -> anyhow::Result<()> {
     match &args.command {
         GraphCommand::Gap { which, model_bytes, method, epsilon, json } => {
-            let g = which.build()?;
-            let r = analyse_with(&g, *model_bytes, *method, *epsilon);
+            let r = if which.kind == ONE_PEER_EXPONENTIAL && which.file.is_none() {
+                let n = which.nodes.ok_or_else(|| anyhow::anyhow!("give --nodes N"))?;
+                anyhow::ensure!(n >= 1, "a graph needs at least one node");
+                let mut r = one_peer_report(n, *epsilon);
+                r.bytes_per_round = (*model_bytes > 0).then(|| model_bytes * r.edges as u64);
+                r
+            } else {
+                analyse_with(&which.build()?, *model_bytes, *method, *epsilon)
+            };
             if *json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
@@ -275,6 +336,31 @@ pub fn run(args: &GraphArgs) -> anyhow::Result<()> {
                     println!("written to {p} (train on it with --graph file:{p})");
                 }
                 None => print!("{text}"),
+            }
+        }
+        GraphCommand::Mix { kinds, nodes, epsilon, max_rounds, max_seconds, seed, json } => {
+            anyhow::ensure!(*nodes >= 1, "--nodes must be at least 1");
+            anyhow::ensure!(*epsilon > 0.0 && *epsilon < 1.0, "--epsilon must be in (0, 1)");
+            if !*json {
+                println!(
+                    "{:<44} {:>9} {:>5} {:>10} {:>10} {:>10} {:>8}",
+                    "graph", "nodes", "sends", "gap", "predicted", "measured", "seconds"
+                );
+            }
+            for kind in kinds {
+                match mix(kind, *nodes, *seed, *epsilon, *max_rounds, *max_seconds) {
+                    Ok(r) if *json => println!("{}", serde_json::to_string(&r)?),
+                    Ok(r) => println!("{}", mix_row(&r)),
+                    Err(e) if *json => println!("{}", serde_json::json!({"graph": kind, "nodes": nodes, "error": e.to_string()})),
+                    Err(e) => println!("{kind:<44} skipped: {e}"),
+                }
+            }
+            if !*json {
+                println!(
+                    "predicted: ceil(ln {epsilon} / ln sigma_2) rounds (x the period for time-varying graphs), a bound for \
+                     doubly stochastic graphs; measured: rounds until ||x_t - mean|| <= {epsilon} ||x_0 - mean|| from a \
+                     seeded N(0,1) start (seed {seed})"
+                );
             }
         }
         GraphCommand::Dot { which } => print!("{}", which.build()?.to_dot()),
