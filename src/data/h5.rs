@@ -6,7 +6,7 @@
 use hdf5::File;
 use ndarray::s;
 
-use super::{Csr, DataError, Dataset, Features};
+use super::{text, Csr, DataError, Dataset, Features};
 
 fn err(path: &str, what: &str, e: impl std::fmt::Display) -> DataError {
     DataError::at(path, &format!("{what}: {e}"))
@@ -29,17 +29,94 @@ fn one_d(path: &str, d: &hdf5::Dataset, name: &str, n: Option<usize>) -> Result<
     Ok(shape[0])
 }
 
-fn read_vec<T: hdf5::H5Type>(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize) -> Result<Vec<T>, DataError> {
-    d.read_slice_1d::<T, _>(s![lo..hi])
-        .map(|a| a.into_raw_vec_and_offset().0)
-        .map_err(|e| err(path, &format!("cannot read `{name}` as numbers"), e))
+/// Values per block when reading: every dataset is read through an f64 block of at most this
+/// many values, so conversion never clamps or truncates silently (HDF5's own conversion
+/// saturates -1 to 0 for unsigned targets, 1.5 to 1 for integers and 1e300 to FLT_MAX) and the
+/// temporary memory stays small.
+const BLOCK: usize = 1 << 20;
+
+/// Elements [lo, hi) of a 1-D dataset, as f64, block by block: `f(i, v)` for global index i.
+fn scan_1d(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize, mut f: impl FnMut(usize, f64) -> Result<(), String>) -> Result<(), DataError> {
+    let mut a = lo;
+    while a < hi {
+        let b = (a + BLOCK).min(hi);
+        let v = d.read_slice_1d::<f64, _>(s![a..b]).map_err(|e| err(path, &format!("cannot read `{name}` as numbers"), e))?;
+        for (k, &x) in v.iter().enumerate() {
+            f(a + k, x).map_err(|m| DataError::at(path, &format!("`{name}`[{}] {m}", a + k)))?;
+        }
+        a = b;
+    }
+    Ok(())
+}
+
+/// A value that is stored in f32 as is, or why not.
+fn finite_f32(v: f64) -> Result<f32, String> {
+    if v.is_nan() {
+        Err("is NaN (not a number)".into())
+    } else if v.is_infinite() {
+        Err(format!("is {v}"))
+    } else if v.abs() > f32::MAX as f64 {
+        Err(format!("= {v} is too large for a 32-bit float"))
+    } else {
+        Ok(v as f32)
+    }
+}
+
+/// A 0-based id or index in 0..=max, or why not (the same rule as the text readers).
+fn id(v: f64, max: u64) -> Result<u64, String> {
+    if !v.is_finite() || v.fract() != 0.0 {
+        Err(format!("= {v} is not an integer"))
+    } else if v < 0.0 {
+        Err(format!("= {v} is negative (ids and indices are 0-based)"))
+    } else if v > max as f64 {
+        Err(format!("= {v} is above the largest allowed {max}"))
+    } else {
+        Ok(v as u64)
+    }
+}
+
+fn read_values(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize) -> Result<Vec<f32>, DataError> {
+    let mut out = Vec::with_capacity(hi - lo);
+    scan_1d(path, d, name, lo, hi, |_, v| {
+        out.push(finite_f32(v)?);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+fn read_ids(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize, max: u64) -> Result<Vec<u32>, DataError> {
+    let mut out = Vec::with_capacity(hi - lo);
+    scan_1d(path, d, name, lo, hi, |_, v| {
+        out.push(id(v, max)? as u32);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Rows [lo, hi) of the 2-D `X`, checked value by value, in blocks of rows.
+fn read_x(path: &str, x: &hdf5::Dataset, lo: usize, hi: usize, dim: usize) -> Result<Vec<f32>, DataError> {
+    let mut out = Vec::with_capacity((hi - lo) * dim);
+    let step = (BLOCK / dim.max(1)).max(1);
+    let mut a = lo;
+    while a < hi {
+        let b = (a + step).min(hi);
+        let v = x.read_slice_2d::<f64, _>(s![a..b, ..]).map_err(|e| err(path, "cannot read `X` as numbers", e))?;
+        for (k, &val) in v.iter().enumerate() {
+            let f = finite_f32(val).map_err(|m| DataError::at(path, &format!("`X`[{}, {}] {m}", a + k / dim, k % dim)))?;
+            out.push(f);
+        }
+        a = b;
+    }
+    Ok(out)
+}
+
+fn memory(path: &str, what: String, bytes: u128) -> Result<(), DataError> {
+    super::check_memory(path, &what, bytes)
 }
 
 /// Reads this rank's rows of an HDF5 data file.
 pub fn read_h5(path: &str, rank: usize, nranks: usize) -> Result<Dataset, DataError> {
-    if !std::path::Path::new(path).exists() {
-        return Err(DataError::at(path, "no such file"));
-    }
+    super::check_regular(path)?;
     let f = File::open(path).map_err(|e| err(path, "cannot open as HDF5", e))?;
     let part = |n: usize| (n * rank / nranks, n * (rank + 1) / nranks);
     let features;
@@ -55,39 +132,68 @@ pub fn read_h5(path: &str, rank: usize, nranks: usize) -> Result<Dataset, DataEr
         let y = dataset(path, &f, "y")?;
         one_d(path, &y, "y", Some(n))?;
         let (lo, hi) = part(n);
-        let xs = x
-            .read_slice_2d::<f32, _>(s![lo..hi, ..])
-            .map_err(|e| err(path, "cannot read `X` as numbers", e))?
-            .into_raw_vec_and_offset()
-            .0;
-        features = Features::Dense { x: xs, d };
-        labels = read_vec(path, &y, "y", lo, hi)?;
+        memory(path, format!("rows {lo}..{hi} of `X` ({} x {d} values)", hi - lo), (hi - lo) as u128 * d as u128 * 4 + (hi - lo) as u128 * 4)?;
+        features = Features::Dense { x: read_x(path, &x, lo, hi, d)?, d };
+        labels = read_values(path, &y, "y", lo, hi)?;
         first_row = lo;
     } else if f.link_exists("indptr") {
         let ip = dataset(path, &f, "indptr")?;
         let n = one_d(path, &ip, "indptr", None)?.checked_sub(1).ok_or_else(|| DataError::at(path, "`indptr` is empty"))?;
         let y = dataset(path, &f, "y")?;
         one_d(path, &y, "y", Some(n))?;
-        let (lo, hi) = part(n);
-        let indptr: Vec<u64> = read_vec(path, &ip, "indptr", lo, hi + 1)?;
-        let (a, b) = (indptr[0] as usize, indptr[indptr.len() - 1] as usize);
         let ind = dataset(path, &f, "indices")?;
         let dat = dataset(path, &f, "data")?;
         let nnz = one_d(path, &ind, "indices", None)?;
         one_d(path, &dat, "data", Some(nnz))?;
-        if b > nnz || indptr.windows(2).any(|w| w[0] > w[1]) {
-            return Err(DataError::at(path, "`indptr` is not non-decreasing within the bounds of `indices`"));
+        // The `shape` attribute [n, d], when present, must agree with the data.
+        let declared = match f.attr("shape") {
+            Ok(a) => {
+                let v = a.read_raw::<f64>().map_err(|e| err(path, "cannot read the `shape` attribute as numbers", e))?;
+                let v: Vec<u64> = v.iter().map(|&x| id(x, text::MAX_FEATURE_INDEX)).collect::<Result<_, _>>().map_err(|m| {
+                    DataError::at(path, &format!("the `shape` attribute {v:?}: a value {m}"))
+                })?;
+                if v.len() != 2 || v[0] != n as u64 {
+                    return Err(DataError::at(path, &format!("the `shape` attribute is {v:?}, expected [{n}, columns] (`indptr` has {n} rows)")));
+                }
+                Some(v[1] as usize)
+            }
+            Err(_) => None,
+        };
+        let (lo, hi) = part(n);
+        let mut indptr = Vec::with_capacity(hi - lo + 1);
+        let mut prev = 0u64;
+        scan_1d(path, &ip, "indptr", lo, hi + 1, |i, v| {
+            let p = id(v, nnz as u64).map_err(|m| format!("{m} (`indices` has {nnz} entries)"))?;
+            if i > lo && p < prev {
+                return Err(format!("= {p} is smaller than the entry before it ({prev}): `indptr` must not decrease"));
+            }
+            prev = p;
+            indptr.push(p as usize);
+            Ok(())
+        })?;
+        let (a, b) = (indptr[0], indptr[indptr.len() - 1]);
+        memory(path, format!("rows {lo}..{hi} of the CSR data ({} non-zeros)", b - a), (b - a) as u128 * 8 + (hi - lo) as u128 * 12)?;
+        let max_col = declared.map_or(text::MAX_FEATURE_INDEX - 1, |d| (d as u64).saturating_sub(1));
+        let indices = read_ids(path, &ind, "indices", a, b, max_col).map_err(|e| match declared {
+            Some(d) if e.message.contains("above") => DataError::at(path, &format!("{} (the `shape` attribute says {d} columns)", e.message)),
+            _ => e,
+        })?;
+        let data = read_values(path, &dat, "data", a, b)?;
+        let indptr: Vec<usize> = indptr.iter().map(|&p| p - a).collect();
+        // Within a row, columns must increase (as LIBSVM indices must within a line).
+        for r in 0..hi - lo {
+            if let Some(w) = indices[indptr[r]..indptr[r + 1]].windows(2).position(|w| w[0] >= w[1]) {
+                let at = a + indptr[r] + w + 1;
+                return Err(DataError::at(path, &format!(
+                    "`indices`[{at}] = {} in row {} is not larger than the column before it ({}): columns must increase within a row",
+                    indices[at - a], lo + r, indices[at - a - 1]
+                )));
+            }
         }
-        let indices: Vec<u32> = read_vec(path, &ind, "indices", a, b)?;
-        let data: Vec<f32> = read_vec(path, &dat, "data", a, b)?;
-        let declared = f.attr("shape").ok().and_then(|s| s.read_raw::<u64>().ok()).and_then(|v| v.get(1).copied());
         let seen = indices.iter().map(|&i| i as usize + 1).max().unwrap_or(0);
-        let ncols = declared.map_or(seen, |d| d as usize);
-        if seen > ncols {
-            return Err(DataError::at(path, &format!("`indices` holds column {} but the `shape` attribute says {ncols} columns", seen - 1)));
-        }
-        features = Features::Sparse(Csr { indptr: indptr.iter().map(|&p| p as usize - a).collect(), indices, data, ncols });
-        labels = read_vec(path, &y, "y", lo, hi)?;
+        let ncols = declared.unwrap_or(seen);
+        features = Features::Sparse(Csr { indptr, indices, data, ncols });
+        labels = read_values(path, &y, "y", lo, hi)?;
         first_row = lo;
     } else if f.link_exists("rating") {
         let r = dataset(path, &f, "rating")?;
@@ -96,18 +202,16 @@ pub fn read_h5(path: &str, rank: usize, nranks: usize) -> Result<Dataset, DataEr
         one_d(path, &u, "user", Some(n))?;
         one_d(path, &i, "item", Some(n))?;
         let (lo, hi) = part(n);
-        let users: Vec<u32> = read_vec(path, &u, "user", lo, hi)?;
-        let items: Vec<u32> = read_vec(path, &i, "item", lo, hi)?;
+        memory(path, format!("ratings {lo}..{hi}"), (hi - lo) as u128 * 12)?;
+        let users = read_ids(path, &u, "user", lo, hi, u32::MAX as u64)?;
+        let items = read_ids(path, &i, "item", lo, hi, u32::MAX as u64)?;
         let n_users = users.iter().map(|&x| x as usize + 1).max().unwrap_or(0);
         let n_items = items.iter().map(|&x| x as usize + 1).max().unwrap_or(0);
         features = Features::Ratings { users, items, n_users, n_items };
-        labels = read_vec(path, &r, "rating", lo, hi)?;
+        labels = read_values(path, &r, "rating", lo, hi)?;
         first_row = lo;
     } else {
         return Err(dataset(path, &f, "X").unwrap_err());
-    }
-    if let Some(bad) = labels.iter().position(|y| !y.is_finite()) {
-        return Err(DataError::at(path, &format!("label of row {} is not a finite number", first_row + bad)));
     }
     Ok(Dataset { features, labels, source: path.to_string(), first_row })
 }
