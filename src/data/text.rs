@@ -65,7 +65,8 @@ fn line_start_at_or_after(f: &mut File, pos: u64) -> std::io::Result<u64> {
 }
 
 /// Classifies bytes into lines, across buffer boundaries: a line is an example when it has a
-/// byte other than a separator before any '#'.
+/// byte other than a separator before any '#'. Newlines are found with `memchr` and a line's
+/// content is decided by its first non-separator byte, so a pass costs little more than reading.
 #[derive(Default)]
 struct LineScanner {
     content: bool,
@@ -73,31 +74,60 @@ struct LineScanner {
 }
 
 impl LineScanner {
+    fn look(&mut self, seg: &[u8]) {
+        if self.content || self.comment {
+            return;
+        }
+        if let Some(&b) = seg.iter().find(|&&b| !matches!(b, b' ' | b'\t' | b'\r' | b',')) {
+            if b == b'#' {
+                self.comment = true;
+            } else {
+                self.content = true;
+            }
+        }
+    }
+
     /// Feeds `buf`; calls `on_example_end(i)` at the newline (index in `buf`) of every example
     /// line, and stops early when it returns false (then returns Some(i)).
     fn feed(&mut self, buf: &[u8], mut on_example_end: impl FnMut(usize) -> bool) -> Option<usize> {
-        for (i, &b) in buf.iter().enumerate() {
-            match b {
-                b'\n' => {
-                    let ex = self.content;
-                    self.content = false;
-                    self.comment = false;
-                    if ex && !on_example_end(i) {
-                        return Some(i);
-                    }
-                }
-                _ if self.comment => {}
-                b'#' => self.comment = true,
-                b' ' | b'\t' | b'\r' | b',' => {}
-                _ => self.content = true,
+        let mut s = 0;
+        for nl in memchr::memchr_iter(b'\n', buf) {
+            self.look(&buf[s..nl]);
+            let ex = self.content;
+            self.content = false;
+            self.comment = false;
+            if ex && !on_example_end(nl) {
+                return Some(nl);
             }
+            s = nl + 1;
         }
+        self.look(&buf[s..]);
         None
     }
 }
 
+/// Examples between two marks of [`ChunkScan::marks`].
+pub const MARK_EVERY: u64 = 4096;
+
+/// What pass 1 learns about one byte chunk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkScan {
+    pub count: ChunkCount,
+    /// `marks[j]` is where example `j * MARK_EVERY` of the chunk starts (as [`locate`] gives it),
+    /// so that finding any example of the chunk later scans at most `MARK_EVERY` lines.
+    pub marks: Vec<u64>,
+}
+
+impl ChunkScan {
+    /// Where example `skip` of this chunk starts (see [`locate`]).
+    pub fn locate(&self, path: &str, skip: u64) -> Result<u64, DataError> {
+        let j = ((skip / MARK_EVERY) as usize).min(self.marks.len() - 1);
+        locate(path, self.marks[j], skip - j as u64 * MARK_EVERY)
+    }
+}
+
 /// Pass 1: the example lines in rank `rank`'s byte chunk of `nranks`.
-pub fn count_chunk(path: &str, rank: usize, nranks: usize) -> Result<ChunkCount, DataError> {
+pub fn count_chunk(path: &str, rank: usize, nranks: usize) -> Result<ChunkScan, DataError> {
     let (mut f, size) = open(path)?;
     let lo = (size as u128 * rank as u128 / nranks as u128) as u64;
     let hi = (size as u128 * (rank as u128 + 1) / nranks as u128) as u64;
@@ -108,21 +138,27 @@ pub fn count_chunk(path: &str, rank: usize, nranks: usize) -> Result<ChunkCount,
     let mut buf = vec![0u8; BUF];
     let mut sc = LineScanner::default();
     let mut examples = 0u64;
+    let mut marks = vec![start];
+    let mut pos = start;
     loop {
         let k = r.read(&mut buf).map_err(|e| DataError::io(path, &e))?;
         if k == 0 {
             break;
         }
-        sc.feed(&buf[..k], |_| {
+        sc.feed(&buf[..k], |i| {
             examples += 1;
+            if examples % MARK_EVERY == 0 {
+                marks.push(pos + i as u64 + 1);
+            }
             true
         });
+        pos += k as u64;
     }
     // The last line of the file may lack its newline.
     if sc.content {
         examples += 1;
     }
-    Ok(ChunkCount { start, end, examples })
+    Ok(ChunkScan { count: ChunkCount { start, end, examples }, marks })
 }
 
 /// The byte offset just after the `skip`-th example line at or after `from` (a line start), i.e.
@@ -134,7 +170,7 @@ pub fn locate(path: &str, from: u64, skip: u64) -> Result<u64, DataError> {
         return Ok(from);
     }
     f.seek(SeekFrom::Start(from)).map_err(|e| DataError::io(path, &e))?;
-    let mut buf = vec![0u8; BUF];
+    let mut buf = vec![0u8; BUF.min(1 << 16)];
     let mut sc = LineScanner::default();
     let (mut seen, mut pos) = (0u64, from);
     loop {
@@ -172,12 +208,13 @@ pub fn shard_start(chunks: &[ChunkCount], rank: usize, nranks: usize) -> (usize,
 /// The balanced ranges of all ranks, computed in one process (for tools and tests; training does
 /// the same collectively, each rank scanning only its part).
 pub fn plan_serial(path: &str, nranks: usize) -> Result<Vec<TextRange>, DataError> {
-    let chunks = (0..nranks).map(|r| count_chunk(path, r, nranks)).collect::<Result<Vec<_>, _>>()?;
+    let scans = (0..nranks).map(|r| count_chunk(path, r, nranks)).collect::<Result<Vec<_>, _>>()?;
+    let chunks: Vec<ChunkCount> = scans.iter().map(|s| s.count).collect();
     let total: u64 = chunks.iter().map(|c| c.examples).sum();
     let mut starts = Vec::with_capacity(nranks);
     for r in 0..nranks {
         let (k, skip, first) = shard_start(&chunks, r, nranks);
-        starts.push((locate(path, chunks[k].start, skip)?, first));
+        starts.push((scans[k].locate(path, skip)?, first));
     }
     let size = chunks[nranks - 1].end;
     Ok((0..nranks)
@@ -308,14 +345,18 @@ pub fn read_libsvm_range(path: &str, range: TextRange, width: Option<usize>) -> 
             }
             let colon = t.iter().position(|&b| b == b':').ok_or_else(|| (c, format!("expected index:value, found {:?}", show(t))))?;
             let (it, vt) = (&t[..colon], &t[colon + 1..]);
-            let idx: i128 = parse_num(it).ok_or_else(|| (c, format!("expected index:value with an integer index, found {:?}", show(t))))?;
+            let idx: u64 = match parse_num(it) {
+                Some(i) => i,
+                None if !it.is_empty() && it.iter().all(u8::is_ascii_digit) => u64::MAX,
+                None if parse_num::<i64>(it).is_some() => 0,
+                None => return Err((c, format!("expected index:value with an integer index, found {:?}", show(t)))),
+            };
             if idx < 1 {
-                return Err((c, format!("feature index {idx} in {:?}: indices are 1-based (the first feature is 1)", show(t))));
+                return Err((c, format!("feature index {} in {:?}: indices are 1-based (the first feature is 1)", show(it), show(t))));
             }
-            if idx > MAX_FEATURE_INDEX as i128 {
-                return Err((c, format!("feature index {idx} is above the largest supported index {MAX_FEATURE_INDEX}")));
+            if idx > MAX_FEATURE_INDEX {
+                return Err((c, format!("feature index {} is above the largest supported index {MAX_FEATURE_INDEX}", show(it))));
             }
-            let idx = idx as u64;
             if idx <= last {
                 return Err((c, format!("feature index {idx} is not larger than the previous {last}: indices must increase within a line")));
             }
@@ -459,7 +500,7 @@ mod tests {
             assert_eq!(seen, 1000);
         }
         // Byte-range chunks of the same file are badly unbalanced: what the old split gave.
-        let c: Vec<u64> = (0..2).map(|r| count_chunk(&p, r, 2).unwrap().examples).collect();
+        let c: Vec<u64> = (0..2).map(|r| count_chunk(&p, r, 2).unwrap().count.examples).collect();
         assert!(c[0] > 600 && c[1] < 400, "{c:?}");
     }
 
@@ -478,6 +519,17 @@ mod tests {
         assert!((0..3).all(|r| read_libsvm(&p, r, 3, None).unwrap().is_empty()));
         let (_d, p) = tmp("");
         assert!((0..3).all(|r| read_libsvm(&p, r, 3, None).unwrap().is_empty()));
+    }
+
+    #[test]
+    fn marks_find_any_example_like_a_full_scan() {
+        let text: String = (0..10_000).map(|i| if i % 3 == 0 { format!("# c {i}\n\n{i} 1:1\n") } else { format!("{i} 2:{i}\n") }).collect();
+        let (_d, p) = tmp(&text);
+        let scan = count_chunk(&p, 1, 2).unwrap();
+        assert!(scan.marks.len() >= 2, "{:?}", scan.marks);
+        for skip in [0, 1, MARK_EVERY - 1, MARK_EVERY, MARK_EVERY + 7, scan.count.examples - 1, scan.count.examples] {
+            assert_eq!(scan.locate(&p, skip).unwrap(), locate(&p, scan.count.start, skip).unwrap(), "skip {skip}");
+        }
     }
 
     #[test]

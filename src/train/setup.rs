@@ -36,29 +36,50 @@ fn load_agreed(cfg: &TrainConfig, path: &str, comm: &SimpleCommunicator) -> anyh
     }
 }
 
-/// Every rank gets floor or ceil(total/N) examples of a text file without any rank reading more
-/// than about three of the N byte chunks (see `data::text`): count the example lines of my byte
-/// chunk; share all (start, count) pairs; find where my examples start; share the starts (my
-/// shard ends where the next rank's starts); parse my range.
+/// Every rank gets floor or ceil(total/N) examples of a text file without any rank reading much
+/// more than its own byte chunk (see `data::text`): each rank counts the example lines of its
+/// chunk, remembering where every 4096th starts; all share (start, end, count); the owner of
+/// the chunk where rank r's first example lies finds its offset from the nearest mark; all share
+/// those starts (a shard ends where the next one starts); each rank parses its range.
 fn load_text_balanced(cfg: &TrainConfig, path: &str, format: Format, comm: &SimpleCommunicator) -> anyhow::Result<Dataset> {
     let (rank, n) = (comm.rank() as usize, comm.size() as usize);
+    let t0 = std::time::Instant::now();
     let mine = agree(comm, text::count_chunk(path, rank, n).map_err(anyhow::Error::from))?;
-    let all = all_gather_u64(comm, &[mine.start, mine.end, mine.examples]);
+    let t_count = t0.elapsed().as_secs_f64();
+    let c = mine.count;
+    let all = all_gather_u64(comm, &[c.start, c.end, c.examples]);
     let chunks: Vec<text::ChunkCount> =
         all.chunks(3).map(|c| text::ChunkCount { start: c[0], end: c[1], examples: c[2] }).collect();
     let total: u64 = chunks.iter().map(|c| c.examples).sum();
-    let (k, skip, first) = text::shard_start(&chunks, rank, n);
-    let start = agree(comm, text::locate(path, chunks[k].start, skip).map_err(anyhow::Error::from))?;
-    let starts = all_gather_u64(comm, &[start, first]);
-    let (end, next) = match starts.get(2 * rank + 2..2 * rank + 4) {
-        Some(s) => (s[0], s[1]),
+    let plan: Vec<(usize, u64, u64)> = (0..n).map(|r| text::shard_start(&chunks, r, n)).collect();
+    let answers = (|| -> Result<Vec<u64>, data::DataError> {
+        let mut v = vec![0u64; n];
+        for (r, &(k, skip, _)) in plan.iter().enumerate() {
+            if k == rank {
+                v[r] = mine.locate(path, skip)?;
+            }
+        }
+        Ok(v)
+    })();
+    let answers = agree(comm, answers.map_err(anyhow::Error::from))?;
+    // Each start was filled in by exactly one rank, the others hold 0: a sum gathers them.
+    let mut starts: Vec<f64> = answers.iter().map(|&x| x as f64).collect();
+    collectives::sum_f64(comm, &mut starts);
+    let (start, first) = (starts[rank] as u64, plan[rank].2);
+    let (end, next) = match plan.get(rank + 1) {
+        Some(p) => (starts[rank + 1] as u64, p.2),
         None => (chunks[n - 1].end, total),
     };
     let range = text::TextRange { start, end: end.max(start), first_row: first, rows: next - first };
+    let t_locate = t0.elapsed().as_secs_f64();
     let read = match format {
         Format::Ratings => text::read_ratings_range(path, range),
         _ => text::read_libsvm_range(path, range, cfg.features),
     };
+    log::debug!(
+        "{path}: examples {}..{} (bytes {}..{}); counted in {t_count:.2} s, located by {t_locate:.2} s, parsed by {:.2} s",
+        range.first_row, next, range.start, range.end, t0.elapsed().as_secs_f64()
+    );
     agree(comm, read.map_err(anyhow::Error::from))
 }
 
