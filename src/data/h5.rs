@@ -3,6 +3,7 @@
 //! - sparse CSR: `indptr` (n+1), `indices` (0-based), `data`, `y`, and an attribute `shape` = [n, d];
 //! - ratings: `user`, `item` (0-based ids), `rating`.
 
+use hdf5::types::TypeDescriptor;
 use hdf5::File;
 use ndarray::s;
 
@@ -35,18 +36,42 @@ fn one_d(path: &str, d: &hdf5::Dataset, name: &str, n: Option<usize>) -> Result<
 /// temporary memory stays small.
 const BLOCK: usize = 1 << 20;
 
-/// Elements [lo, hi) of a 1-D dataset, as f64, block by block: `f(i, v)` for global index i.
-fn scan_1d(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize, mut f: impl FnMut(usize, f64) -> Result<(), String>) -> Result<(), DataError> {
+/// Elements [lo, hi) of a 1-D dataset, read as `T` block by block: `f(i, v)` for global index i.
+fn scan_1d<T: hdf5::H5Type + Copy>(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize, mut f: impl FnMut(usize, T) -> Result<(), String>) -> Result<(), DataError> {
     let mut a = lo;
     while a < hi {
         let b = (a + BLOCK).min(hi);
-        let v = d.read_slice_1d::<f64, _>(s![a..b]).map_err(|e| err(path, &format!("cannot read `{name}` as numbers"), e))?;
+        let v = d.read_slice_1d::<T, _>(s![a..b]).map_err(|e| err(path, &format!("cannot read `{name}` as numbers"), e))?;
         for (k, &x) in v.iter().enumerate() {
             f(a + k, x).map_err(|m| DataError::at(path, &format!("`{name}`[{}] {m}", a + k)))?;
         }
         a = b;
     }
     Ok(())
+}
+
+/// The stored element type (None when HDF5 cannot describe it; then the f64 path reports).
+fn stored(d: &hdf5::Dataset) -> Option<TypeDescriptor> {
+    d.dtype().ok()?.to_descriptor().ok()
+}
+
+/// Which exact type to read integers and ids through: stored types that convert to it without
+/// clamping or rounding are read as is (fast); everything else goes through f64 and is checked.
+enum Via {
+    U32,
+    I64,
+    F32,
+    F64,
+}
+
+fn via(d: &hdf5::Dataset) -> Via {
+    use hdf5::types::{FloatSize, IntSize};
+    match stored(d) {
+        Some(TypeDescriptor::Unsigned(IntSize::U1 | IntSize::U2 | IntSize::U4)) => Via::U32,
+        Some(TypeDescriptor::Integer(_)) => Via::I64,
+        Some(TypeDescriptor::Float(FloatSize::U4)) => Via::F32,
+        _ => Via::F64,
+    }
 }
 
 /// A value that is stored in f32 as is, or why not.
@@ -77,32 +102,68 @@ fn id(v: f64, max: u64) -> Result<u64, String> {
 
 fn read_values(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize) -> Result<Vec<f32>, DataError> {
     let mut out = Vec::with_capacity(hi - lo);
-    scan_1d(path, d, name, lo, hi, |_, v| {
-        out.push(finite_f32(v)?);
-        Ok(())
-    })?;
+    match via(d) {
+        Via::F32 => scan_1d::<f32>(path, d, name, lo, hi, |_, v| {
+            out.push(finite_f32(v as f64)?);
+            Ok(())
+        })?,
+        _ => scan_1d::<f64>(path, d, name, lo, hi, |_, v| {
+            out.push(finite_f32(v)?);
+            Ok(())
+        })?,
+    }
     Ok(out)
+}
+
+/// Ids or indices in 0..=max, as u64, calling `f(i, v)` for each.
+fn scan_ids(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize, max: u64, mut f: impl FnMut(usize, u64) -> Result<(), String>) -> Result<(), DataError> {
+    match via(d) {
+        Via::U32 => scan_1d::<u32>(path, d, name, lo, hi, |i, v| {
+            if v as u64 > max {
+                return Err(format!("= {v} is above the largest allowed {max}"));
+            }
+            f(i, v as u64)
+        }),
+        Via::I64 => scan_1d::<i64>(path, d, name, lo, hi, |i, v| {
+            if v < 0 {
+                return Err(format!("= {v} is negative (ids and indices are 0-based)"));
+            }
+            if v as u64 > max {
+                return Err(format!("= {v} is above the largest allowed {max}"));
+            }
+            f(i, v as u64)
+        }),
+        _ => scan_1d::<f64>(path, d, name, lo, hi, |i, v| f(i, id(v, max)?)),
+    }
 }
 
 fn read_ids(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize, max: u64) -> Result<Vec<u32>, DataError> {
     let mut out = Vec::with_capacity(hi - lo);
-    scan_1d(path, d, name, lo, hi, |_, v| {
-        out.push(id(v, max)? as u32);
+    scan_ids(path, d, name, lo, hi, max, |_, v| {
+        out.push(v as u32);
         Ok(())
     })?;
     Ok(out)
 }
 
-/// Rows [lo, hi) of the 2-D `X`, checked value by value, in blocks of rows.
+/// Rows [lo, hi) of the 2-D `X`, checked value by value, in blocks of rows (f32 data read as
+/// is, every other type through f64).
 fn read_x(path: &str, x: &hdf5::Dataset, lo: usize, hi: usize, dim: usize) -> Result<Vec<f32>, DataError> {
+    match via(x) {
+        Via::F32 => read_x_as::<f32>(path, x, lo, hi, dim),
+        _ => read_x_as::<f64>(path, x, lo, hi, dim),
+    }
+}
+
+fn read_x_as<T: hdf5::H5Type + Copy + Into<f64>>(path: &str, x: &hdf5::Dataset, lo: usize, hi: usize, dim: usize) -> Result<Vec<f32>, DataError> {
     let mut out = Vec::with_capacity((hi - lo) * dim);
     let step = (BLOCK / dim.max(1)).max(1);
     let mut a = lo;
     while a < hi {
         let b = (a + step).min(hi);
-        let v = x.read_slice_2d::<f64, _>(s![a..b, ..]).map_err(|e| err(path, "cannot read `X` as numbers", e))?;
+        let v = x.read_slice_2d::<T, _>(s![a..b, ..]).map_err(|e| err(path, "cannot read `X` as numbers", e))?;
         for (k, &val) in v.iter().enumerate() {
-            let f = finite_f32(val).map_err(|m| DataError::at(path, &format!("`X`[{}, {}] {m}", a + k / dim, k % dim)))?;
+            let f = finite_f32(val.into()).map_err(|m| DataError::at(path, &format!("`X`[{}, {}] {m}", a + k / dim, k % dim)))?;
             out.push(f);
         }
         a = b;
@@ -162,8 +223,7 @@ pub fn read_h5(path: &str, rank: usize, nranks: usize) -> Result<Dataset, DataEr
         let (lo, hi) = part(n);
         let mut indptr = Vec::with_capacity(hi - lo + 1);
         let mut prev = 0u64;
-        scan_1d(path, &ip, "indptr", lo, hi + 1, |i, v| {
-            let p = id(v, nnz as u64).map_err(|m| format!("{m} (`indices` has {nnz} entries)"))?;
+        scan_ids(path, &ip, "indptr", lo, hi + 1, nnz as u64, |i, p| {
             if i > lo && p < prev {
                 return Err(format!("= {p} is smaller than the entry before it ({prev}): `indptr` must not decrease"));
             }
@@ -284,6 +344,35 @@ mod tests {
             first_row: 0,
         };
         roundtrip(&ratings);
+    }
+
+    #[test]
+    fn values_and_ids_follow_the_text_readers_rules() {
+        assert_eq!(finite_f32(1.5), Ok(1.5));
+        assert!(finite_f32(f64::NAN).unwrap_err().contains("NaN"));
+        assert!(finite_f32(f64::NEG_INFINITY).unwrap_err().contains("inf"));
+        assert!(finite_f32(1e39).unwrap_err().contains("too large"));
+        assert_eq!(id(7.0, 10), Ok(7));
+        assert!(id(-1.0, 10).unwrap_err().contains("negative"));
+        assert!(id(2.5, 10).unwrap_err().contains("not an integer"));
+        assert!(id(11.0, 10).unwrap_err().contains("above"));
+        assert!(id(f64::NAN, 10).is_err());
+    }
+
+    /// Types HDF5 would convert with clamping or truncation are refused element by element.
+    #[test]
+    fn negative_and_fractional_ids_are_not_clamped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.h5");
+        let f = File::create(&p).unwrap();
+        f.new_dataset_builder().with_data(&ndarray::Array1::from(vec![0i64, 3, -2])).create("user").unwrap();
+        f.new_dataset_builder().with_data(&ndarray::Array1::from(vec![0.0f64, 1.0, 2.0])).create("item").unwrap();
+        f.new_dataset_builder().with_data(&ndarray::Array1::from(vec![1.0f32, 2.0, 3.0])).create("rating").unwrap();
+        drop(f);
+        let e = read_h5(p.to_str().unwrap(), 0, 1).unwrap_err().to_string();
+        assert!(e.contains("`user`[2]") && e.contains("negative"), "{e}");
+        // Rank 0 of 2 reads rows 0..1 only: an error in another rank's rows is that rank's.
+        assert!(read_h5(p.to_str().unwrap(), 0, 2).is_ok());
     }
 
     #[test]
