@@ -210,17 +210,31 @@ pub fn model_spec(cfg: &TrainConfig, shards: &Shards, comm: &SimpleCommunicator)
     };
     agree(comm, check_model_memory(cfg, &local, &sets))?;
     let bytes = model_bytes(&spec);
-    let avail = data::mem_available().map_or(1u128 << 50, |a| a as u128);
+    let avail = memory_per_rank().unwrap_or(1u128 << 50);
     if bytes > avail {
         bail!(
             "{}: --model {:?} with {} features, {} classes, hidden {:?}, rank {}, {} users and {} items needs \
-             {} parameters ({} with working copies), more than the {} of memory available: check \
+             {} parameters ({} with working copies), more than the {} of memory available per rank: check \
              --features/--classes/--hidden/--rank and the data",
             cfg.data, spec.kind, spec.features, spec.classes, spec.hidden, spec.rank, spec.users, spec.items,
             param_count(&spec), data::human_bytes(bytes), data::human_bytes(avail)
         );
     }
     Ok(spec)
+}
+
+/// Ranks on this node, from the launcher's environment (Open MPI, MPICH/Hydra, Slurm); 1 if unknown.
+fn ranks_on_this_node() -> u128 {
+    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse::<u128>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// This rank's share of the memory available on its node: every rank holds its own replica.
+fn memory_per_rank() -> Option<u128> {
+    data::mem_available().map(|a| a as u128 / ranks_on_this_node())
 }
 
 /// Parameters a model of `s` holds, saturating (options and data may imply absurd sizes).
@@ -251,7 +265,7 @@ fn model_bytes(s: &ModelSpec) -> u128 {
 /// naming the value and where it is (file:line for text, row for other formats).
 fn check_model_memory(cfg: &TrainConfig, s: &ModelSpec, sets: &[&Dataset]) -> anyhow::Result<()> {
     let bytes = model_bytes(s);
-    let Some(avail) = data::mem_available().map(|a| a as u128) else { return Ok(()) };
+    let Some(avail) = memory_per_rank() else { return Ok(()) };
     if bytes <= avail {
         return Ok(());
     }
@@ -295,7 +309,7 @@ fn check_model_memory(cfg: &TrainConfig, s: &ModelSpec, sets: &[&Dataset]) -> an
     let (_, what) = worst.unwrap_or((0, cfg.data.clone()));
     bail!(
         "{what} implies a --model {:?} of {} parameters ({} with working copies), more than the {} of \
-         memory available: check the data (or --features/--classes/--hidden/--rank)",
+         memory available per rank: check the data (or --features/--classes/--hidden/--rank)",
         s.kind,
         param_count(s),
         data::human_bytes(bytes),
