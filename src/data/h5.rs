@@ -101,17 +101,20 @@ fn id(v: f64, max: u64) -> Result<u64, String> {
 }
 
 fn read_values(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize) -> Result<Vec<f32>, DataError> {
-    let mut out = Vec::with_capacity(hi - lo);
-    match via(d) {
-        Via::F32 => scan_1d::<f32>(path, d, name, lo, hi, |_, v| {
-            out.push(finite_f32(v as f64)?);
-            Ok(())
-        })?,
-        _ => scan_1d::<f64>(path, d, name, lo, hi, |_, v| {
-            out.push(finite_f32(v)?);
-            Ok(())
-        })?,
+    if let Via::F32 = via(d) {
+        // Read as stored in one piece (no conversion can clamp), then checked.
+        let out = read_whole::<f32>(path, d, name, lo, hi)?;
+        if let Some(i) = out.iter().position(|v| !v.is_finite()) {
+            let m = finite_f32(out[i] as f64).unwrap_err();
+            return Err(DataError::at(path, &format!("`{name}`[{}] {m}", lo + i)));
+        }
+        return Ok(out);
     }
+    let mut out = Vec::with_capacity(hi - lo);
+    scan_1d::<f64>(path, d, name, lo, hi, |_, v| {
+        out.push(finite_f32(v)?);
+        Ok(())
+    })?;
     Ok(out)
 }
 
@@ -137,7 +140,20 @@ fn scan_ids(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize, max
     }
 }
 
+fn read_whole<T: hdf5::H5Type>(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize) -> Result<Vec<T>, DataError> {
+    d.read_slice_1d::<T, _>(s![lo..hi])
+        .map(|a| a.into_raw_vec_and_offset().0)
+        .map_err(|e| err(path, &format!("cannot read `{name}` as numbers"), e))
+}
+
 fn read_ids(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize, max: u64) -> Result<Vec<u32>, DataError> {
+    if let Via::U32 = via(d) {
+        let out = read_whole::<u32>(path, d, name, lo, hi)?;
+        if let Some(i) = out.iter().position(|&v| v as u64 > max) {
+            return Err(DataError::at(path, &format!("`{name}`[{}] = {} is above the largest allowed {max}", lo + i, out[i])));
+        }
+        return Ok(out);
+    }
     let mut out = Vec::with_capacity(hi - lo);
     scan_ids(path, d, name, lo, hi, max, |_, v| {
         out.push(v as u32);
