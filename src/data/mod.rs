@@ -44,7 +44,8 @@ pub struct Dataset {
     pub labels: Vec<f32>,
     /// Where it came from, for messages.
     pub source: String,
-    /// Index of this shard's first example in the whole file (for messages and determinism).
+    /// Index of this shard's first example in the whole file (for messages and determinism);
+    /// `usize::MAX` when the rows are not a contiguous range of the file (after a split).
     pub first_row: usize,
 }
 
@@ -280,7 +281,7 @@ pub fn load_shard(path: &str, opts: &LoadOptions, rank: usize, nranks: usize) ->
 /// Keeps rows where `keep(i)`, in order.
 pub fn select_rows(d: &Dataset, keep: impl Fn(usize) -> bool) -> Dataset {
     let idx: Vec<usize> = (0..d.len()).filter(|&i| keep(i)).collect();
-    let labels = idx.iter().map(|&i| d.labels[i]).collect();
+    let labels: Vec<f32> = idx.iter().map(|&i| d.labels[i]).collect();
     let features = match &d.features {
         Features::Dense { x, d: dim } => Features::Dense { x: idx.iter().flat_map(|&i| x[i * dim..(i + 1) * dim].iter().copied()).collect(), d: *dim },
         Features::Sparse(c) => {
@@ -299,7 +300,9 @@ pub fn select_rows(d: &Dataset, keep: impl Fn(usize) -> bool) -> Dataset {
             n_items: *n_items,
         },
     };
-    Dataset { features, labels, source: d.source.clone(), first_row: d.first_row }
+    // The kept rows are no longer a contiguous range of the file unless all were kept.
+    let first_row = if labels.len() == d.len() { d.first_row } else { usize::MAX };
+    Dataset { features, labels, source: d.source.clone(), first_row }
 }
 
 /// Splits off a held-out set: row i goes to the held-out part when a seeded hash of its global

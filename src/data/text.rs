@@ -147,7 +147,7 @@ pub fn count_chunk(path: &str, rank: usize, nranks: usize) -> Result<ChunkScan, 
         }
         sc.feed(&buf[..k], |i| {
             examples += 1;
-            if examples % MARK_EVERY == 0 {
+            if examples.is_multiple_of(MARK_EVERY) {
                 marks.push(pos + i as u64 + 1);
             }
             true
