@@ -28,6 +28,31 @@ pub enum DataCommand {
         #[arg(long, value_enum)]
         format: Option<Format>,
     },
+    /// Generate a seeded synthetic sparse two-class set (default: RCV1's shape, ~700,000 x
+    /// 47,000 at 0.16 % density). Output format from the extension: .svm/.libsvm/.txt or .h5.
+    /// Written to a temporary file and renamed.
+    Synth {
+        /// Output file (.svm, .libsvm, .txt: LIBSVM text; .h5: HDF5 CSR).
+        output: String,
+        /// Examples.
+        #[arg(long, default_value_t = 697_641)]
+        rows: usize,
+        /// Features.
+        #[arg(long, default_value_t = 47_236)]
+        features: usize,
+        /// Mean fraction of non-zero features per row.
+        #[arg(long, default_value_t = 0.0016)]
+        density: f64,
+        /// Seed: the same seed gives the same file.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Probability that a label is flipped (the best reachable accuracy is about 1 - noise).
+        #[arg(long, default_value_t = 0.05)]
+        noise: f64,
+        /// Write all -1 examples first, then all +1 examples.
+        #[arg(long)]
+        sort_by_label: bool,
+    },
     /// Describe a data file: examples, features, non-zeros, labels, memory.
     Info {
         /// Data file.
@@ -44,12 +69,32 @@ pub fn run(args: &DataArgs) -> anyhow::Result<()> {
         DataCommand::Convert { input, output, format } => {
             let d = load_shard(input, &LoadOptions { format: *format, ..Default::default() }, 0, 1)?;
             let out = Path::new(output);
-            let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-            let tmp = dir.join(format!(".{}.tmp", out.file_name().and_then(|s| s.to_str()).unwrap_or("out")));
+            let tmp = temp_next_to(out)?;
             super::h5::write_h5(&tmp, &d).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
             std::fs::rename(&tmp, out).with_context(|| format!("cannot rename {} to {output}", tmp.display()))?;
             eprintln!("wrote {output}: {} examples, dimension {}", d.len(), d.dim());
+            Ok(())
+        }
+        DataCommand::Synth { output, rows, features, density, seed, noise, sort_by_label } => {
+            anyhow::ensure!(*rows > 0 && *features > 0, "--rows and --features must be positive");
+            anyhow::ensure!(*density > 0.0 && *density <= 1.0, "--density must be in (0, 1], got {density}");
+            anyhow::ensure!((0.0..=0.5).contains(noise), "--noise must be in [0, 0.5], got {noise}");
+            anyhow::ensure!(*features as u64 <= super::text::MAX_FEATURE_INDEX, "--features must be at most {}", super::text::MAX_FEATURE_INDEX);
+            let spec = super::synth::SynthSpec { rows: *rows, features: *features, density: *density, seed: *seed, noise: *noise, sort_by_label: *sort_by_label };
+            let out = Path::new(output);
+            let h5 = matches!(super::detect_format(output)?, Format::Hdf5);
+            let tmp = temp_next_to(out)?;
+            if h5 {
+                let d = super::synth::generate(&spec)?;
+                super::h5::write_h5(&tmp, &d).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
+            } else {
+                let f = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+                let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+                super::synth::write_libsvm(&spec, &mut w).with_context(|| format!("cannot write {}", tmp.display()))?;
+                w.into_inner().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?.sync_all()?;
+            }
+            std::fs::rename(&tmp, out).with_context(|| format!("cannot rename {} to {output}", tmp.display()))?;
+            eprintln!("wrote {output}: {rows} examples, {features} features, density {density}, seed {seed}");
             Ok(())
         }
         DataCommand::Info { path, format } => {
@@ -76,4 +121,12 @@ pub fn run(args: &DataArgs) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// A temporary name in the output's directory (created if needed), renamed over the output when
+/// complete, so an interrupted run never leaves a half-written file under the real name.
+fn temp_next_to(out: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir.join(format!(".{}.tmp", out.file_name().and_then(|s| s.to_str()).unwrap_or("out"))))
 }

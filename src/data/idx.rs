@@ -2,18 +2,20 @@
 //! (0..255 as f32); the labels file is found next to the images file.
 
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 
 use flate2::read::GzDecoder;
 
 use super::{DataError, Dataset, Features};
 
-fn open(path: &str) -> Result<Box<dyn Read>, DataError> {
+/// The file, whether it is gzip-compressed, and its size on disk.
+fn open(path: &str) -> Result<(Box<dyn Read>, bool, u64), DataError> {
+    let size = super::check_regular(path)?;
     let mut f = File::open(path).map_err(|e| DataError::io(path, &e))?;
     let mut magic = [0u8; 2];
     let gz = f.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
-    let f = File::open(path).map_err(|e| DataError::io(path, &e))?;
-    Ok(if gz { Box::new(BufReader::new(GzDecoder::new(f))) } else { Box::new(BufReader::new(f)) })
+    f.seek(SeekFrom::Start(0)).map_err(|e| DataError::io(path, &e))?;
+    Ok(if gz { (Box::new(BufReader::new(GzDecoder::new(f))), true, size) } else { (Box::new(f), false, size) })
 }
 
 /// Header of an unsigned-byte IDX file: dimensions.
@@ -35,17 +37,48 @@ fn header(path: &str, r: &mut dyn Read) -> Result<Vec<usize>, DataError> {
     Ok(dims)
 }
 
-/// Reads rows [lo, hi) of an IDX file (skipping the rest of a compressed stream cheaply).
+/// Reads rows [lo, hi) of an IDX file: a seek for a plain file, a streaming skip for gzip.
+/// The header's sizes are checked against the file (plain) or the memory available (gzip, whose
+/// uncompressed size is unknown until read) before anything is allocated.
 fn rows(path: &str, rank: usize, nranks: usize) -> Result<(Vec<u8>, Vec<usize>, usize), DataError> {
-    let mut r = open(path)?;
+    let (mut r, gz, size) = open(path)?;
     let dims = header(path, &mut *r)?;
     let n = dims[0];
-    let row: usize = dims[1..].iter().product();
+    let row = dims[1..].iter().try_fold(1u128, |a, &d| Some(a * d as u128)).unwrap_or(u128::MAX);
+    let promised = n as u128 * row;
+    let header_len = 4 + 4 * dims.len() as u64;
     let (lo, hi) = (n * rank / nranks, n * (rank + 1) / nranks);
-    std::io::copy(&mut (&mut r).take((lo * row) as u64), &mut std::io::sink()).map_err(|e| DataError::io(path, &e))?;
-    let mut buf = vec![0u8; (hi - lo) * row];
-    r.read_exact(&mut buf).map_err(|_| DataError::at(path, &format!("truncated: the header promises {n} rows of {row} bytes")))?;
+    let what = |got: String| {
+        DataError::at(path, &format!(
+            "truncated or corrupt: the header's dimensions {dims:?} promise {n} rows of {row} bytes ({}), but {got}",
+            super::human_bytes(promised)
+        ))
+    };
+    if !gz && header_len as u128 + promised > size as u128 {
+        return Err(what(format!("the file holds {} after the header", super::human_bytes((size - header_len.min(size)) as u128))));
+    }
+    let want = (hi - lo) as u128 * row;
+    super::check_memory(path, &format!("rows {lo}..{hi} ({} x {row} bytes, from the header {dims:?})", hi - lo), want * 5)?;
+    let (skip, want) = ((lo as u128 * row) as u64, want as u64);
+    if gz {
+        std::io::copy(&mut (&mut r).take(skip), &mut std::io::sink()).map_err(|e| err_gz(path, e))?;
+    } else {
+        let mut f = File::open(path).map_err(|e| DataError::io(path, &e))?;
+        f.seek(SeekFrom::Start(header_len + skip)).map_err(|e| DataError::io(path, &e))?;
+        r = Box::new(f);
+    }
+    // Grows as bytes arrive: a stream shorter than its header promises fails without first
+    // allocating what the header claimed.
+    let mut buf = Vec::with_capacity(want.min(1 << 26) as usize);
+    (&mut r).take(want).read_to_end(&mut buf).map_err(|e| err_gz(path, e))?;
+    if (buf.len() as u64) < want {
+        return Err(what(format!("rows {lo}..{hi} end early (after {} bytes of the {want} expected)", buf.len())));
+    }
     Ok((buf, dims, lo))
+}
+
+fn err_gz(path: &str, e: std::io::Error) -> DataError {
+    DataError::at(path, &format!("cannot read (corrupt gzip stream?): {e}"))
 }
 
 /// The labels file that goes with an images file (`images-idx3` -> `labels-idx1`).
@@ -126,6 +159,14 @@ mod tests {
         let p = write_idx(d.path(), "y-images-idx3-ubyte", &[5, 2, 2], &[1, 2, 3], false);
         write_idx(d.path(), "y-labels-idx1-ubyte", &[5], &[1; 5], false);
         assert!(read_idx(&p, None, 0, 1).unwrap_err().message.contains("truncated"));
+        // A header promising terabytes is refused by size, before any allocation, plain or gzip.
+        for gz in [false, true] {
+            let ext = if gz { ".gz" } else { "" };
+            let p = write_idx(d.path(), &format!("z-images-idx3-ubyte{ext}"), &[4_000_000_000, 4000, 4000], &[1; 64], gz);
+            write_idx(d.path(), &format!("z-labels-idx1-ubyte{ext}"), &[4_000_000_000], &[1; 64], gz);
+            let e = read_idx(&p, None, 0, 2).unwrap_err();
+            assert!(e.message.contains("4000000000") && e.path == p, "{e}");
+        }
     }
 
     #[test]

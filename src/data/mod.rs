@@ -44,7 +44,8 @@ pub struct Dataset {
     pub labels: Vec<f32>,
     /// Where it came from, for messages.
     pub source: String,
-    /// Index of this shard's first example in the whole file (for messages and determinism).
+    /// Index of this shard's first example in the whole file (for messages and determinism);
+    /// `usize::MAX` when the rows are not a contiguous range of the file (after a split).
     pub first_row: usize,
 }
 
@@ -133,7 +134,87 @@ impl DataError {
 pub mod command;
 pub mod h5;
 pub mod idx;
+pub mod synth;
 pub mod text;
+
+/// Checks that `path` is a regular file (following symlinks) and returns its size. A FIFO would
+/// block in `open` and cannot be read by offset, a directory or device is a mistake: all are
+/// refused before anything opens them.
+pub fn check_regular(path: &str) -> Result<u64, DataError> {
+    let m = std::fs::metadata(path).map_err(|e| DataError::io(path, &e))?;
+    if m.is_file() {
+        return Ok(m.len());
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    let what = if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a named pipe (FIFO)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(DataError::at(path, &format!(
+        "is {what}, not a regular file: data is read by offset, once per rank, so it must be a file (copy a stream to a file first)"
+    )))
+}
+
+/// Memory the kernel says can still be allocated without swapping (`MemAvailable`), in bytes.
+pub fn mem_available() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let l = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = l.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Bytes as "1.5 GB".
+pub fn human_bytes(b: u128) -> String {
+    let units = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < units.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", units[u]) }
+}
+
+/// Refuses an allocation of `bytes` (for `what`, e.g. "rows 0..5 of `X` (5 x 10^9 values)")
+/// that cannot fit in the memory available now: a clear error naming the file instead of an
+/// allocation abort or the OOM killer.
+pub fn check_memory(path: &str, what: &str, bytes: u128) -> Result<(), DataError> {
+    check_memory_against(path, what, bytes, mem_available())
+}
+
+fn check_memory_against(path: &str, what: &str, bytes: u128, avail: Option<u64>) -> Result<(), DataError> {
+    // Without /proc/meminfo, still refuse what no machine has (and what would overflow usize).
+    let limit = avail.map_or(1u128 << 50, |a| a as u128).min(isize::MAX as u128);
+    if bytes > limit {
+        return Err(DataError::at(path, &format!(
+            "{what} needs {} but only {} of memory is available: check the file (a corrupt header or \
+             out-of-range value?) or use more ranks/nodes",
+            human_bytes(bytes),
+            human_bytes(limit)
+        )));
+    }
+    Ok(())
+}
+
+/// Where row `row` (0-based, over the whole file) of a data file is, for messages: "line L" for
+/// text formats (found by a scan, so use on error paths only), "row R" otherwise.
+pub fn place_of_row(path: &str, format: Option<Format>, row: u64) -> String {
+    let f = format.or_else(|| detect_format(path).ok());
+    if matches!(f, Some(Format::Libsvm | Format::Ratings)) {
+        if let Ok(off) = text::locate(path, 0, row) {
+            return format!("{path}:{}", text::line_number(path, off));
+        }
+    }
+    format!("{path}, row {row}")
+}
 
 /// File formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -187,9 +268,7 @@ pub fn load_shard(path: &str, opts: &LoadOptions, rank: usize, nranks: usize) ->
         Some(f) => f,
         None => detect_format(path)?,
     };
-    if !std::path::Path::new(path).exists() {
-        return Err(DataError::at(path, "no such file (check the path given to --data / --test-data)"));
-    }
+    check_regular(path)?;
     let d = match format {
         Format::Libsvm => text::read_libsvm(path, rank, nranks, opts.features)?,
         Format::Ratings => text::read_ratings(path, rank, nranks)?,
@@ -202,7 +281,7 @@ pub fn load_shard(path: &str, opts: &LoadOptions, rank: usize, nranks: usize) ->
 /// Keeps rows where `keep(i)`, in order.
 pub fn select_rows(d: &Dataset, keep: impl Fn(usize) -> bool) -> Dataset {
     let idx: Vec<usize> = (0..d.len()).filter(|&i| keep(i)).collect();
-    let labels = idx.iter().map(|&i| d.labels[i]).collect();
+    let labels: Vec<f32> = idx.iter().map(|&i| d.labels[i]).collect();
     let features = match &d.features {
         Features::Dense { x, d: dim } => Features::Dense { x: idx.iter().flat_map(|&i| x[i * dim..(i + 1) * dim].iter().copied()).collect(), d: *dim },
         Features::Sparse(c) => {
@@ -221,7 +300,9 @@ pub fn select_rows(d: &Dataset, keep: impl Fn(usize) -> bool) -> Dataset {
             n_items: *n_items,
         },
     };
-    Dataset { features, labels, source: d.source.clone(), first_row: d.first_row }
+    // The kept rows are no longer a contiguous range of the file unless all were kept.
+    let first_row = if labels.len() == d.len() { d.first_row } else { usize::MAX };
+    Dataset { features, labels, source: d.source.clone(), first_row }
 }
 
 /// Splits off a held-out set: row i goes to the held-out part when a seeded hash of its global

@@ -7,7 +7,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 use crate::comm::collectives::{self, agree};
 use crate::config::{Scaling, TrainConfig};
-use crate::data::{self, Dataset, Features, LoadOptions};
+use crate::data::{self, text, Dataset, Features, Format, LoadOptions};
 use crate::model::{ModelKind, ModelSpec};
 
 /// This rank's data after start-up.
@@ -26,12 +26,82 @@ fn load(cfg: &TrainConfig, path: &str, rank: usize, n: usize) -> anyhow::Result<
     Ok(data::load_shard(path, &opts, rank, n)?)
 }
 
+/// Reads this rank's shard; every failure is agreed on by all ranks.
+fn load_agreed(cfg: &TrainConfig, path: &str, comm: &SimpleCommunicator) -> anyhow::Result<Dataset> {
+    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
+    let format = agree(comm, cfg.format.map_or_else(|| data::detect_format(path), Ok).map_err(anyhow::Error::from))?;
+    match format {
+        Format::Libsvm | Format::Ratings if n > 1 => load_text_balanced(cfg, path, format, comm),
+        _ => agree(comm, load(cfg, path, rank, n)),
+    }
+}
+
+/// Every rank gets floor or ceil(total/N) examples of a text file without any rank reading much
+/// more than its own byte chunk (see `data::text`): each rank counts the example lines of its
+/// chunk, remembering where every 4096th starts; all share (start, end, count); the owner of
+/// the chunk where rank r's first example lies finds its offset from the nearest mark; all share
+/// those starts (a shard ends where the next one starts); each rank parses its range.
+fn load_text_balanced(cfg: &TrainConfig, path: &str, format: Format, comm: &SimpleCommunicator) -> anyhow::Result<Dataset> {
+    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
+    let t0 = std::time::Instant::now();
+    let mine = agree(comm, text::count_chunk(path, rank, n).map_err(anyhow::Error::from))?;
+    let t_count = t0.elapsed().as_secs_f64();
+    let c = mine.count;
+    let all = all_gather_u64(comm, &[c.start, c.end, c.examples]);
+    let chunks: Vec<text::ChunkCount> =
+        all.chunks(3).map(|c| text::ChunkCount { start: c[0], end: c[1], examples: c[2] }).collect();
+    let total: u64 = chunks.iter().map(|c| c.examples).sum();
+    let plan: Vec<(usize, u64, u64)> = (0..n).map(|r| text::shard_start(&chunks, r, n)).collect();
+    let answers = (|| -> Result<Vec<u64>, data::DataError> {
+        let mut v = vec![0u64; n];
+        for (r, &(k, skip, _)) in plan.iter().enumerate() {
+            if k == rank {
+                v[r] = mine.locate(path, skip)?;
+            }
+        }
+        Ok(v)
+    })();
+    let answers = agree(comm, answers.map_err(anyhow::Error::from))?;
+    // Each start was filled in by exactly one rank, the others hold 0: a sum gathers them.
+    let mut starts: Vec<f64> = answers.iter().map(|&x| x as f64).collect();
+    collectives::sum_f64(comm, &mut starts);
+    let (start, first) = (starts[rank] as u64, plan[rank].2);
+    let (end, next) = match plan.get(rank + 1) {
+        Some(p) => (starts[rank + 1] as u64, p.2),
+        None => (chunks[n - 1].end, total),
+    };
+    let range = text::TextRange { start, end: end.max(start), first_row: first, rows: next - first };
+    let t_locate = t0.elapsed().as_secs_f64();
+    let read = match format {
+        Format::Ratings => text::read_ratings_range(path, range),
+        _ => text::read_libsvm_range(path, range, cfg.features),
+    };
+    log::debug!(
+        "{path}: examples {}..{} (bytes {}..{}); counted in {t_count:.2} s, located by {t_locate:.2} s, parsed by {:.2} s",
+        range.first_row, next, range.start, range.end, t0.elapsed().as_secs_f64()
+    );
+    agree(comm, read.map_err(anyhow::Error::from))
+}
+
+/// Every rank's `v` (all the same length), in rank order. Exact below 2^53 (byte offsets and
+/// example counts of any real file): an all-reduce of one-hot rows, so no new MPI call is needed.
+fn all_gather_u64(comm: &SimpleCommunicator, v: &[u64]) -> Vec<u64> {
+    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
+    let mut all = vec![0f64; n * v.len()];
+    for (i, &x) in v.iter().enumerate() {
+        debug_assert!(x < 1 << 53);
+        all[rank * v.len() + i] = x as f64;
+    }
+    collectives::sum_f64(comm, &mut all);
+    all.into_iter().map(|x| x as u64).collect()
+}
+
 /// Reads the shards and applies the held-out split.
 pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Shards> {
-    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
-    let train = agree(comm, load(cfg, &cfg.data, rank, n))?;
+    let n = comm.size() as usize;
+    let train = load_agreed(cfg, &cfg.data, comm)?;
     let test = match &cfg.test_data {
-        Some(p) => Some(agree(comm, load(cfg, p, rank, n))?),
+        Some(p) => Some(load_agreed(cfg, p, comm)?),
         None => None,
     };
     let (train, test) = match (test, cfg.test_fraction > 0.0) {
@@ -118,7 +188,7 @@ pub fn model_spec(cfg: &TrainConfig, shards: &Shards, comm: &SimpleCommunicator)
             classes = c;
         }
     }
-    Ok(ModelSpec {
+    let spec = ModelSpec {
         kind: cfg.model,
         lambda: cfg.lambda,
         features,
@@ -127,7 +197,124 @@ pub fn model_spec(cfg: &TrainConfig, shards: &Shards, comm: &SimpleCommunicator)
         factors: cfg.factors,
         users: g[4] as usize,
         items: g[5] as usize,
-    })
+    };
+    // First each rank checks what its own shard implies, so the rank holding an absurd label,
+    // index or id names its place; then the agreed sizes (options included) are checked alike
+    // on every rank.
+    let local = ModelSpec {
+        features: cfg.features.unwrap_or(0).max(local[0] as usize),
+        classes: if matches!(cfg.model, ModelKind::Mlr | ModelKind::Mlp) { cfg.classes.unwrap_or(0).max(local[1].max(1.0) as usize + 1) } else { 2 },
+        users: local[4] as usize,
+        items: local[5] as usize,
+        ..spec.clone()
+    };
+    agree(comm, check_model_memory(cfg, &local, &sets))?;
+    let bytes = model_bytes(&spec);
+    let avail = memory_per_rank().unwrap_or(1u128 << 50);
+    if bytes > avail {
+        bail!(
+            "{}: --model {:?} with {} features, {} classes, hidden {:?}, {} factors, {} users and {} items needs \
+             {} parameters ({} with working copies), more than the {} of memory available per rank: check \
+             --features/--classes/--hidden/--factors and the data",
+            cfg.data, spec.kind, spec.features, spec.classes, spec.hidden, spec.factors, spec.users, spec.items,
+            param_count(&spec), data::human_bytes(bytes), data::human_bytes(avail)
+        );
+    }
+    Ok(spec)
+}
+
+/// Ranks on this node, from the launcher's environment (Open MPI, MPICH/Hydra, Slurm); 1 if unknown.
+fn ranks_on_this_node() -> u128 {
+    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse::<u128>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// This rank's share of the memory available on its node: every rank holds its own replica.
+fn memory_per_rank() -> Option<u128> {
+    data::mem_available().map(|a| a as u128 / ranks_on_this_node())
+}
+
+/// Parameters a model of `s` holds, saturating (options and data may imply absurd sizes).
+fn param_count(s: &ModelSpec) -> u128 {
+    let (f, c) = (s.features as u128, s.classes as u128);
+    match s.kind {
+        ModelKind::Svm | ModelKind::Logreg => f + 1,
+        ModelKind::Mlr => c.saturating_mul(f + 1),
+        ModelKind::Mlp => {
+            let (mut prev, mut p) = (f, 0u128);
+            for &h in &s.hidden {
+                p = p.saturating_add((prev + 1).saturating_mul(h as u128));
+                prev = h as u128;
+            }
+            p.saturating_add((prev + 1).saturating_mul(c))
+        }
+        ModelKind::Mf => (s.users as u128 + s.items as u128).saturating_mul(s.factors as u128 + 1).saturating_add(1),
+    }
+}
+
+/// At least four f32 copies of the parameters live at once (the model, its gradient scratch, and
+/// a sync mode's send and receive buffers).
+fn model_bytes(s: &ModelSpec) -> u128 {
+    param_count(s).saturating_mul(16)
+}
+
+/// Refuses a model that the sizes in this rank's data imply and that cannot fit in memory,
+/// naming the value and where it is (file:line for text, row for other formats).
+fn check_model_memory(cfg: &TrainConfig, s: &ModelSpec, sets: &[&Dataset]) -> anyhow::Result<()> {
+    let bytes = model_bytes(s);
+    let Some(avail) = memory_per_rank() else { return Ok(()) };
+    if bytes <= avail {
+        return Ok(());
+    }
+    // The largest data-derived size is the culprit: find the row that holds it.
+    let mut worst: Option<(u128, String)> = None;
+    for d in sets {
+        let mut consider = |value: u128, row: Option<usize>, what: String| {
+            if worst.as_ref().is_none_or(|w| value > w.0) {
+                let place = match row {
+                    Some(r) if d.first_row != usize::MAX => data::place_of_row(&d.source, cfg.format, (d.first_row + r) as u64),
+                    _ => d.source.clone(),
+                };
+                worst = Some((value, format!("{place}: {what}")));
+            }
+        };
+        match &d.features {
+            Features::Sparse(c) => {
+                if let Some((i, &j)) = c.indices.iter().enumerate().max_by_key(|&(_, &j)| j) {
+                    let row = c.indptr.partition_point(|&p| p <= i) - 1;
+                    consider(j as u128 + 1, Some(row), format!("feature index {}", j as u64 + 1));
+                }
+                if c.ncols > c.indices.iter().max().map_or(0, |&j| j as usize + 1) {
+                    consider(c.ncols as u128, None, format!("declared width of {} columns", c.ncols));
+                }
+            }
+            Features::Dense { d: dim, .. } => consider(*dim as u128, None, format!("{dim} features per example")),
+            Features::Ratings { users, items, .. } => {
+                for (ids, what) in [(users, "user"), (items, "item")] {
+                    if let Some((r, &u)) = ids.iter().enumerate().max_by_key(|&(_, &u)| u) {
+                        consider(u as u128 + 1, Some(r), format!("{what} id {u}"));
+                    }
+                }
+            }
+        }
+        if matches!(s.kind, ModelKind::Mlr | ModelKind::Mlp) {
+            if let Some((r, &y)) = d.labels.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)) {
+                consider(y.max(0.0) as u128 + 1, Some(r), format!("label {y}"));
+            }
+        }
+    }
+    let (_, what) = worst.unwrap_or((0, cfg.data.clone()));
+    bail!(
+        "{what} implies a --model {:?} of {} parameters ({} with working copies), more than the {} of \
+         memory available per rank: check the data (or --features/--classes/--hidden/--rank)",
+        s.kind,
+        param_count(s),
+        data::human_bytes(bytes),
+        data::human_bytes(avail)
+    )
 }
 
 /// Scales features with statistics of the whole training set (all ranks), applied to both sets.
