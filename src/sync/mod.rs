@@ -109,6 +109,12 @@ pub trait SyncMode {
     /// True when every round makes all ranks wait for each other anyway (BSP): evaluations and
     /// checkpoints then run at once. False: they are taken without forcing ranks into step.
     fn lockstep(&self) -> bool;
+    /// How many rounds a rank may run ahead of a rank that still needs it to answer (SSP: S + 1).
+    /// The training loop does not make a rank wait for the others more often than that, or a
+    /// rank waiting could hold up the one it waits for.
+    fn round_lead(&self) -> u64 {
+        0
+    }
     /// Called before each local step; `clock` is the number of rounds done so far. A mode may
     /// wait here and overwrite (parts of) `params` with fresher values.
     fn before_step(&mut self, _params: &mut [f32], _clock: u64) -> anyhow::Result<()> {

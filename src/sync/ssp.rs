@@ -525,6 +525,10 @@ impl SyncMode for StaleSynchronous {
         self.staleness == 0
     }
 
+    fn round_lead(&self) -> u64 {
+        self.staleness + 1
+    }
+
     fn before_step(&mut self, params: &mut [f32], clock: u64) -> anyhow::Result<()> {
         self.complete_reads(params, clock)
     }

@@ -482,7 +482,10 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     let mut stopped_early = false;
     let mut preempted = false;
     comm::preempt::install_handlers();
-    let mut stop_vote = comm::preempt::StopVote::new(comm, cfg.stop_check_every, Duration::from_secs_f64(cfg.wait_timeout));
+    // A rank waiting for a vote does not serve the sync mode: vote no more often than the mode
+    // lets ranks drift apart, so every rank has started a vote before anyone waits for it.
+    let vote_period = cfg.stop_check_every.max(run.sync.round_lead() + 1);
+    let mut stop_vote = comm::preempt::StopVote::new(comm, vote_period, Duration::from_secs_f64(cfg.wait_timeout));
     'epochs: while run.pos.epoch < cfg.epochs {
         let epoch_rng = rng.state();
         perm.iter_mut().enumerate().for_each(|(i, x)| *x = i);
@@ -561,6 +564,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
             run.mark_evaluation(&mut params)?;
         }
     }
+    // The last vote is a collective: bring the mode to a cut first (no rank needs another after).
+    run.quiesce(&mut params);
     if let Err(e) = stop_vote.close() {
         comm::abort_job(&format!("{e:#}"), 4);
     }
