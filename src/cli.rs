@@ -10,7 +10,7 @@ use crate::config::TrainConfig;
 /// Data-parallel SGD over MPI. Launch with `mpirun -n N asap-train ...` or `srun`; every rank
 /// trains a replica on its shard of the data and exchanges models as --sync says. With no
 /// subcommand it runs `train` on the built-in default (Fashion-MNIST, softmax regression,
-/// ASAP stochastic reduce on the root expander graph).
+/// ASAP stochastic reduce on a graph chosen for the rank count, `--graph auto`).
 /// `asap-train train --help` lists every training option.
 #[derive(Parser, Debug)]
 #[command(name = "asap-train", version, about, long_about = None, args_conflicts_with_subcommands = true, allow_negative_numbers = true)]

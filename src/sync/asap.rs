@@ -23,9 +23,11 @@ use crate::comm::mailbox::{Mailboxes, SlotRead};
 #[serde(default)]
 #[command(next_help_heading = "ASAP (--sync asap)")]
 pub struct AsapOptions {
-    /// Communication graph: root-expander, exponential, ring, complete, chain, line, star,
-    /// hypercube, torus, random:D (D-regular, seeded) or file:PATH (see graphs/).
-    #[arg(long, value_name = "GRAPH", default_value = "root-expander")]
+    /// Communication graph: auto (root-expander while it mixes within 32 rounds, about 16 ranks
+    /// or fewer; a seeded random 4-regular graph above; the choice and reason are logged),
+    /// root-expander, exponential, ring, complete, chain, line, star, hypercube, torus, random:D
+    /// (D-regular, seeded) or file:PATH (see graphs/).
+    #[arg(long, value_name = "GRAPH", default_value = "auto")]
     pub graph: String,
     /// Synchronisation: notify-ack (one-sided NOTIFY-ACK), barrier (put, MPI_Barrier, reduce
     /// what is consistent) or none (fully asynchronous).
