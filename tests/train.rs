@@ -119,18 +119,281 @@ fn config_file_and_flags_make_the_effective_configuration() {
     assert_eq!(start["config"]["test_data"], serde_json::Value::Null, "no built-in test set for other data");
 }
 
-/// `data convert` writes HDF5 that training then reads (sharded by hyperslabs).
+/// `data convert` writes HDF5 that training then reads (sharded by hyperslabs), and training on
+/// it gives the same model as training on the source: bit-identical at one rank (same rows in the
+/// same order, same seed); at three ranks the shards are cut differently (text by bytes, HDF5 by
+/// rows), so there the accuracies must agree closely.
 #[test]
 fn converted_hdf5_trains_like_the_source() {
     let dir = scratch("convert");
+    let src = "/usr/share/doc/liblinear-tools/examples/heart_scale";
     let h5 = dir.join("heart.h5");
-    run(&["data", "convert", "/usr/share/doc/liblinear-tools/examples/heart_scale", s(&h5), "--format", "libsvm"], 60).expect_ok();
-    let m = dir.join("m.jsonl");
-    mpirun(3, &["train", "--data", s(&h5), "--model", "svm", "--epochs", "20", "--batch-size", "8", "--lr", "0.1", "--metrics", s(&m)], 120)
+    run(&["data", "convert", src, s(&h5), "--format", "libsvm"], 60).expect_ok();
+    let train = |n: usize, data: &str, tag: &str| -> (serde_json::Value, Vec<f32>) {
+        let m = dir.join(format!("{tag}.jsonl"));
+        let model = dir.join(format!("{tag}.h5"));
+        mpirun(
+            n,
+            &["train", "--data", data, "--format", if data.ends_with(".h5") { "hdf5" } else { "libsvm" }, "--model", "svm",
+              "--epochs", "20", "--batch-size", "8", "--lr", "0.1", "--metrics", s(&m), "--save-model", s(&model)],
+            120,
+        )
         .expect_ok();
-    assert_eq!(summary(&m).get("ranks").unwrap(), 3);
+        let start = metrics(&m).into_iter().find(|v| v["event"] == "start").unwrap();
+        assert_eq!(start["train_examples"], 270, "{tag}");
+        let sm = summary(&m);
+        assert_eq!(sm["ranks"], n, "{tag}");
+        (sm, params(&model))
+    };
+    let (s1, p1) = train(1, src, "src1");
+    let (h1, q1) = train(1, s(&h5), "h51");
+    assert_eq!(p1.len(), q1.len());
+    assert!(p1 == q1, "one rank: the model trained on the HDF5 copy differs from the source's");
+    assert_eq!(s1["final_metric"], h1["final_metric"]);
+    let (s3, _) = train(3, src, "src3");
+    let (h3, _) = train(3, s(&h5), "h53");
+    let (a, b) = (s3["final_metric"].as_f64().unwrap(), h3["final_metric"].as_f64().unwrap());
+    assert!(a > 0.8 && (a - b).abs() <= 0.03, "three ranks: accuracy {a} on the source, {b} on the HDF5 copy");
+}
+
+/// The `params` vector of a model or checkpoint file (checkpoints: ranks x P, row-major).
+fn params(p: &std::path::Path) -> Vec<f32> {
+    hdf5::File::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).dataset("params").unwrap().read_raw().unwrap()
+}
+
+/// The newest checkpoint file in `dir`.
+fn newest_checkpoint(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut v: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "h5")).collect();
+    v.sort();
+    v.pop().unwrap_or_else(|| panic!("no checkpoint in {}", dir.display()))
+}
+
+/// Asserts `avg` is the element-wise mean of the `n` replicas stored row after row in `all`
+/// (up to f32 rounding of the sum), and that the replicas are not all equal.
+fn assert_is_average_of_distinct_replicas(avg: &[f32], all: &[f32], n: usize, what: &str) {
+    let p = avg.len();
+    assert_eq!(all.len(), n * p, "{what}");
+    let rows: Vec<&[f32]> = all.chunks(p).collect();
+    let spread = (0..p).map(|k| (rows[0][k] - rows[1][k]).abs()).fold(0f32, f32::max);
+    assert!(spread > 1e-4, "{what}: the replicas are identical (spread {spread}), nothing was averaged");
+    for k in 0..p {
+        let mean = rows.iter().map(|r| r[k] as f64).sum::<f64>() / n as f64;
+        let tol = 1e-5 * (1.0 + rows.iter().map(|r| r[k].abs() as f64).fold(0.0, f64::max));
+        assert!((avg[k] as f64 - mean).abs() <= tol, "{what}: parameter {k} is {} but the replicas average {mean}", avg[k]);
+    }
+}
+
+/// `--sync none`: replicas never talk while training (no bytes sent, replicas drift apart) and
+/// the final model is their one-shot average; with one rank it is plain SGD, bit-identical to
+/// the all-reduce baseline at one rank.
+#[test]
+fn sync_none_trains_alone_and_averages_once_at_the_end() {
+    let dir = scratch("sync-none");
+    let data = fashion("t10k-images-idx3-ubyte.gz");
+    let ck = dir.join("ck");
+    let m = dir.join("m.jsonl");
+    let model = dir.join("model.h5");
+    mpirun(
+        2,
+        &["train", "--data", &data, "--sync", "none", "--epochs", "1", "--batch-size", "64", "--checkpoint-dir", s(&ck),
+          "--checkpoint-every", "100000", "--metrics", s(&m), "--save-model", s(&model)],
+        120,
+    )
+    .expect_ok();
+    let sm = summary(&m);
+    assert_eq!(sm["sync"], "none");
+    assert_eq!(sm["counters"]["bytes_sent"]["max"].as_f64(), Some(0.0), "{sm}");
+    assert!(sm["final_metric"].as_f64().unwrap() > 0.75, "{sm}");
+    assert_eq!(sm["per_rank_metric"].as_array().unwrap().len(), 2);
+    let eval = metrics(&m).into_iter().find(|v| v["event"] == "eval").unwrap();
+    assert!(eval["consensus_distance"].as_f64().unwrap() > 0.0, "{eval}");
+    // The end-of-training checkpoint holds both replicas before the final average.
+    assert_is_average_of_distinct_replicas(&params(&model), &params(&newest_checkpoint(&ck)), 2, "--sync none");
+
+    let one = |mode: &str| {
+        let f = dir.join(format!("one-{mode}.h5"));
+        mpirun(1, &["train", "--data", &data, "--sync", mode, "--epochs", "1", "--batch-size", "64", "--save-model", s(&f)], 120)
+            .expect_ok();
+        params(&f)
+    };
+    assert!(one("none") == one("allreduce"), "one rank: --sync none differs from --sync allreduce");
+}
+
+/// `--sync-every K`: one exchange per K local steps (floor(steps / K) rounds), and the steps
+/// after the last exchange still reach the final model through the closing average.
+#[test]
+fn sync_every_k_exchanges_every_k_steps_and_averages_the_trailing_steps() {
+    let dir = scratch("sync-every");
+    let ck = dir.join("ck");
+    let m = dir.join("m.jsonl");
+    let model = dir.join("model.h5");
+    let k = 10u64;
+    mpirun(
+        2,
+        &["train", "--data", &fashion("t10k-images-idx3-ubyte.gz"), "--sync", "allreduce", "--sync-every", &k.to_string(),
+          "--epochs", "1", "--batch-size", "64", "--checkpoint-dir", s(&ck), "--checkpoint-every", "100000",
+          "--metrics", s(&m), "--save-model", s(&model)],
+        120,
+    )
+    .expect_ok();
     let start = metrics(&m).into_iter().find(|v| v["event"] == "start").unwrap();
-    assert_eq!(start["train_examples"], 270);
+    let steps = start["steps_per_epoch"].as_u64().unwrap();
+    assert!(steps % k != 0, "the test needs trailing steps: {steps} steps per epoch");
+    let sm = summary(&m);
+    let rounds = sm["rounds"].as_u64().unwrap();
+    assert_eq!(rounds, steps / k, "{steps} steps with --sync-every {k}");
+    // Each average moves 2 (N-1)/N of the model per rank (ring all-reduce, as reported): the
+    // rounds plus exactly one closing average.
+    let p = start["params"].as_u64().unwrap();
+    let sent = sm["counters"]["bytes_sent"]["mean"].as_f64().unwrap();
+    assert_eq!(sent, ((rounds + 1) * p * 4) as f64, "bytes sent for {rounds} rounds + the final average");
+    // The final checkpoint holds the replicas after the trailing local steps (so they differ);
+    // the saved model is their average.
+    assert_is_average_of_distinct_replicas(&params(&model), &params(&newest_checkpoint(&ck)), 2, "--sync-every");
+    assert!(sm["final_metric"].as_f64().unwrap() > 0.75, "{sm}");
+}
+
+/// `--straggler RANKS:FACTOR` slows exactly the named rank: it sleeps (FACTOR - 1) x its own
+/// compute time, and under all-reduce the other rank waits for it.
+#[test]
+fn straggler_sleeps_in_proportion_to_its_compute_and_others_wait() {
+    let dir = scratch("straggler");
+    let m = dir.join("m.jsonl");
+    mpirun(
+        2,
+        &["train", "--data", &fashion("t10k-images-idx3-ubyte.gz"), "--sync", "allreduce", "--straggler", "1:3", "--epochs", "1",
+          "--metrics", s(&m)],
+        120,
+    )
+    .expect_ok();
+    let c = &summary(&m)["counters"];
+    let g = |k: &str, w: &str| c[k][w].as_f64().unwrap();
+    let (sleep_mean, sleep_max) = (g("straggler_sleep_seconds", "mean"), g("straggler_sleep_seconds", "max"));
+    // Only rank 1 sleeps: the mean over two ranks is half the max.
+    assert!(sleep_max > 0.0 && (sleep_mean - sleep_max / 2.0).abs() < 1e-9, "{c}");
+    // Rank 1 sleeps 2x its compute (less a debt below 1 ms); its compute lies between the
+    // smallest and the largest rank's.
+    let (comp_mean, comp_max) = (g("compute_seconds", "mean"), g("compute_seconds", "max"));
+    let comp_min = 2.0 * comp_mean - comp_max;
+    assert!(sleep_max >= 2.0 * comp_min - 2e-3 && sleep_max <= 2.0 * comp_max + 1e-9, "sleep {sleep_max} vs compute {comp_min}..{comp_max}");
+    // Rank 0 waits at the barrier for most of that sleep.
+    assert!(g("wait_seconds", "max") >= 0.3 * sleep_max, "{c}");
+}
+
+/// `--target`: the summary names the first evaluation at which the held-out metric reached the
+/// target; an unreachable target is reported as not reached.
+#[test]
+fn target_reports_the_first_evaluation_that_reached_it() {
+    let dir = scratch("target");
+    let data = fashion("t10k-images-idx3-ubyte.gz");
+    for (target, reachable) in [("0.7", true), ("1.01", false)] {
+        let m = dir.join(format!("m{target}.jsonl"));
+        let job = mpirun(
+            2,
+            &["train", "--data", &data, "--test-fraction", "0.2", "--sync", "allreduce", "--epochs", "1", "--eval-every", "10",
+              "--target", target, "--metrics", s(&m)],
+            120,
+        )
+        .expect_ok();
+        let t: f64 = target.parse().unwrap();
+        let sm = summary(&m);
+        let evals: Vec<_> = metrics(&m).into_iter().filter(|v| v["event"] == "eval").collect();
+        assert!(evals.len() > 3, "{} evaluations", evals.len());
+        let first = evals.iter().find(|e| e["test_metric"].as_f64().unwrap() >= t);
+        match (reachable, first) {
+            (true, Some(e)) => {
+                let hit = &sm["time_to_target"];
+                assert_eq!(hit["round"], e["round"], "{hit} vs first eval at target {e}");
+                assert_eq!(hit["train_seconds"], e["train_seconds"], "{hit}");
+                assert!(e["round"].as_u64().unwrap() > 10, "the target was already met at the first evaluation: pick a higher one");
+                assert!(job.stdout.contains(&format!("target {t} reached after")), "{}", job.stdout);
+            }
+            (false, None) => {
+                assert!(sm["time_to_target"].is_null(), "{sm}");
+                assert!(job.stdout.contains(&format!("target {t} not reached")), "{}", job.stdout);
+            }
+            (r, e) => panic!("target {t}: expected reachable={r}, first eval reaching it: {e:?}"),
+        }
+    }
+}
+
+/// Matrix factorisation end to end: ratings of a planted rank-2 matrix (plus small noise) are
+/// recovered on held-out entries far better than the best constant guess.
+#[test]
+fn mf_recovers_a_planted_low_rank_matrix() {
+    let dir = scratch("mf");
+    // A small deterministic generator (the test's own, independent of the crate's RNG).
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let (users, items) = (60, 50);
+    let u: Vec<[f64; 2]> = (0..users).map(|_| [0.5 + uniform(), 0.5 + uniform()]).collect();
+    let v: Vec<[f64; 2]> = (0..items).map(|_| [0.5 + uniform(), 0.5 + uniform()]).collect();
+    let mut text = String::new();
+    let mut ratings = Vec::new();
+    for (a, ua) in u.iter().enumerate() {
+        for (b, vb) in v.iter().enumerate() {
+            if uniform() < 0.7 {
+                let r = ua[0] * vb[0] + ua[1] * vb[1] + 0.05 * (uniform() - 0.5);
+                ratings.push(r);
+                text.push_str(&format!("{a} {b} {r:.4}\n"));
+            }
+        }
+    }
+    let mean = ratings.iter().sum::<f64>() / ratings.len() as f64;
+    let sd = (ratings.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / ratings.len() as f64).sqrt();
+    let data = write(&dir, "planted.ratings", &text);
+    let m = dir.join("m.jsonl");
+    mpirun(
+        2,
+        &["train", "--data", &data, "--model", "mf", "--rank", "2", "--test-fraction", "0.2", "--sync", "allreduce",
+          "--epochs", "30", "--batch-size", "32", "--lr", "0.3", "--lr-schedule", "constant", "--lambda", "1e-4", "--metrics", s(&m)],
+        120,
+    )
+    .expect_ok();
+    let sm = summary(&m);
+    assert_eq!(sm["metric"], "rmse", "{sm}");
+    let rmse = sm["final_metric"].as_f64().unwrap();
+    assert!(rmse < 0.2 * sd, "held-out RMSE {rmse}; the ratings' standard deviation is {sd}");
+}
+
+/// The MLP end to end on real images: it learns, and its parameter count is the architecture's.
+#[test]
+fn mlp_learns_fashion_mnist() {
+    let dir = scratch("mlp");
+    let m = dir.join("m.jsonl");
+    mpirun(
+        2,
+        &["train", "--data", &fashion("t10k-images-idx3-ubyte.gz"), "--test-fraction", "0.2", "--model", "mlp", "--hidden", "32",
+          "--sync", "allreduce", "--epochs", "2", "--lr", "0.05", "--metrics", s(&m)],
+        180,
+    )
+    .expect_ok();
+    let start = metrics(&m).into_iter().find(|v| v["event"] == "start").unwrap();
+    assert_eq!(start["params"], 784 * 32 + 32 + 32 * 10 + 10, "{}", start["model_spec"]);
+    let acc = summary(&m)["final_metric"].as_f64().unwrap();
+    assert!(acc > 0.78, "MLP held-out accuracy {acc}");
+}
+
+/// Checkpointing every N rounds keeps only the two newest checkpoints and no temporary files.
+#[test]
+fn checkpoints_are_pruned_to_the_newest_two() {
+    let dir = scratch("prune");
+    let ck = dir.join("ck");
+    mpirun(
+        2,
+        &["train", "--data", &fashion("t10k-images-idx3-ubyte.gz"), "--sync", "allreduce", "--epochs", "1",
+          "--checkpoint-dir", s(&ck), "--checkpoint-every", "10", "--max-rounds", "50"],
+        120,
+    )
+    .expect_ok();
+    let mut names: Vec<String> = std::fs::read_dir(&ck).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["ckpt-0000000040.h5", "ckpt-0000000050.h5"], "five checkpoints written, two kept");
 }
 
 #[test]

@@ -54,16 +54,43 @@ fn finish(out: Output) -> Job {
     }
 }
 
-/// `mpirun -n N asap-train ARGS`, killed after `limit_s` seconds.
+/// The MPI launcher the jobs use: `mpirun` (Debian's default, Open MPI) unless
+/// `ASAP_TRAIN_MPIRUN` names another, e.g. `mpiexec.mpich` when the tests were built against
+/// MPICH (`make test-mpich`). The binary under test is always this target directory's, so the
+/// launcher must belong to the MPI the binary was built with.
+pub fn launcher() -> String {
+    std::env::var("ASAP_TRAIN_MPIRUN").unwrap_or_else(|_| "mpirun".to_owned())
+}
+
+/// Whether the launcher is Open MPI's (which needs --oversubscribe for more ranks than cores;
+/// MPICH's Hydra starts any number of processes and refuses that flag). Asked once.
+pub fn launcher_is_open_mpi() -> bool {
+    static IS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *IS.get_or_init(|| {
+        let out = Command::new(launcher())
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run the MPI launcher {:?} (make deps): {e}", launcher()));
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        text.contains("Open MPI") || text.contains("OpenRTE")
+    })
+}
+
+/// `LAUNCHER -n N asap-train ARGS`, killed after `limit_s` seconds.
 pub fn mpirun(n: usize, args: &[&str], limit_s: u64) -> Job {
-    let out = Command::new("timeout")
-        .args(["-k", "5", &limit_s.to_string(), "mpirun", "-n", &n.to_string(), "--oversubscribe", bin()])
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", &limit_s.to_string(), &launcher(), "-n", &n.to_string()]);
+    if launcher_is_open_mpi() {
+        cmd.arg("--oversubscribe");
+    }
+    let out = cmd
+        .arg(bin())
         .args(args)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
         .output()
-        .expect("mpirun must be installed (make deps)");
+        .expect("timeout(1) runs");
     finish(out)
 }
 
