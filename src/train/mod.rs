@@ -176,7 +176,7 @@ impl Run<'_> {
     }
 
     fn train_seconds(&self) -> f64 {
-        self.pos.train_seconds + (self.train_start.elapsed() - self.clock.excluded).as_secs_f64()
+        self.pos.train_seconds + self.train_start.elapsed().saturating_sub(self.clock.excluded).as_secs_f64()
     }
 
     fn epoch_fraction(&self) -> f64 {
@@ -338,9 +338,13 @@ impl Run<'_> {
     /// collective).
     fn checkpoint(&mut self, params: &mut [f32], epoch_rng: [u64; 4], rng_now: [u64; 4]) -> anyhow::Result<()> {
         let Some(dir) = self.cfg.checkpoint_dir.clone() else { return Ok(()) };
+        // Time excluded from training: the cut and the checkpoint itself (the evaluations count
+        // their own time).
         let t0 = Instant::now();
         self.quiesce(params);
+        let cut = t0.elapsed();
         self.evaluate_pending()?;
+        let t0 = Instant::now();
         let mut pos = self.pos.clone();
         pos.train_seconds = self.train_seconds();
         // At the end of an epoch the next epoch starts from the current RNG state.
@@ -359,7 +363,7 @@ impl Run<'_> {
             spec_json: &serde_json::to_string(self.model.spec())?,
         };
         checkpoint::save(self.comm, &dir, &self.run_id, &pos, &contents)?;
-        self.clock.excluded += t0.elapsed();
+        self.clock.excluded += cut + t0.elapsed();
         Ok(())
     }
 }
