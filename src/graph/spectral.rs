@@ -240,21 +240,7 @@ fn tridiagonal_top(a: &[f64], b: &[f64]) -> f64 {
         lo = lo.min(a[i] - r);
         hi = hi.max(a[i] + r);
     }
-    // Number of eigenvalues below x (negative pivots of T - xI).
-    let below = |x: f64| {
-        let mut count = 0;
-        let mut d = 1.0;
-        for i in 0..k {
-            d = a[i] - x - if i > 0 { b[i - 1] * b[i - 1] / d } else { 0.0 };
-            if d == 0.0 {
-                d = -f64::MIN_POSITIVE.sqrt();
-            }
-            if d < 0.0 {
-                count += 1;
-            }
-        }
-        count
-    };
+    let below = |x: f64| sturm_count(a, b, x);
     for _ in 0..200 {
         let mid = 0.5 * (lo + hi);
         if mid <= lo || mid >= hi || hi - lo <= 1e-15 * hi.abs().max(1e-300) {
@@ -269,6 +255,23 @@ fn tridiagonal_top(a: &[f64], b: &[f64]) -> f64 {
     hi
 }
 
+/// Number of eigenvalues of the symmetric tridiagonal (diagonal `a`, off-diagonal `b`) below `x`:
+/// the negative pivots of T - xI (Sturm sequence).
+fn sturm_count(a: &[f64], b: &[f64], x: f64) -> usize {
+    let mut count = 0;
+    let mut d = 1.0;
+    for i in 0..a.len() {
+        d = a[i] - x - if i > 0 { b[i - 1] * b[i - 1] / d } else { 0.0 };
+        if d == 0.0 {
+            d = -f64::MIN_POSITIVE.sqrt();
+        }
+        if d < 0.0 {
+            count += 1;
+        }
+    }
+    count
+}
+
 /// The second-largest eigenvalue of the tridiagonal (a, b) whose largest is `top`, by Sturm
 /// bisection (the point where the count of eigenvalues below x reaches k - 1).
 fn tridiagonal_second(a: &[f64], b: &[f64], top: f64) -> f64 {
@@ -276,20 +279,7 @@ fn tridiagonal_second(a: &[f64], b: &[f64], top: f64) -> f64 {
     if k < 2 {
         return f64::NEG_INFINITY;
     }
-    let below = |x: f64| {
-        let mut count = 0;
-        let mut d = 1.0;
-        for i in 0..k {
-            d = a[i] - x - if i > 0 { b[i - 1] * b[i - 1] / d } else { 0.0 };
-            if d == 0.0 {
-                d = -f64::MIN_POSITIVE.sqrt();
-            }
-            if d < 0.0 {
-                count += 1;
-            }
-        }
-        count
-    };
+    let below = |x: f64| sturm_count(a, b, x);
     let lo0 = a.iter().zip(b.iter().chain([&0.0])).fold(f64::INFINITY, |m, (x, y)| m.min(x - 2.0 * y.abs())) - 1.0;
     let (mut lo, mut hi) = (lo0, top);
     for _ in 0..200 {
