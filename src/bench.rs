@@ -76,7 +76,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     for &kind in &args.models {
         let ds = match kind {
-            ModelKind::Svm | ModelKind::Logreg => binary(&train),
+            ModelKind::Svm | ModelKind::Logreg | ModelKind::Lsq => binary(&train),
             ModelKind::Mf => ratings(&train, 10_000),
             ModelKind::Mlr | ModelKind::Mlp => train.clone(),
         };

@@ -30,6 +30,8 @@ pub enum SyncKind {
     Asap,
     /// Stale synchronous parallel on parameter-server row shards hosted by the ranks themselves.
     Ssp,
+    /// A coordinator (rank 0) and workers under a barrier predicate (--barrier); --optimizer saga.
+    Async,
     /// No exchange: independent replicas (with one rank, plain SGD).
     None,
 }
@@ -107,10 +109,15 @@ pub struct TrainConfig {
     /// Number of input features, if the data does not show the largest index (sparse data).
     #[arg(long, value_name = "D", help_heading = "Data")]
     pub features: Option<usize>,
+    /// Make the labels binary: labels >= T become +1, the others -1 (training and test data
+    /// alike), e.g. 5 to tell Fashion-MNIST classes 5-9 from 0-4 with --model lsq.
+    #[arg(long, value_name = "T", help_heading = "Data")]
+    pub label_threshold: Option<f32>,
 
     // ---- model ----
-    /// Model: svm (hinge + L2), logreg (binary logistic + L2), mlr (softmax regression), mf
-    /// (matrix factorisation of ratings), mlp (ReLU hidden layers, softmax).
+    /// Model: svm (hinge + L2), logreg (binary logistic + L2), lsq (least squares + L2, labels
+    /// as read; RMSE), mlr (softmax regression), mf (matrix factorisation of ratings), mlp (ReLU
+    /// hidden layers, softmax).
     #[arg(long, value_enum, default_value_t = ModelKind::Mlr, help_heading = "Model")]
     pub model: ModelKind,
     /// Hidden layer widths for --model mlp, e.g. 128 or 256,64.
@@ -151,7 +158,8 @@ pub struct TrainConfig {
     // ---- synchronisation (every mode) ----
     /// How ranks exchange what they learned: allreduce (BSP averaging, the baseline), asap
     /// (stochastic reduce with in-neighbours on --graph), ssp (stale synchronous parallel on
-    /// rank-hosted parameter-server shards, --staleness), none (independent replicas).
+    /// rank-hosted parameter-server shards, --staleness), async (coordinator and workers under a
+    /// barrier predicate, --barrier, --optimizer), none (independent replicas).
     #[arg(long, value_enum, default_value_t = SyncKind::Asap, help_heading = "Synchronisation")]
     pub sync: SyncKind,
     /// Local mini-batches between two exchanges (one round, or one clock for ssp).
@@ -161,8 +169,11 @@ pub struct TrainConfig {
     /// job aborts naming the ranks it waited for.
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0, help_heading = "Synchronisation")]
     pub wait_timeout: f64,
-    /// Emulate slow ranks: RANKS:FACTOR (e.g. 0,3:2 or 0-5:2) slows those ranks' compute FACTOR x.
-    #[arg(long, value_name = "RANKS:FACTOR", help_heading = "Synchronisation")]
+    /// Emulate slow ranks (each step followed by a sleep): RANKS:FACTOR (e.g. 0,3:2 or 0-5:2)
+    /// slows those ranks' compute FACTOR x; delay:P[@RANK] delays one rank (default the last) by
+    /// P % (0-100) of its step time; production[:SEED] draws the production-cluster pattern: 25 %
+    /// of the ranks straggle, 80 % of them 1.5-2.5x, the rest 2.5-10x (seeded, rank 0 never).
+    #[arg(long, value_name = "FORM", help_heading = "Synchronisation")]
     pub straggler: Option<String>,
     /// Fault injection for tests: RANK:ROUND makes RANK stop sending after ROUND (asap, ssp).
     #[arg(long, value_name = "RANK:ROUND", hide = true)]
@@ -179,6 +190,10 @@ pub struct TrainConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub ssp: crate::sync::ssp::SspOptions,
+    /// Options of --sync async.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub async_mode: crate::sync::async_mode::AsyncOptions,
 
     // ---- output ----
     /// Evaluate every this many rounds (0 = once per epoch). Under asynchronous modes (asap,
@@ -315,6 +330,7 @@ impl TrainConfig {
             ("--test-fraction", self.test_fraction),
             ("--wait-timeout", self.wait_timeout),
             ("--target", self.target.unwrap_or(0.0)),
+            ("--label-threshold", self.label_threshold.unwrap_or(0.0) as f64),
         ];
         for (opt, v) in floats {
             anyhow::ensure!(v.is_finite(), "{opt} must be a finite number, got {v}");
@@ -349,6 +365,14 @@ impl TrainConfig {
             "--resume and --auto-resume need --checkpoint-dir DIR (the directory holding the checkpoints)"
         );
         anyhow::ensure!(self.stop_check_every >= 1, "--stop-check-every must be at least 1");
+        if self.async_mode.optimizer == crate::sync::async_mode::OptimizerKind::Saga {
+            anyhow::ensure!(self.sync == SyncKind::Async, "--optimizer saga needs --sync async (its coordinator keeps the mean of the stored gradients)");
+            anyhow::ensure!(
+                matches!(self.model, ModelKind::Lsq | ModelKind::Logreg | ModelKind::Svm),
+                "--optimizer saga needs a linear model (--model lsq, logreg or svm: one stored scalar per example), not {:?}",
+                self.model
+            );
+        }
         anyhow::ensure!(
             self.model != ModelKind::Mlp || (1..=2).contains(&self.hidden.len()),
             "--hidden takes one or two layer widths for --model mlp, got {:?}",

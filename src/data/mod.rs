@@ -305,6 +305,12 @@ pub fn select_rows(d: &Dataset, keep: impl Fn(usize) -> bool) -> Dataset {
     Dataset { features, labels, source: d.source.clone(), first_row }
 }
 
+/// Labels >= `t` become +1, the others -1 (`--label-threshold`).
+pub fn threshold_labels(mut d: Dataset, t: f32) -> Dataset {
+    d.labels.iter_mut().for_each(|y| *y = if *y >= t { 1.0 } else { -1.0 });
+    d
+}
+
 /// Splits off a held-out set: row i goes to the held-out part when a seeded hash of its global
 /// row number (or, for text shards whose position is unknown, of its rank-local number and
 /// source) falls below `fraction`. Deterministic for a given seed.

@@ -1,5 +1,6 @@
-//! Binary linear models, `svm` (hinge) and `logreg` (logistic), sharing one implementation:
-//! w (d weights) then the bias b; labels > 0 are +1, others -1; L2 on w only.
+//! Linear models, `svm` (hinge), `logreg` (logistic) and `lsq` (least squares), sharing one
+//! implementation: w (d weights) then the bias b; L2 on w only. For svm and logreg labels > 0
+//! are +1, others -1; lsq regresses on the labels as read (`--label-threshold` makes them +-1).
 //! Sparse rows are computed sparsely, and an SGD step touches only the weights the batch reaches
 //! plus one O(d) multiplicative decay for the regulariser.
 
@@ -32,6 +33,10 @@ impl Linear {
                     (0.0, 0.0)
                 }
             }
+            ModelKind::Lsq => {
+                let r = z - y;
+                (0.5 * (r as f64).powi(2), r)
+            }
             _ => {
                 // log(1 + e^-m), computed without overflow for either sign of m.
                 let loss = if m > 0.0 { (-m).exp().ln_1p() } else { -m + m.exp().ln_1p() };
@@ -41,8 +46,13 @@ impl Linear {
         }
     }
 
-    fn sign(y: f32) -> f32 {
-        if y > 0.0 { 1.0 } else { -1.0 }
+    /// The target the loss compares z with: +-1 for the classifiers, the label for lsq.
+    fn target(&self, y: f32) -> f32 {
+        match self.spec.kind {
+            ModelKind::Lsq => y,
+            _ if y > 0.0 => 1.0,
+            _ => -1.0,
+        }
     }
 
     fn d(&self) -> usize {
@@ -53,7 +63,7 @@ impl Linear {
     fn example(&self, params: &[f32], data: &Dataset, i: usize) -> (f64, f32) {
         let d = self.d();
         let z = row_dot(data.row(i), &params[..d]) + params[d];
-        self.loss_and_slope(z, Self::sign(data.labels[i]))
+        self.loss_and_slope(z, self.target(data.labels[i]))
     }
 }
 
@@ -120,15 +130,36 @@ impl Model for Linear {
         let d = self.d();
         let mut s = EvalSums::default();
         for i in 0..data.len() {
-            let y = Self::sign(data.labels[i]);
+            let y = self.target(data.labels[i]);
             let z = row_dot(data.row(i), &params[..d]) + params[d];
             s.loss_sum += self.loss_and_slope(z, y).0;
-            s.metric_sum += ((z > 0.0) == (y > 0.0)) as u8 as f64;
+            s.metric_sum += match self.spec.kind {
+                ModelKind::Lsq => ((z - y) as f64).powi(2),
+                _ => ((z > 0.0) == (y > 0.0)) as u8 as f64,
+            };
             s.count += 1.0;
         }
         s
     }
     fn metric_kind(&self) -> MetricKind {
-        MetricKind::Accuracy
+        match self.spec.kind {
+            ModelKind::Lsq => MetricKind::Rmse,
+            _ => MetricKind::Accuracy,
+        }
+    }
+    fn margin_loss(&self) -> Option<&dyn super::MarginLoss> {
+        Some(self)
+    }
+}
+
+impl super::MarginLoss for Linear {
+    fn features(&self) -> usize {
+        self.d()
+    }
+    fn lambda(&self) -> f32 {
+        self.spec.lambda
+    }
+    fn loss_slope(&self, params: &[f32], data: &Dataset, i: usize) -> (f64, f32) {
+        self.example(params, data, i)
     }
 }

@@ -18,6 +18,8 @@ pub enum ModelKind {
     Mf,
     /// Small multilayer perceptron (ReLU hidden layers, softmax output) + L2.
     Mlp,
+    /// Least squares: linear regression, squared loss 1/2 (x.w + b - y)^2 + L2 (labels as read).
+    Lsq,
 }
 
 /// Everything needed to build a model. Dimensions are global (agreed across ranks by the caller).
@@ -136,6 +138,23 @@ pub trait Model: Send + Sync {
     fn evaluate(&self, params: &[f32], data: &Dataset) -> EvalSums;
     /// Which metric [`Model::evaluate`] measures.
     fn metric_kind(&self) -> MetricKind;
+    /// The model as a [`MarginLoss`], when it is one (what SAGA needs to keep one scalar per
+    /// example); None for models whose gradient is not a multiple of the input.
+    fn margin_loss(&self) -> Option<&dyn MarginLoss> {
+        None
+    }
+}
+
+/// A linear model `z = x.w + b` (w = `params[..d]`, b = `params[d]`) whose per-example loss
+/// depends on the parameters only through z, plus `lambda/2 ||w||^2`: the gradient of example i
+/// is `slope_i * (x_i, 1)`, so one scalar per example recovers it at any earlier model (SAGA).
+pub trait MarginLoss {
+    /// d, the number of weights before the bias.
+    fn features(&self) -> usize;
+    /// The L2 strength (on w, not on b).
+    fn lambda(&self) -> f32;
+    /// Example `i`'s (loss, d loss / d z) at `params`.
+    fn loss_slope(&self, params: &[f32], data: &Dataset, i: usize) -> (f64, f32);
 }
 
 pub mod linear;
@@ -193,7 +212,7 @@ pub(crate) fn softmax_residual(z: &mut ndarray::Array2<f32>, labels: impl Iterat
 /// Builds the model `spec` describes, checking its sizes.
 pub fn build(spec: &ModelSpec) -> anyhow::Result<Box<dyn Model>> {
     Ok(match spec.kind {
-        ModelKind::Svm | ModelKind::Logreg => {
+        ModelKind::Svm | ModelKind::Logreg | ModelKind::Lsq => {
             anyhow::ensure!(spec.features > 0, "the data has no features");
             Box::new(linear::Linear::new(spec))
         }
@@ -291,7 +310,7 @@ mod tests {
     #[test]
     fn gradients_match_finite_differences() {
         let mut rng = Rng::new(3);
-        for kind in [ModelKind::Svm, ModelKind::Logreg, ModelKind::Mlr, ModelKind::Mlp] {
+        for kind in [ModelKind::Svm, ModelKind::Logreg, ModelKind::Lsq, ModelKind::Mlr, ModelKind::Mlp] {
             let m = build(&spec(kind, 4)).unwrap();
             let d = dense(9, 4, 3, &mut rng);
             check_gradient(m.as_ref(), &d, &mut rng);
@@ -307,7 +326,7 @@ mod tests {
     #[test]
     fn sgd_step_equals_a_gradient_step_for_dense_and_sparse() {
         let mut rng = Rng::new(9);
-        for kind in [ModelKind::Svm, ModelKind::Logreg, ModelKind::Mlr, ModelKind::Mlp] {
+        for kind in [ModelKind::Svm, ModelKind::Logreg, ModelKind::Lsq, ModelKind::Mlr, ModelKind::Mlp] {
             for data in [dense(8, 4, 3, &mut rng), sparse(8, 4, 3, &mut rng)] {
                 let m = build(&spec(kind, 4)).unwrap();
                 let mut p = vec![0f32; m.num_params()];

@@ -21,6 +21,7 @@ use crate::model::RowLayout;
 
 pub mod allreduce;
 pub mod asap;
+pub mod async_mode;
 pub mod independent;
 pub mod ssp;
 
@@ -83,6 +84,17 @@ impl ModeMetric {
 /// 2^53 exactly). Each rank saves and restores its own.
 pub type ModeState = Vec<(String, Vec<f64>)>;
 
+/// What a history-based optimizer (`--optimizer saga`) hands the mode with a round's update: its
+/// steps left out the mean of the stored gradients, which the mode applies (it alone can know it
+/// over all ranks' examples).
+pub struct HistoryDelta<'a> {
+    /// The change the round's steps made to the mean over all examples of their stored
+    /// gradients, one value per parameter.
+    pub mean_change: &'a [f32],
+    /// The sum of the round's step sizes: the weight of the mean's term in the update.
+    pub step_sum: f32,
+}
+
 /// What every mode is built from.
 pub struct SyncContext<'a> {
     pub comm: &'a SimpleCommunicator,
@@ -119,6 +131,11 @@ pub trait SyncMode {
     /// wait here and overwrite (parts of) `params` with fresher values.
     fn before_step(&mut self, _params: &mut [f32], _clock: u64) -> anyhow::Result<()> {
         Ok(())
+    }
+    /// Called before `sync` with what a history-based optimizer's steps of the round left to the
+    /// mode. Only modes that can keep the history take it.
+    fn history(&mut self, _h: HistoryDelta<'_>) -> anyhow::Result<()> {
+        anyhow::bail!("--optimizer saga needs --sync async (--sync {} keeps no gradient history)", self.name())
     }
     /// Exchange after a block of local steps. `round` counts from 1. On return `params` holds the
     /// rank's model for the next steps.

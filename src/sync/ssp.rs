@@ -80,7 +80,7 @@ const TAG_ROWS: i32 = 12;
 /// values of the listed rows in order. Sparse because a mini-batch touches few rows of a big
 /// model: MF on MovieLens changes at most 64 of 9,737 rows per step, and dense pushes and
 /// answers sent 9 GB per rank where the changed rows are a few percent of that.
-fn encode_rows(msg: &mut Vec<u8>, offsets: &[usize], rows: &[u32], values: &[f32]) {
+pub(super) fn encode_rows(msg: &mut Vec<u8>, offsets: &[usize], rows: &[u32], values: &[f32]) {
     msg.extend_from_slice(&(rows.len() as u64).to_le_bytes());
     rows.iter().for_each(|r| msg.extend_from_slice(&r.to_le_bytes()));
     for &r in rows {
@@ -91,7 +91,7 @@ fn encode_rows(msg: &mut Vec<u8>, offsets: &[usize], rows: &[u32], values: &[f32
 
 /// Reads what [`encode_rows`] wrote (after `skip` header bytes), checked against the shard's
 /// row offsets: `(rows, values of those rows in order)`.
-fn decode_rows(bytes: &[u8], skip: usize, offsets: &[usize]) -> anyhow::Result<(Vec<u32>, Vec<f32>)> {
+pub(super) fn decode_rows(bytes: &[u8], skip: usize, offsets: &[usize]) -> anyhow::Result<(Vec<u32>, Vec<f32>)> {
     let word = |at: usize| -> Option<u64> { Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?)) };
     let bad = || anyhow::anyhow!("ssp protocol error: a malformed message of {} bytes", bytes.len());
     let count = word(skip).ok_or_else(bad)? as usize;

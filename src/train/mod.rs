@@ -3,6 +3,7 @@
 
 pub mod checkpoint;
 pub mod eval;
+pub mod optimizer;
 pub mod outputs;
 pub mod report;
 pub mod schedule;
@@ -15,7 +16,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use serde_json::json;
 
 use crate::comm::{self, collectives};
-use crate::config::{parse_straggler, SyncKind, TargetOn, TrainConfig};
+use crate::config::{SyncKind, TargetOn, TrainConfig};
 use crate::model::{MetricKind, Model};
 use crate::rng::Rng;
 use crate::sync::{Aggregate, ModeMetric, SyncContext, SyncMode};
@@ -53,6 +54,10 @@ fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Res
             let info = json!({"staleness": cfg.ssp.staleness, "apply": cfg.ssp.apply,
                               "shard_params": shards.iter().map(|r| r.len()).collect::<Vec<_>>()});
             (Box::new(crate::sync::ssp::StaleSynchronous::new(ctx, &cfg.ssp, init)?), info)
+        }
+        SyncKind::Async => {
+            let info = json!({"barrier": cfg.async_mode.barrier, "optimizer": cfg.async_mode.optimizer, "coordinator": 0});
+            (Box::new(crate::sync::async_mode::CoordinatedAsync::new(ctx, &cfg.async_mode, init)?), info)
         }
     })
 }
@@ -155,6 +160,7 @@ struct Run<'a> {
     model: Box<dyn Model>,
     shards: setup::Shards,
     sync: Box<dyn SyncMode>,
+    optimizer: optimizer::Optimizer,
     metrics: MetricsFile,
     progress: Progress,
     clock: Clock,
@@ -358,7 +364,7 @@ impl Run<'_> {
         let contents = checkpoint::Contents {
             params,
             epoch_rng: rng_state,
-            mode_state: &self.sync.save_state(),
+            mode_state: &[self.sync.save_state(), self.optimizer.save_state()].concat(),
             config_json: &serde_json::to_string(self.cfg)?,
             spec_json: &serde_json::to_string(self.model.spec())?,
         };
@@ -395,13 +401,18 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     let mut rng = Rng::for_stream(cfg.seed, rank as u64 + 1);
     let slow = match &cfg.straggler {
         Some(s) => {
-            let (ranks, f) = parse_straggler(s, n)?;
-            if ranks.contains(&rank) { f } else { 1.0 }
+            let factors = schedule::straggler_factors(s, n, cfg.seed)?;
+            if rank0 {
+                let slowed: Vec<String> = (0..n).filter(|&r| factors[r] != 1.0).map(|r| format!("{r}: x{:.2}", factors[r])).collect();
+                eprintln!("asap-train: stragglers (rank: compute slowed) {}", slowed.join(", "));
+            }
+            factors[rank]
         }
         None => 1.0,
     };
     let fault_panic = cfg.fault_panic.as_deref().map(|s| crate::config::parse_rank_round("--fault-panic", s, n)).transpose()?;
     let local_n = shards.train.len();
+    let mut optimizer = optimizer::Optimizer::new(cfg.async_mode.optimizer, model.as_ref(), local_n, shards.total_train, p)?;
     let steps_per_epoch = collectives::min_u64(comm, local_n.div_ceil(cfg.batch_size) as u64) as usize;
     let total_rounds_all = (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64;
     let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
@@ -438,7 +449,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     };
     let (mut sync, sync_info) = build_sync(cfg, &ctx, &params)?;
     if let Some(path) = &resumed_from {
-        let state = checkpoint::restore_mode_state(comm, path)?;
+        let mut state = checkpoint::restore_mode_state(comm, path)?;
+        collectives::agree(comm, optimizer.restore_state(&mut state))?;
         collectives::agree(comm, sync.restore_state(state))?;
     }
     let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank0, resume))?;
@@ -453,6 +465,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         train_start: Instant::now(),
         pos,
         sync,
+        optimizer,
         reached: None,
         last_eval: Evaluation::default(),
         pending: Vec::new(),
@@ -503,7 +516,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
             }
             let lr = schedule::step_size(cfg.lr_schedule, cfg.lr, cfg.lambda, cfg.lr_decay, run.pos.global_step, run.pos.epoch, b);
             let t0 = Instant::now();
-            let loss = run.model.sgd_step(&mut params, &run.shards.train, &batch, lr, &mut scratch);
+            let loss = run.optimizer.step(run.model.as_ref(), &mut params, &run.shards.train, &batch, lr, &mut scratch);
             let dt = t0.elapsed().as_secs_f64();
             run.clock.compute += dt;
             if !loss.is_finite() {
@@ -533,7 +546,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
             if fault_panic == Some((rank, run.pos.round)) {
                 panic!("fault injection: --fault-panic {rank}:{}", run.pos.round);
             }
-            if let Err(e) = run.sync.sync(&mut params, run.pos.round) {
+            if let Err(e) = run.optimizer.hand_over(run.sync.as_mut()).and_then(|_| run.sync.sync(&mut params, run.pos.round)) {
                 comm::abort_job(&format!("{e:#}"), 4);
             }
             let epoch = run.epoch_fraction();

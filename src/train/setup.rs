@@ -111,6 +111,10 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
         }
         (t, _) => (train, t),
     };
+    let (train, test) = match cfg.label_threshold {
+        Some(t) => (data::threshold_labels(train, t), test.map(|d| data::threshold_labels(d, t))),
+        None => (train, test),
+    };
     let total_train = collectives::sum_u64(comm, train.len() as u64);
     let total_test = collectives::sum_u64(comm, test.as_ref().map_or(0, |t| t.len() as u64));
     let empty = collectives::sum_u64(comm, train.is_empty() as u64);
@@ -241,7 +245,7 @@ fn memory_per_rank() -> Option<u128> {
 fn param_count(s: &ModelSpec) -> u128 {
     let (f, c) = (s.features as u128, s.classes as u128);
     match s.kind {
-        ModelKind::Svm | ModelKind::Logreg => f + 1,
+        ModelKind::Svm | ModelKind::Logreg | ModelKind::Lsq => f + 1,
         ModelKind::Mlr => c.saturating_mul(f + 1),
         ModelKind::Mlp => {
             let (mut prev, mut p) = (f, 0u128);
