@@ -45,7 +45,9 @@ use crate::comm::postbox::Postbox;
 
 /// The rank hosting the coordinator.
 const COORDINATOR: usize = 0;
-/// Worker -> coordinator: a task's result.
+/// Worker -> coordinator: a task's result (40 bytes or more), or that the worker sits at a
+/// consistent cut (8 bytes: the round). One tag for both, since MPI keeps the order of one
+/// sender's messages only within a tag, and a cut must not overtake the result before it.
 const TAG_RESULT: i32 = 21;
 /// Coordinator -> worker: a release with the newest model.
 const TAG_RELEASE: i32 = 22;
@@ -187,8 +189,11 @@ impl Default for AsyncOptions {
 pub struct WorkerStatus {
     /// Results of this worker applied (= the clock of its next task).
     pub clock: u64,
-    /// Its result is in and it waits for a release.
+    /// Its result is in and it waits for a release (or it sits at a cut).
     pub available: bool,
+    /// It sits at a consistent cut: counted as available, released only when every worker is
+    /// at the cut with every result up to it applied.
+    pub at_cut: bool,
     /// When it was last released / its last result arrived.
     released_at: Instant,
     returned_at: Instant,
@@ -207,6 +212,7 @@ impl WorkerStatus {
         WorkerStatus {
             clock: 0,
             available: false,
+            at_cut: false,
             released_at: now,
             returned_at: now,
             release_version: 0,
@@ -289,6 +295,8 @@ struct Coordinator {
     barrier: Barrier,
     /// Results of a `bsp` round waiting for the rest of the round.
     queued: Vec<TaskResult>,
+    /// The round of the cut workers are gathering at.
+    cut_round: u64,
     /// Evaluation snapshots: round -> the model once every worker's results up to it are applied.
     snapshots: BTreeMap<u64, Option<Vec<f32>>>,
     staleness_histogram: Vec<u64>,
@@ -393,17 +401,34 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Worker `m` sits at the cut after `round`: it is idle, so the predicates count it as
+    /// available (a worker waiting at a checkpoint must not hold others' releases back), but it
+    /// is released only when the cut is complete.
+    fn cut(&mut self, m: usize, round: u64) {
+        let w = &mut self.stat.workers[m];
+        if !w.available {
+            w.available = true;
+            w.returned_at = Instant::now();
+        }
+        w.at_cut = true;
+        self.cut_round = round;
+    }
+
     /// The releases the predicate allows now: (worker, message with the newest rows).
     fn releases(&mut self) -> Vec<(usize, Vec<u8>)> {
         let cmin = self.stat.min_clock();
         let lead = self.barrier.lead();
         let available = self.stat.available().len();
-        let go: Vec<usize> = self
-            .barrier
-            .release(&self.stat)
-            .into_iter()
-            .filter(|&m| m != COORDINATOR || self.stat.workers[m].clock - cmin <= lead)
-            .collect();
+        let cut_done = self.stat.workers.iter().all(|w| w.at_cut) && cmin >= self.cut_round;
+        let go: Vec<usize> = if cut_done {
+            (0..self.workers()).collect()
+        } else {
+            self.barrier
+                .release(&self.stat)
+                .into_iter()
+                .filter(|&m| !self.stat.workers[m].at_cut && (m != COORDINATOR || self.stat.workers[m].clock - cmin <= lead))
+                .collect()
+        };
         if go.is_empty() {
             return Vec::new();
         }
@@ -415,6 +440,7 @@ impl Coordinator {
             .map(|m| {
                 let w = &mut self.stat.workers[m];
                 w.available = false;
+                w.at_cut = false;
                 w.wait_seconds += (now - w.returned_at).as_secs_f64();
                 w.waits_timed += 1;
                 w.released_at = now;
@@ -425,6 +451,7 @@ impl Coordinator {
                 let mut msg = Vec::with_capacity(16 + 8 + 4 * news.len() + 4 * self.model.len());
                 msg.extend_from_slice(&self.version.to_le_bytes());
                 msg.extend_from_slice(&cmin.to_le_bytes());
+                msg.extend_from_slice(&(cut_done as u64).to_le_bytes());
                 encode_rows(&mut msg, &self.offsets, &news, &self.model);
                 (m, msg)
             })
@@ -435,12 +462,15 @@ impl Coordinator {
     fn holdup(&self) -> String {
         let now = Instant::now();
         let busy: Vec<String> = self.stat.busy(now).iter().map(|(m, s)| format!("rank {m} for {s:.1} s")).collect();
+        let at_cut: Vec<usize> = (0..self.workers()).filter(|&m| self.stat.workers[m].at_cut).collect();
         format!(
-            "barrier {} holds the release back; workers whose task is out: [{}]; clocks per worker {:?}, available {:?}",
+            "barrier {} holds the release back; workers whose task is out: [{}]; clocks per worker {:?}, available {:?}, at the cut of round {} {:?}",
             self.barrier,
             busy.join(", "),
             self.stat.workers.iter().map(|w| w.clock).collect::<Vec<_>>(),
-            self.stat.available()
+            self.stat.available(),
+            self.cut_round,
+            at_cut
         )
     }
 }
@@ -459,7 +489,8 @@ pub struct CoordinatedAsync {
     base_version: u64,
     /// The result is out and the release not yet taken into the replica.
     awaiting: bool,
-    release: Option<(u64, Vec<u32>, Vec<f32>)>,
+    /// Releases received and not yet taken: (version, after a cut, rows, their values).
+    releases: Vec<(u64, bool, Vec<u32>, Vec<f32>)>,
     /// SAGA: what the optimizer handed over for the current task.
     history: Option<(Vec<f32>, f32)>,
     saga: bool,
@@ -489,6 +520,7 @@ impl CoordinatedAsync {
             stat: StatusTable::new(n, Instant::now()),
             barrier: opts.barrier,
             queued: Vec::new(),
+            cut_round: 0,
             snapshots: BTreeMap::new(),
             staleness_histogram: vec![0; buckets],
             update_staleness_sum: 0,
@@ -509,7 +541,7 @@ impl CoordinatedAsync {
             base: init.to_vec(),
             base_version: 0,
             awaiting: false,
-            release: None,
+            releases: Vec::new(),
             history: None,
             saga,
             last_round: 0,
@@ -529,8 +561,11 @@ impl CoordinatedAsync {
         let mut changed = false;
         while let Some((src, bytes)) = self.post.try_receive(TAG_RESULT) {
             let c = self.coordinator.as_mut().ok_or_else(|| anyhow::anyhow!("rank {src} sent a result to rank {}, which is no coordinator", self.rank))?;
-            let result = decode_result(src, &bytes, &c.offsets)?;
-            c.receive(result)?;
+            if bytes.len() == 8 {
+                c.cut(src, u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")));
+            } else {
+                c.receive(decode_result(src, &bytes, &c.offsets)?)?;
+            }
             changed = true;
         }
         if changed {
@@ -540,12 +575,11 @@ impl CoordinatedAsync {
             }
             self.stats.comm_seconds += t.elapsed().as_secs_f64();
         }
-        if let Some((_, bytes)) = self.post.try_receive(TAG_RELEASE) {
+        while let Some((_, bytes)) = self.post.try_receive(TAG_RELEASE) {
             let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-            anyhow::ensure!(bytes.len() >= 24, "async protocol error: a release of {} bytes", bytes.len());
-            let (rows, values) = decode_rows(&bytes, 16, &self.offsets)?;
-            anyhow::ensure!(self.release.is_none(), "async protocol error: two releases for one task");
-            self.release = Some((word(0), rows, values));
+            anyhow::ensure!(bytes.len() >= 32, "async protocol error: a release of {} bytes", bytes.len());
+            let (rows, values) = decode_rows(&bytes, 24, &self.offsets)?;
+            self.releases.push((word(0), word(16) != 0, rows, values));
         }
         self.post.progress_sends()?;
         self.stats.bytes_sent = self.post.bytes_sent();
@@ -579,40 +613,50 @@ impl CoordinatedAsync {
         Ok(())
     }
 
+    /// Puts the releases received into the replica, in order (a worker idle at a cut may get a
+    /// second one; each carries the rows changed since the one before).
+    fn apply_releases(&mut self, params: &mut [f32]) {
+        for (version, _, rows, values) in std::mem::take(&mut self.releases) {
+            let mut at = 0;
+            for &r in &rows {
+                let range = self.offsets[r as usize]..self.offsets[r as usize + 1];
+                let n = range.len();
+                self.base[range.clone()].copy_from_slice(&values[at..at + n]);
+                at += n;
+            }
+            self.base_version = version;
+        }
+        // Rows not in a release are unchanged at the coordinator since the last release, and
+        // the worker's own changes were all in its result: the replica is the released model.
+        params.copy_from_slice(&self.base);
+        self.awaiting = false;
+    }
+
     /// Waits for this worker's release (if its result is out) and puts the model into `params`.
     fn take_release(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
         if !self.awaiting {
             return Ok(());
         }
-        if self.release.is_none() {
+        if self.releases.is_empty() {
             self.blocked_tasks += 1;
-            self.wait_until(&format!("its release from the coordinator (rank {COORDINATOR})"), |s| s.release.is_some())?;
+            self.wait_until(&format!("its release from the coordinator (rank {COORDINATOR})"), |s| !s.releases.is_empty())?;
         }
-        let (version, rows, values) = self.release.take().expect("waited for it");
-        let mut at = 0;
-        for &r in &rows {
-            let range = self.offsets[r as usize]..self.offsets[r as usize + 1];
-            let n = range.len();
-            self.base[range.clone()].copy_from_slice(&values[at..at + n]);
-            at += n;
-        }
-        // Rows not in the release are unchanged at the coordinator since the last release, and
-        // the worker's own changes were all in its result: the replica is the released model.
-        params.copy_from_slice(&self.base);
-        self.base_version = version;
-        self.awaiting = false;
+        self.apply_releases(params);
         Ok(())
     }
 
-    /// Waits until the coordinator has applied every result of clocks < `clock` and this worker
-    /// holds its release, and every message of this rank is delivered.
+    /// A consistent cut after `clock` rounds: this worker tells the coordinator it sits at the
+    /// cut and waits for the release that comes once every worker does and every result up to
+    /// the cut is applied; then every message of this rank is delivered.
     fn drain(&mut self, params: &mut [f32], clock: u64) -> anyhow::Result<()> {
-        if self.coordinator.is_some() {
-            self.wait_until(&format!("every worker's results up to clock {}", clock.saturating_sub(1)), |s| {
-                s.coordinator.as_ref().is_some_and(|c| c.stat.min_clock() >= clock)
-            })?;
+        if self.sending(clock) {
+            self.post.send(COORDINATOR, TAG_RESULT, clock.to_le_bytes().to_vec())?;
         }
-        self.take_release(params)?;
+        self.awaiting = true;
+        self.wait_until(&format!("the release of the cut after round {clock} from the coordinator (rank {COORDINATOR})"), |s| {
+            s.releases.iter().any(|r| r.1)
+        })?;
+        self.apply_releases(params);
         let start = Instant::now();
         self.post.flush_sends(self.wait_timeout, |_| Ok(()))?;
         self.stats.wait_seconds += start.elapsed().as_secs_f64();
@@ -913,6 +957,7 @@ mod tests {
             stat: StatusTable::new(n, Instant::now()),
             barrier,
             queued: Vec::new(),
+            cut_round: 0,
             snapshots: BTreeMap::new(),
             staleness_histogram: vec![0; barrier.bound().map_or(UNBOUNDED_BUCKETS, |b| b + 1) as usize + 1],
             update_staleness_sum: 0,
@@ -939,7 +984,7 @@ mod tests {
         let r = c.releases();
         assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1, 2]);
         // The release carries row 0 only (row 1 never changed) and version 3.
-        let (rows, vals) = decode_rows(&r[0].1, 16, &c.offsets).unwrap();
+        let (rows, vals) = decode_rows(&r[0].1, 24, &c.offsets).unwrap();
         assert_eq!((rows, vals), (vec![0], vec![2.0]));
         assert_eq!(u64::from_le_bytes(r[0].1[0..8].try_into().unwrap()), 3);
         assert!(c.receive(result(1, 0, 1.0)).is_err(), "clock 0 again");
@@ -973,6 +1018,34 @@ mod tests {
         c.receive(result(2, 0, 1.0)).unwrap();
         assert_eq!(c.releases().len(), 2);
         assert_eq!(c.min_available_at_release, Some(2));
+    }
+
+    /// Workers idle at a checkpoint count as available, so throttled:K cannot deadlock there,
+    /// and they are released only when the cut is complete.
+    #[test]
+    fn workers_at_a_cut_count_as_available_and_leave_together() {
+        let mut c = coordinator(Barrier::Throttled(3), 4, false);
+        for m in [0, 3] {
+            c.receive(result(m, 0, 1.0)).unwrap();
+        }
+        c.receive(result(1, 0, 1.0)).unwrap();
+        assert_eq!(c.releases().len(), 3);
+        // Workers 0 and 3 reach the cut of round 2 first (after clock 1); 1 and 2 are behind.
+        c.receive(result(0, 1, 1.0)).unwrap();
+        c.receive(result(3, 1, 1.0)).unwrap();
+        c.cut(0, 2);
+        c.cut(3, 2);
+        c.receive(result(2, 0, 1.0)).unwrap();
+        let r = c.releases();
+        assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![2], "0 and 3 count but stay at the cut");
+        c.receive(result(1, 1, 1.0)).unwrap();
+        c.cut(1, 2);
+        assert!(c.releases().is_empty(), "worker 2 has not returned clock 1");
+        c.receive(result(2, 1, 1.0)).unwrap();
+        c.cut(2, 2);
+        let r = c.releases();
+        assert_eq!(r.len(), 4);
+        assert!(r.iter().all(|(_, msg)| u64::from_le_bytes(msg[16..24].try_into().unwrap()) == 1), "cut releases");
     }
 
     #[test]
