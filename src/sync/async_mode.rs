@@ -461,10 +461,12 @@ impl Coordinator {
     /// Says who holds a release back, for timeout messages.
     fn holdup(&self) -> String {
         let now = Instant::now();
-        let busy: Vec<String> = self.stat.busy(now).iter().map(|(m, s)| format!("rank {m} for {s:.1} s")).collect();
+        let mut busy = self.stat.busy(now);
+        busy.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let busy: Vec<String> = busy.iter().map(|(m, s)| format!("rank {m} for {s:.1} s")).collect();
         let at_cut: Vec<usize> = (0..self.workers()).filter(|&m| self.stat.workers[m].at_cut).collect();
         format!(
-            "barrier {} holds the release back; workers whose task is out: [{}]; clocks per worker {:?}, available {:?}, at the cut of round {} {:?}",
+            "barrier {} holds the release back; workers whose task is out (longest first): [{}]; clocks per worker {:?}, available {:?}, at the cut of round {} {:?}",
             self.barrier,
             busy.join(", "),
             self.stat.workers.iter().map(|w| w.clock).collect::<Vec<_>>(),

@@ -1,0 +1,259 @@
+//! `--sync async` under real `mpirun`: each barrier predicate's guarantee read from the
+//! coordinator's status table and staleness histogram, BSP against allreduce, resume (bit-identical
+//! under bsp, with SAGA's history), a silent worker named within --wait-timeout, SAGA against SGD
+//! on a least-squares problem whose optimum is solved directly, `--model lsq` under every mode,
+//! and bad options refused on every rank.
+
+mod common;
+use common::*;
+
+fn t10k() -> String {
+    format!("{FASHION}/t10k-images-idx3-ubyte.gz")
+}
+
+fn num(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn arr(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array().unwrap_or_else(|| panic!("not an array: {v}")).iter().map(num).collect()
+}
+
+fn read_model(p: &std::path::Path) -> Vec<f32> {
+    hdf5::File::open(p).unwrap().dataset("params").unwrap().read_raw().unwrap()
+}
+
+/// A dense least-squares problem in LIBSVM text (sparse format, so it is not rescaled):
+/// y = x.w* + 1 + noise, and the objective of its exact optimum (normal equations).
+fn regression(dir: &std::path::Path, lambda: f64) -> (String, f64) {
+    let (n, d) = (3000usize, 8usize);
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let truth: Vec<f64> = (0..d).map(|k| (k as f64 * 0.7).sin()).collect();
+    let mut rows = Vec::new();
+    let mut text = String::new();
+    for _ in 0..n {
+        let x: Vec<f64> = (0..d).map(|_| 2.0 * uniform() - 1.0).map(|v| (v * 1e4).round() / 1e4).collect();
+        let y = x.iter().zip(&truth).map(|(a, b)| a * b).sum::<f64>() + 1.0 + (uniform() - 0.5);
+        let y = (y * 1e4).round() / 1e4;
+        text.push_str(&format!("{y}"));
+        for (k, v) in x.iter().enumerate() {
+            text.push_str(&format!(" {}:{v}", k + 1));
+        }
+        text.push('\n');
+        rows.push((x, y));
+    }
+    // (X~'X~/n + lambda I without the bias) w = X~'y/n, by Gaussian elimination.
+    let p = d + 1;
+    let mut a = vec![vec![0f64; p + 1]; p];
+    for (x, y) in &rows {
+        let xt: Vec<f64> = x.iter().copied().chain([1.0]).collect();
+        for i in 0..p {
+            for j in 0..p {
+                a[i][j] += xt[i] * xt[j] / n as f64;
+            }
+            a[i][p] += xt[i] * y / n as f64;
+        }
+    }
+    for (i, row) in a.iter_mut().enumerate().take(d) {
+        row[i] += lambda;
+    }
+    for c in 0..p {
+        let piv = (c..p).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs())).unwrap();
+        a.swap(c, piv);
+        for r in 0..p {
+            if r != c {
+                let f = a[r][c] / a[c][c];
+                for k in c..=p {
+                    a[r][k] -= f * a[c][k];
+                }
+            }
+        }
+    }
+    let w: Vec<f64> = (0..p).map(|i| a[i][p] / a[i][i]).collect();
+    let loss = rows.iter().map(|(x, y)| 0.5 * (x.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() + w[d] - y).powi(2)).sum::<f64>() / n as f64;
+    let best = loss + 0.5 * lambda * w[..d].iter().map(|v| v * v).sum::<f64>();
+    (write(dir, "regression.svm", &text), best)
+}
+
+/// One run per predicate, 4 ranks, rank 3 at half speed: ssp:1 never applies a result more than
+/// 1 clock stale (checked at every evaluation; the coordinator would also refuse it), bsp never
+/// a stale one, throttled:3 never releases with fewer than 3 workers available, and async lets
+/// results go stale (so the others are not trivially true).
+#[test]
+fn each_barrier_predicate_keeps_its_guarantee() {
+    let dir = scratch("async-predicates");
+    let run = |barrier: &str| -> (Vec<serde_json::Value>, serde_json::Value) {
+        let m = dir.join(format!("{}.jsonl", barrier.replace(':', "-")));
+        mpirun(4, &["train", "--data", &t10k(), "--sync", "async", "--barrier", barrier, "--epochs", "2",
+            "--straggler", "delay:100", "--eval-every", "25", "--metrics", s(&m)], 120)
+            .expect_ok();
+        let evals = metrics(&m).into_iter().filter(|v| v["event"] == "eval").collect();
+        (evals, summary(&m))
+    };
+    let (evals, sm) = run("ssp:1");
+    assert!(evals.len() >= 4, "evaluations: {}", evals.len());
+    for e in evals.iter().map(|e| &e["sync"]).chain([&sm["sync_metrics"]]) {
+        let h = arr(&e["result_staleness_histogram"]);
+        assert_eq!(h.len(), 3, "buckets 0, 1 and one for > S: {h:?}");
+        assert_eq!(h[2], 0.0, "a result older than S = 1 was applied: {e}");
+        assert!(num(&e["max_result_staleness"]) <= 1.0);
+    }
+    let sync = &sm["sync_metrics"];
+    assert_eq!(num(&sync["max_result_staleness"]), 1.0, "the straggler should make some results 1 clock stale: {sync}");
+    assert_eq!(num(&sync["results"]), num(&sm["rounds"]) * 4.0, "every task's result applied once");
+    assert_eq!(arr(&sync["worker_tasks"]), vec![num(&sm["rounds"]); 4], "the status table counts every worker's tasks");
+    assert_eq!(sync["aggregation"]["result_staleness_histogram"], "sum");
+    let task_s = arr(&sync["worker_mean_task_seconds"]);
+    assert!(task_s[3] > task_s[1], "rank 3 is the slow worker in the status table: {task_s:?}");
+
+    let (_, sm) = run("bsp");
+    let h = arr(&sm["sync_metrics"]["result_staleness_histogram"]);
+    assert_eq!(h[1..].iter().sum::<f64>(), 0.0, "bsp results are never stale: {h:?}");
+    assert_eq!(num(&sm["sync_metrics"]["min_available_at_release"]), 4.0, "bsp releases only all workers together");
+
+    let (evals, sm) = run("throttled:3");
+    for e in evals.iter().map(|e| &e["sync"]).chain([&sm["sync_metrics"]]) {
+        assert!(num(&e["min_available_at_release"]) >= 3.0, "a release with fewer than 3 available: {e}");
+    }
+    let (_, sm) = run("async");
+    let sync = &sm["sync_metrics"];
+    assert!(num(&sync["max_result_staleness"]) >= 2.0, "async results go stale with a straggler: {sync}");
+    assert!(num(&sm["final_metric"]) > 0.75, "{sm}");
+}
+
+/// bsp applies each round's results together, in worker order: model averaging, as allreduce
+/// computes it (only the order of float additions differs).
+#[test]
+fn bsp_is_model_averaging() {
+    let dir = scratch("async-bsp");
+    let d = t10k();
+    let run = |name: &str, extra: &[&str]| -> Vec<f32> {
+        let model = dir.join(format!("{name}.h5"));
+        let mut a = vec!["train", "--data", &d, "--epochs", "1", "--batch-size", "64", "--save-model", s(&model)];
+        a.extend(extra);
+        mpirun(3, &a, 120).expect_ok();
+        read_model(&model)
+    };
+    let ar = run("allreduce", &["--sync", "allreduce"]);
+    let bsp = run("bsp", &["--sync", "async", "--barrier", "bsp"]);
+    let diff = ar.iter().zip(&bsp).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(diff < 1e-3, "largest difference from allreduce {diff}");
+}
+
+/// A checkpoint holds the coordinator's model, status table and SAGA mean, and every rank's
+/// SAGA history; under bsp the resumed run ends bit-identical to the uninterrupted one. Under
+/// the async predicate (not reproducible) a resumed run reaches the same objective.
+#[test]
+fn resume_is_bit_identical_under_bsp_with_saga_and_continues_under_async() {
+    let dir = scratch("async-resume");
+    let (data, best) = regression(&dir, 1e-3);
+    let go = |barrier: &str, opt: &str, extra: &[&str]| -> Job {
+        let mut a = vec!["train", "--data", &data, "--model", "lsq", "--lambda", "0.001", "--lr", "0.05",
+            "--lr-schedule", "constant", "--batch-size", "16", "--epochs", "4", "--seed", "5",
+            "--sync", "async", "--barrier", barrier, "--optimizer", opt];
+        a.extend(extra);
+        mpirun(3, &a, 120).expect_ok()
+    };
+    let (full, resumed, ck) = (dir.join("full.h5"), dir.join("resumed.h5"), dir.join("ck"));
+    go("bsp", "saga", &["--save-model", s(&full)]);
+    go("bsp", "saga", &["--checkpoint-dir", s(&ck), "--checkpoint-every", "40", "--max-rounds", "130"]);
+    let job = go("bsp", "saga", &["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]);
+    assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
+    let name = std::fs::read_dir(&ck).unwrap().flatten().map(|e| e.file_name().into_string().unwrap())
+        .find(|n| n.ends_with("-0000000130.h5")).expect("the checkpoint of round 130");
+    let f = hdf5::File::open(ck.join(name)).unwrap();
+    for (rank, names) in [(0, &["model", "clock", "history_mean", "saga_slope"][..]), (2, &["base", "saga_slope"][..])] {
+        for n in names {
+            assert!(f.group(&format!("sync/rank{rank}")).unwrap().dataset(n).is_ok(), "rank {rank} lacks {n}");
+        }
+    }
+    assert!(read_model(&full) == read_model(&resumed), "the resumed model differs from the uninterrupted one");
+
+    let (m1, m2, ck2) = (dir.join("a1.jsonl"), dir.join("a2.jsonl"), dir.join("ck2"));
+    go("async", "sgd", &["--checkpoint-dir", s(&ck2), "--checkpoint-every", "50", "--max-rounds", "130", "--metrics", s(&m1)]);
+    go("async", "sgd", &["--checkpoint-dir", s(&ck2), "--resume", "--metrics", s(&m2)]);
+    let sm = summary(&m2);
+    assert_eq!(num(&sm["rounds"]), 4.0 * 63.0, "the resumed run ends where an uninterrupted one would: {sm}");
+    let gap = num(&sm["objective"]) - best;
+    assert!((0.0..0.01).contains(&(gap + 1e-6)), "objective {} vs optimum {best}", sm["objective"]);
+}
+
+/// A worker that stops returning its tasks is named by the coordinator within --wait-timeout
+/// (bsp waits for it at once; async meets it at the coordinator's lead bound, 32 clocks on).
+/// The stop votes are moved out of the way: a vote the silent rank never joins times out too,
+/// naming nobody, and could come first.
+#[test]
+fn a_silent_worker_is_named_within_the_timeout() {
+    for barrier in ["bsp", "async"] {
+        let start = std::time::Instant::now();
+        mpirun(3, &["train", "--data", &t10k(), "--sync", "async", "--barrier", barrier, "--epochs", "1",
+            "--stop-sending-after", "2:5", "--wait-timeout", "3", "--stop-check-every", "1000"], 60)
+            .expect_failure(&["--wait-timeout", "workers whose task is out (longest first): [rank 2 for"]);
+        assert!(start.elapsed().as_secs() < 30, "{barrier}: took {:?}", start.elapsed());
+    }
+}
+
+/// SAGA reaches a lower objective than SGD after the same epochs at the same constant step, on a
+/// strongly convex least-squares problem, under bsp (SAGA) and async (ASAGA) alike; SAGA gets
+/// close to the directly solved optimum.
+#[test]
+fn saga_beats_sgd_at_equal_epochs_on_least_squares() {
+    let dir = scratch("async-saga");
+    let (data, best) = regression(&dir, 1e-3);
+    let gap = |barrier: &str, opt: &str| -> f64 {
+        let m = dir.join(format!("{barrier}-{opt}.jsonl"));
+        mpirun(3, &["train", "--data", &data, "--model", "lsq", "--lambda", "0.001", "--lr", "0.05",
+            "--lr-schedule", "constant", "--batch-size", "4", "--epochs", "15", "--sync", "async",
+            "--barrier", barrier, "--optimizer", opt, "--metrics", s(&m)], 120)
+            .expect_ok();
+        num(&summary(&m)["objective"]) - best
+    };
+    for barrier in ["bsp", "async"] {
+        let (sgd, saga) = (gap(barrier, "sgd"), gap(barrier, "saga"));
+        assert!(saga > -1e-5 && sgd > -1e-5, "below the optimum? SGD {sgd:e}, SAGA {saga:e}");
+        assert!(saga < sgd / 3.0 && saga < 2e-4, "{barrier}: gap to the optimum {best}: SGD {sgd:e}, SAGA {saga:e}");
+    }
+}
+
+/// --model lsq works under every sync mode: each run lowers the objective well below its value
+/// at w = 0 (mean y^2 / 2, about 1.0 here) and reports RMSE.
+#[test]
+fn lsq_trains_under_every_sync_mode() {
+    let dir = scratch("async-lsq-modes");
+    let (data, best) = regression(&dir, 1e-3);
+    for sync in ["allreduce", "asap", "ssp", "none", "async"] {
+        let m = dir.join(format!("{sync}.jsonl"));
+        mpirun(3, &["train", "--data", &data, "--model", "lsq", "--lambda", "0.001", "--lr", "0.05",
+            "--batch-size", "16", "--epochs", "3", "--sync", sync, "--metrics", s(&m)], 120)
+            .expect_ok();
+        let sm = summary(&m);
+        assert_eq!(sm["metric"], "rmse", "{sync}");
+        assert!(num(&sm["objective"]) < best + 0.05, "{sync}: objective {} vs optimum {best}", sm["objective"]);
+    }
+}
+
+/// Bad options fail on every rank with a message naming the option, never a hang.
+#[test]
+fn bad_async_options_are_refused() {
+    let d = t10k();
+    let cases: [(&[&str], &str); 6] = [
+        (&["--sync", "async", "--barrier", "throttled:5"], "throttled:5 needs K <= the number of workers"),
+        (&["--sync", "async", "--barrier", "ssp"], "--barrier"),
+        (&["--sync", "allreduce", "--optimizer", "saga", "--model", "lsq"], "--optimizer saga needs --sync async"),
+        (&["--sync", "async", "--optimizer", "saga"], "--optimizer saga needs a linear model"),
+        (&["--straggler", "delay:150"], "--straggler delay:P"),
+        (&["--straggler", "production:x"], "--straggler production"),
+    ];
+    for (extra, needle) in cases {
+        let mut a = vec!["train", "--data", &d, "--epochs", "1"];
+        a.extend(extra);
+        let job = mpirun(3, &a, 60).expect_failure(&[needle]);
+        assert_ne!(job.status, Some(0), "{extra:?}");
+    }
+}
