@@ -62,3 +62,8 @@ fn preempted_allreduce_resumes_bit_identical() {
 fn preempted_ssp_at_staleness_zero_resumes_bit_identical() {
     preempt_and_resume("preempt-ssp", &["--sync", "ssp", "--staleness", "0"]);
 }
+
+#[test]
+fn preempted_async_bsp_resumes_bit_identical() {
+    preempt_and_resume("preempt-async", &["--sync", "async", "--barrier", "bsp"]);
+}
