@@ -27,13 +27,7 @@ fn read_model(p: &std::path::Path) -> Vec<f32> {
 /// y = x.w* + 1 + noise, and the objective of its exact optimum (normal equations).
 fn regression(dir: &std::path::Path, lambda: f64) -> (String, f64) {
     let (n, d) = (3000usize, 8usize);
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut uniform = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut uniform = uniform_stream();
     let truth: Vec<f64> = (0..d).map(|k| (k as f64 * 0.7).sin()).collect();
     let mut rows = Vec::new();
     let mut text = String::new();

@@ -324,14 +324,7 @@ fn target_reports_the_first_evaluation_that_reached_it() {
 #[test]
 fn mf_recovers_a_planted_low_rank_matrix() {
     let dir = scratch("mf");
-    // A small deterministic generator (the test's own, independent of the crate's RNG).
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut uniform = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut uniform = uniform_stream();
     let (users, items) = (60, 50);
     let u: Vec<[f64; 2]> = (0..users).map(|_| [0.5 + uniform(), 0.5 + uniform()]).collect();
     let v: Vec<[f64; 2]> = (0..items).map(|_| [0.5 + uniform(), 0.5 + uniform()]).collect();

@@ -38,8 +38,7 @@ use anyhow::bail;
 use mpi::topology::Communicator;
 
 use super::ssp::{decode_rows, encode_rows};
-use super::{ring_allreduce_bytes, Aggregate, CommStats, HistoryDelta, ModeMetric, ModeState, SyncContext, SyncMode};
-use crate::comm::collectives;
+use super::{Aggregate, CommStats, HistoryDelta, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::mailbox::Backoff;
 use crate::comm::postbox::Postbox;
 
@@ -745,16 +744,13 @@ impl SyncMode for CoordinatedAsync {
     fn finish(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
         let clock = self.last_round;
         self.drain(params, clock)?;
-        // The final model is the coordinator's, sent to every rank like SSP's shards (a sum to
-        // which only the coordinator contributes), counted as a ring allreduce of the model.
-        let t = Instant::now();
-        match &self.coordinator {
-            Some(c) => params.copy_from_slice(&c.model),
-            None => params.iter_mut().for_each(|w| *w = 0.0),
-        }
-        collectives::sum_f32(self.post.comm(), params, &mut Vec::new());
-        self.stats.final_bytes += ring_allreduce_bytes(self.post.size(), params.len());
-        self.stats.final_seconds += t.elapsed().as_secs_f64();
+        // The final model is the coordinator's, sent to every rank like SSP's shards.
+        let coordinator = &self.coordinator;
+        super::assemble_parts(self.post.comm(), params, &mut self.stats, |p| {
+            if let Some(c) = coordinator {
+                p.copy_from_slice(&c.model);
+            }
+        });
         Ok(())
     }
 

@@ -186,6 +186,18 @@ pub fn average_replicas(comm: &SimpleCommunicator, params: &mut [f32], stats: &m
     stats.final_seconds += t.elapsed().as_secs_f64();
 }
 
+/// Replaces `params` by the model the ranks' server parts make up: each rank writes its part
+/// (a parameter server's shard, a coordinator's whole model) with `fill` into a zeroed vector, and
+/// the parts are summed over ranks. Counted as final-model traffic like [`average_replicas`].
+pub fn assemble_parts(comm: &SimpleCommunicator, params: &mut [f32], stats: &mut CommStats, fill: impl FnOnce(&mut [f32])) {
+    let t = Instant::now();
+    params.iter_mut().for_each(|w| *w = 0.0);
+    fill(params);
+    collectives::sum_f32(comm, params, &mut Vec::new());
+    stats.final_bytes += ring_allreduce_bytes(comm.size() as usize, params.len());
+    stats.final_seconds += t.elapsed().as_secs_f64();
+}
+
 /// Bytes one rank sends in a ring allreduce of `len` f32s over `n` ranks.
 pub fn ring_allreduce_bytes(n: usize, len: usize) -> u64 {
     if n <= 1 {

@@ -32,8 +32,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use mpi::topology::Communicator;
 
-use super::{ring_allreduce_bytes, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
-use crate::comm::collectives;
+use super::{Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::mailbox::Backoff;
 use crate::comm::postbox::Postbox;
 use crate::model::RowLayout;
@@ -567,14 +566,12 @@ impl SyncMode for StaleSynchronous {
         let clock = self.last_round;
         self.drain(params, clock)?;
         // The final model is the servers' model: each rank contributes its shard.
-        let t = Instant::now();
-        params.iter_mut().for_each(|w| *w = 0.0);
-        if let Some(s) = &self.server {
-            params[s.range.clone()].copy_from_slice(&s.rows);
-        }
-        collectives::sum_f32(self.post.comm(), params, &mut Vec::new());
-        self.stats.final_bytes += ring_allreduce_bytes(self.shards.len(), params.len());
-        self.stats.final_seconds += t.elapsed().as_secs_f64();
+        let server = &self.server;
+        super::assemble_parts(self.post.comm(), params, &mut self.stats, |p| {
+            if let Some(s) = server {
+                p[s.range.clone()].copy_from_slice(&s.rows);
+            }
+        });
         Ok(())
     }
 

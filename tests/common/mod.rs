@@ -137,3 +137,15 @@ pub fn summary(path: &Path) -> serde_json::Value {
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// A small deterministic generator of uniform numbers in [0, 1) (xorshift; the tests' own,
+/// independent of the crate's RNG).
+pub fn uniform_stream() -> impl FnMut() -> f64 {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
