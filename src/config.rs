@@ -197,7 +197,7 @@ pub struct TrainConfig {
 
     // ---- output ----
     /// Evaluate every this many rounds (0 = once per epoch). Under asynchronous modes (asap,
-    /// ssp with --staleness > 0) each rank keeps a snapshot and the evaluation runs later, so it
+    /// ssp with --staleness > 0, async with a --barrier other than bsp) each rank keeps a snapshot and the evaluation runs later, so it
     /// never makes the ranks wait for each other (see docs/training.md).
     #[arg(long, value_name = "ROUNDS", default_value_t = 0, help_heading = "Output")]
     pub eval_every: usize,
