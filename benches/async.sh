@@ -25,13 +25,15 @@ fashion)
     DATA=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
     LAMBDA=1e-4
     COMMON=(--data "$DATA" --label-threshold 5 --model lsq --lambda $LAMBDA --lr 0.01 --lr-schedule constant
-            --batch-size 500 --epochs 10)
+            --batch-size 500 --epochs 20)
+    EVERY8=20 EVERY32=5
     OPT=$($PY benches/lsq-optimum.py "$DATA" $LAMBDA 5) ;;
 sparse)
     DATA=runs/data/async-sparse.svm
     [ -f $DATA ] || $BIN data synth $DATA --rows 40000 --features 1000 --density 0.02 --seed 1 >/dev/null
     LAMBDA=1e-3
     COMMON=(--data "$DATA" --model lsq --lambda $LAMBDA --lr 1.5 --lr-schedule constant --batch-size 500 --epochs 20)
+    EVERY8=10 EVERY32=3
     OPT=$($PY benches/lsq-optimum.py "$DATA" $LAMBDA none) ;;
 *) echo "usage: benches/async.sh fashion|sparse" >&2; exit 2 ;;
 esac
@@ -50,7 +52,7 @@ run() { # run NAME NP EVAL_EVERY ARGS...
 for rep in $(seq 1 "$REPEAT"); do
     for scenario in "8:plain:" "8:delay100:--straggler delay:100" "32:production:--straggler production:1"; do
         IFS=: read -r np tag straggle <<< "$scenario"
-        every=$([ "$np" = 8 ] && echo 10 || echo 3)
+        every=$([ "$np" = 8 ] && echo $EVERY8 || echo $EVERY32)
         for alg in "SGD:bsp:sgd" "ASGD:async:sgd" "SAGA:bsp:saga" "ASAGA:async:saga"; do
             IFS=: read -r name barrier opt <<< "$alg"
             # shellcheck disable=SC2086
