@@ -548,6 +548,9 @@ struct Manage {
     early_pushes: u64,
     early_serves: u64,
     backoffs: u64,
+    /// Bytes of this client's push messages and the update values they carried.
+    push_bytes: u64,
+    pushed_values: u64,
 }
 
 /// SSP over rank-hosted shards (and bosen: SSP with managed communication). Collective: every
@@ -651,6 +654,8 @@ impl StaleSynchronous {
             early_pushes: 0,
             early_serves: 0,
             backoffs: 0,
+            push_bytes: 0,
+            pushed_values: 0,
         });
         Ok(StaleSynchronous {
             post: Postbox::new(ctx.comm).with_pacer(ctx.pacer(budget)),
@@ -826,7 +831,11 @@ impl StaleSynchronous {
             at += local.len();
             if let Some(m) = self.manage.as_mut() {
                 m.row_pushes[self.row_ranges[s].start + r as usize] += 1;
+                m.pushed_values += local.len() as u64;
             }
+        }
+        if let Some(m) = self.manage.as_mut() {
+            m.push_bytes += msg.len() as u64;
         }
         self.post.send(s, TAG_PUSH, msg)?;
         Ok(())
@@ -1264,6 +1273,8 @@ impl SyncMode for StaleSynchronous {
             out.push(ModeMetric::number("early_pushes", Aggregate::Sum, m.early_pushes as f64));
             out.push(ModeMetric::number("early_row_serves", Aggregate::Sum, m.early_serves as f64));
             out.push(ModeMetric::number("backoffs", Aggregate::Sum, m.backoffs as f64));
+            out.push(ModeMetric::number("push_bytes", Aggregate::Sum, m.push_bytes as f64));
+            out.push(ModeMetric::number("pushed_values", Aggregate::Sum, m.pushed_values as f64));
             // Bosen Figure 5a as data: how often each row went out (client pushes, server pushes).
             out.push(ModeMetric::array("row_pushes", Aggregate::Sum, counts(&m.row_pushes)));
             out.push(ModeMetric::array("row_serves", Aggregate::Sum, counts(&m.row_serves)));
