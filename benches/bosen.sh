@@ -26,7 +26,7 @@ MF=(--data datasets/out/movielens-train.ratings --test-data datasets/out/moviele
     --lambda 0.1 --lr-decay 0.9 --epochs 20)
 case "$WHAT" in
 mlr|adarev-mlr) DATA=(--epochs 6); TARGET=(0.84 0); STEPS=(0.03 0.3 3) ;;
-mf|adarev-mf) datasets/prepare.sh >/dev/null; DATA=("${MF[@]}" --lr 1); TARGET=(0.90 1); STEPS=(0.1 1 10) ;;
+mf|adarev-mf) datasets/prepare.sh >/dev/null; DATA=("${MF[@]}"); TARGET=(0.90 1); STEPS=(0.1 1 10) ;;
 *) echo "usage: benches/bosen.sh mlr|mf|adarev-mlr|adarev-mf" >&2; exit 2 ;;
 esac
 if [[ $WHAT == adarev-* ]]; then
@@ -38,6 +38,7 @@ if [[ $WHAT == adarev-* ]]; then
     table "${TARGET[@]}"
     exit 0
 fi
+[[ $WHAT == mf ]] && DATA+=(--lr 1)
 run allreduce 8 "${DATA[@]}" "${LINK[@]}" --sync allreduce
 run asap 8 "${DATA[@]}" "${LINK[@]}" --sync asap
 run ssp-S2-consgd 8 "${DATA[@]}" "${LINK[@]}" --sync ssp --apply consgd
