@@ -73,7 +73,7 @@ impl Postbox {
     /// True when a message sent now would leave at once: nothing is held back and the pacer's
     /// bucket is empty (always true without a pacer).
     pub fn link_idle(&self) -> bool {
-        self.held.is_empty() && self.pacer.as_ref().map_or(true, |p| p.idle_at(Instant::now()))
+        self.held.is_empty() && self.pacer.as_ref().is_none_or(|p| p.idle_at(Instant::now()))
     }
 
     /// Messages handed to MPI whose send has not completed (a sign the network is overused).

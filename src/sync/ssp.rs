@@ -871,11 +871,11 @@ impl StaleSynchronous {
         m.early_pushes += 1;
         chosen.sort_unstable();
         let t = Instant::now();
-        for s in 0..self.shards.len() {
+        for (s, delta) in deltas.iter().enumerate() {
             let rr = self.row_ranges[s].clone();
             let local: Vec<u32> = chosen.iter().filter(|&&r| rr.contains(&(r as usize))).map(|&r| r - rr.start as u32).collect();
             if !local.is_empty() {
-                self.push_rows(params, s, &local, &deltas[s], [self.last_round, 0], PARTIAL)?;
+                self.push_rows(params, s, &local, delta, [self.last_round, 0], PARTIAL)?;
             }
         }
         self.stats.comm_seconds += t.elapsed().as_secs_f64();
