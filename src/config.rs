@@ -32,6 +32,9 @@ pub enum SyncKind {
     Ssp,
     /// A coordinator (rank 0) and workers under a barrier predicate (--barrier); --optimizer saga.
     Async,
+    /// SSP plus Bosen's managed communication: a per-rank bandwidth budget spent between clocks
+    /// on the most significant updates first (--bandwidth-mbps, --priority, --fp16).
+    Bosen,
     /// No exchange: independent replicas (with one rank, plain SGD).
     None,
 }
@@ -48,6 +51,9 @@ pub enum LrSchedule {
     Bottou,
     /// eta = lr * decay^epoch.
     Decay,
+    /// AdaRevision (Bosen §3.4; --sync bosen only): per-coordinate adaptive steps computed by the
+    /// shard servers when they apply an update, smaller the more updates it missed (alpha = lr).
+    Adarevision,
 }
 
 /// Which model a `--target` is judged on.
@@ -145,7 +151,8 @@ pub struct TrainConfig {
     #[arg(long, value_name = "ETA", default_value_t = 0.3, help_heading = "Optimisation")]
     pub lr: f32,
     /// Step-size schedule: constant, inv-sqrt (eta0/sqrt(1+t), t = mini-batches), bottou
-    /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch).
+    /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch), adarevision (bosen's
+    /// servers choose per-coordinate steps; eta0 is its alpha).
     #[arg(long, value_enum, default_value_t = LrSchedule::Decay, help_heading = "Optimisation")]
     pub lr_schedule: LrSchedule,
     /// Per-epoch factor for --lr-schedule decay.
@@ -158,7 +165,8 @@ pub struct TrainConfig {
     // ---- synchronisation (every mode) ----
     /// How ranks exchange what they learned: allreduce (BSP averaging, the baseline), asap
     /// (stochastic reduce with in-neighbours on --graph), ssp (stale synchronous parallel on
-    /// rank-hosted parameter-server shards, --staleness), async (coordinator and workers under a
+    /// rank-hosted parameter-server shards, --staleness), bosen (ssp with a bandwidth budget
+    /// spent on the most significant updates first), async (coordinator and workers under a
     /// barrier predicate, --barrier, --optimizer), none (independent replicas).
     #[arg(long, value_enum, default_value_t = SyncKind::Asap, help_heading = "Synchronisation")]
     pub sync: SyncKind,
@@ -175,6 +183,13 @@ pub struct TrainConfig {
     /// of the ranks straggle, 80 % of them 1.5-2.5x, the rest 2.5-10x (seeded, rank 0 never).
     #[arg(long, value_name = "FORM", help_heading = "Synchronisation")]
     pub straggler: Option<String>,
+    /// Emulate a slow network on one machine: every rank's sends leave at most at MBPS Mbit/s
+    /// (all modes; see docs/sync-modes.md for what the emulation models and what it does not).
+    #[arg(long, value_name = "MBPS", help_heading = "Synchronisation")]
+    pub emulate_bandwidth: Option<f64>,
+    /// One-way latency in milliseconds added by --emulate-bandwidth's link.
+    #[arg(long, value_name = "MS", default_value_t = 0.0, help_heading = "Synchronisation")]
+    pub emulate_latency: f64,
     /// Fault injection for tests: RANK:ROUND makes RANK stop sending after ROUND (asap, ssp).
     #[arg(long, value_name = "RANK:ROUND", hide = true)]
     pub stop_sending_after: Option<String>,
@@ -186,7 +201,7 @@ pub struct TrainConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub asap: crate::sync::asap::AsapOptions,
-    /// Options of --sync ssp.
+    /// Options of --sync ssp (and bosen).
     #[command(flatten)]
     #[serde(flatten)]
     pub ssp: crate::sync::ssp::SspOptions,
@@ -194,6 +209,10 @@ pub struct TrainConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub async_mode: crate::sync::async_mode::AsyncOptions,
+    /// Options of --sync bosen.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub bosen: crate::sync::bosen::BosenOptions,
 
     // ---- output ----
     /// Evaluate every this many rounds (0 = once per epoch). Under asynchronous modes (asap,
@@ -216,6 +235,10 @@ pub struct TrainConfig {
     /// Write one JSON object per evaluation (plus start and summary lines) to FILE.
     #[arg(long, value_name = "FILE.jsonl", help_heading = "Output")]
     pub metrics: Option<String>,
+    /// Write every paced send of each rank (seconds since start, bytes) to PREFIX.rank<R>.csv, to
+    /// check a bandwidth budget or emulation (needs --emulate-bandwidth or --sync bosen).
+    #[arg(long, value_name = "PREFIX", help_heading = "Output")]
+    pub send_log: Option<String>,
     /// Write the final model to this HDF5 file.
     #[arg(long, value_name = "FILE.h5", help_heading = "Output")]
     pub save_model: Option<String>,
@@ -373,6 +396,38 @@ impl TrainConfig {
                 self.model
             );
         }
+        for (flag, v) in [("--emulate-bandwidth", self.emulate_bandwidth), ("--bandwidth-mbps", self.bosen.bandwidth_mbps)] {
+            if let Some(v) = v {
+                anyhow::ensure!(v > 0.0 && v <= 1e7, "{flag} must be a positive number of Mbit/s (at most 1e7), got {v}");
+            }
+        }
+        anyhow::ensure!(
+            self.emulate_latency >= 0.0 && self.emulate_latency <= 1e6,
+            "--emulate-latency must be a number of milliseconds >= 0, got {}",
+            self.emulate_latency
+        );
+        anyhow::ensure!(
+            self.emulate_latency == 0.0 || self.emulate_bandwidth.is_some(),
+            "--emulate-latency needs --emulate-bandwidth (the emulated link it belongs to)"
+        );
+        anyhow::ensure!(self.bosen.queue_size >= 1, "--queue-size must be at least 1 row");
+        anyhow::ensure!(self.bosen.max_snapshots >= 1, "--max-snapshots must be at least 1");
+        anyhow::ensure!(
+            self.lr_schedule != LrSchedule::Adarevision || self.sync == SyncKind::Bosen,
+            "--lr-schedule adarevision needs --sync bosen (its shard servers compute the steps)"
+        );
+        anyhow::ensure!(
+            self.sync != SyncKind::Bosen || self.bosen.bandwidth_mbps.is_some() || self.emulate_bandwidth.is_some(),
+            "--sync bosen needs a per-rank budget: --bandwidth-mbps MBPS (or --emulate-bandwidth, which it then defaults to)"
+        );
+        anyhow::ensure!(
+            self.sync != SyncKind::Bosen || self.ssp.apply != Some(crate::sync::ssp::ApplyRule::Dynsgd),
+            "--sync bosen pushes parts of a clock's update early, which DynSGD's per-version bookkeeping does not define: use --apply consgd (the default for bosen) or plain"
+        );
+        anyhow::ensure!(
+            self.send_log.is_none() || self.emulate_bandwidth.is_some() || self.sync == SyncKind::Bosen,
+            "--send-log records paced sends: it needs --emulate-bandwidth or --sync bosen"
+        );
         anyhow::ensure!(
             self.model != ModelKind::Mlp || (1..=2).contains(&self.hidden.len()),
             "--hidden takes one or two layer widths for --model mlp, got {:?}",

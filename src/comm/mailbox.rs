@@ -29,6 +29,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 use mpi::collective::CommunicatorCollectives;
 
+use super::pace::Pacer;
 use super::window::{RmaError, Window};
 
 /// Bytes of one protocol word (header, footer, notify or ack counter).
@@ -206,6 +207,8 @@ pub struct Mailboxes {
     stage: Vec<u8>,
     bytes_sent: u64,
     bytes_received: u64,
+    /// `--emulate-bandwidth`: every put waits until a link of that rate would have carried it.
+    pacer: Option<Pacer>,
 }
 
 impl Mailboxes {
@@ -255,7 +258,25 @@ impl Mailboxes {
             stage: Vec::with_capacity(slot_stride),
             bytes_sent: 0,
             bytes_received: 0,
+            pacer: None,
         })
+    }
+
+    /// Paces every put of this rank through `pacer` (bandwidth emulation): a put is issued only
+    /// when a link of that rate would have sent it, so receivers see data at the emulated time.
+    pub fn set_pacer(&mut self, pacer: Option<Pacer>) {
+        self.pacer = pacer;
+    }
+
+    /// The pacer, if any.
+    pub fn pacer(&self) -> Option<&Pacer> {
+        self.pacer.as_ref()
+    }
+
+    fn pace(&mut self, bytes: u64) {
+        if let Some(p) = &mut self.pacer {
+            p.send_blocking(bytes);
+        }
     }
 
     /// Ranks this rank receives from (sorted; slot i belongs to `in_neighbours()[i]`).
@@ -328,6 +349,7 @@ impl Mailboxes {
         }
         self.stage.resize(8 + body, 0);
         self.stage.extend_from_slice(&round.to_ne_bytes());
+        self.pace(lay.slot_stride as u64);
         if ordered {
             self.win.put(target, base, &self.stage[..8])?;
             self.win.flush(target)?;

@@ -69,6 +69,7 @@ pub fn abort_job(message: &str, code: i32) -> ! {
 }
 
 pub mod mailbox;
+pub mod pace;
 pub mod postbox;
 pub mod preempt;
 pub mod window;

@@ -7,7 +7,13 @@
 //! one thread: a rank waiting for rows keeps serving others' requests by polling, and no rank ever
 //! sits in a blocking `MPI_Send` while its peer does the same (large messages use a rendezvous
 //! protocol, so two blocking sends towards each other would deadlock). Knows nothing of ML.
+//!
+//! With a [`Pacer`] ([`Postbox::with_pacer`]) messages to other ranks leave at the pacer's rate:
+//! `send` queues them and they are handed to MPI when the link would have carried them (plus its
+//! latency), in order, as the owner keeps calling [`Postbox::progress_sends`]. The sender never
+//! blocks, as with a real NIC whose queue drains at line rate.
 
+use std::collections::VecDeque;
 use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
@@ -17,6 +23,7 @@ use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::mailbox::Backoff;
+use super::pace::Pacer;
 
 /// An MPI call that failed in the postbox.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +44,9 @@ pub struct Postbox {
     comm: SimpleCommunicator,
     rank: usize,
     in_flight: Vec<InFlight>,
+    /// Paced messages not handed to MPI yet: (when, dest, tag, buf), in release order.
+    held: VecDeque<(Instant, usize, i32, Vec<u8>)>,
+    pacer: Option<Pacer>,
     bytes_sent: u64,
     bytes_received: u64,
 }
@@ -46,7 +56,29 @@ impl Postbox {
     pub fn new(comm: &SimpleCommunicator) -> Self {
         let comm = comm.duplicate();
         let rank = comm.rank() as usize;
-        Postbox { comm, rank, in_flight: Vec::new(), bytes_sent: 0, bytes_received: 0 }
+        Postbox { comm, rank, in_flight: Vec::new(), held: VecDeque::new(), pacer: None, bytes_sent: 0, bytes_received: 0 }
+    }
+
+    /// Paces messages to other ranks through `pacer` (see the module documentation).
+    pub fn with_pacer(mut self, pacer: Option<Pacer>) -> Self {
+        self.pacer = pacer;
+        self
+    }
+
+    /// The pacer, if any (its log records every message to another rank).
+    pub fn pacer(&self) -> Option<&Pacer> {
+        self.pacer.as_ref()
+    }
+
+    /// True when a message sent now would leave at once: nothing is held back and the pacer's
+    /// bucket is empty (always true without a pacer).
+    pub fn link_idle(&self) -> bool {
+        self.held.is_empty() && self.pacer.as_ref().is_none_or(|p| p.idle_at(Instant::now()))
+    }
+
+    /// Messages handed to MPI whose send has not completed (a sign the network is overused).
+    pub fn unacknowledged(&self) -> usize {
+        self.in_flight.len()
     }
 
     /// The postbox's private communicator (for collectives of the same group of ranks).
@@ -77,6 +109,26 @@ impl Postbox {
     /// Starts sending `buf` to `dest` with `tag`; returns at once. Messages from one rank to
     /// another with the same tag arrive in the order they were sent (MPI's non-overtaking rule).
     pub fn send(&mut self, dest: usize, tag: i32, buf: Vec<u8>) -> Result<(), PostboxError> {
+        if let (Some(p), true) = (self.pacer.as_mut(), dest != self.rank) {
+            let (_, end) = p.reserve(buf.len() as u64);
+            let latency = p.latency();
+            self.held.push_back((end + latency, dest, tag, buf));
+            return self.release_due();
+        }
+        self.isend(dest, tag, buf)
+    }
+
+    /// Hands the held messages whose time has come to MPI.
+    fn release_due(&mut self) -> Result<(), PostboxError> {
+        let now = Instant::now();
+        while self.held.front().is_some_and(|m| m.0 <= now) {
+            let (_, dest, tag, buf) = self.held.pop_front().expect("checked");
+            self.isend(dest, tag, buf)?;
+        }
+        Ok(())
+    }
+
+    fn isend(&mut self, dest: usize, tag: i32, buf: Vec<u8>) -> Result<(), PostboxError> {
         let mut request = request_null();
         // SAFETY: `buf` is a live heap allocation of `buf.len()` bytes; it is moved into
         // `in_flight` right after and neither read, written nor freed until MPI_Test reports the
@@ -101,8 +153,10 @@ impl Postbox {
         Ok(())
     }
 
-    /// Lets finished sends go; returns how many are still in flight.
+    /// Lets finished sends go and hands due paced messages to MPI; returns how many messages are
+    /// still in flight or held back.
     pub fn progress_sends(&mut self) -> Result<usize, PostboxError> {
+        self.release_due()?;
         let mut i = 0;
         while i < self.in_flight.len() {
             let mut flag: c_int = 0;
@@ -118,7 +172,7 @@ impl Postbox {
                 i += 1;
             }
         }
-        Ok(self.in_flight.len())
+        Ok(self.in_flight.len() + self.held.len())
     }
 
     /// Takes one waiting message with `tag` from any rank: `(source, bytes)`, or None.
@@ -147,13 +201,44 @@ impl Postbox {
                 anyhow::bail!(
                     "rank {}: {} message(s) not delivered after {:.1} s (--wait-timeout)",
                     self.rank,
-                    self.in_flight.len(),
+                    self.in_flight.len() + self.held.len(),
                     timeout.as_secs_f64()
                 );
             }
             backoff.pause();
         }
         Ok(())
+    }
+}
+
+/// A non-blocking barrier over the postbox's communicator ([`Postbox::start_barrier`]).
+pub struct Barrier {
+    request: ffi::MPI_Request,
+    done: bool,
+}
+
+impl Postbox {
+    /// Starts a non-blocking barrier (`MPI_Ibarrier`): the owner keeps serving messages while it
+    /// waits, which a blocking barrier would not let it do.
+    pub fn start_barrier(&self) -> Result<Barrier, PostboxError> {
+        let mut request = request_null();
+        // SAFETY: the communicator is live for self's lifetime; MPI writes the request handle.
+        let code = unsafe { ffi::MPI_Ibarrier(self.comm.as_raw(), &mut request) };
+        check("MPI_Ibarrier", code)?;
+        Ok(Barrier { request, done: false })
+    }
+
+    /// True once every rank has entered the barrier.
+    pub fn barrier_done(&self, b: &mut Barrier) -> Result<bool, PostboxError> {
+        if !b.done {
+            let mut flag: c_int = 0;
+            // SAFETY: the request came from MPI_Ibarrier and has not completed yet (`done` is set
+            // below when MPI_Test reports completion, after which it is never tested again).
+            let code = unsafe { ffi::MPI_Test(&mut b.request, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            check("MPI_Test", code)?;
+            b.done = flag != 0;
+        }
+        Ok(b.done)
     }
 }
 

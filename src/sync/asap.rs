@@ -102,7 +102,9 @@ impl StochasticReduce {
             stop_sending_after: ctx.stop_sending_after,
         };
         let info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "report": report});
-        Ok((StochasticReduce::new(ctx.comm, cfg, ctx.n_params())?, info))
+        let mut mode = StochasticReduce::new(ctx.comm, cfg, ctx.n_params())?;
+        mode.mail.set_pacer(ctx.pacer(None));
+        Ok((mode, info))
     }
 
     /// Collectively sets up the mailboxes for `cfg.in_neighbours` over `comm` for a model of
@@ -149,6 +151,15 @@ impl StochasticReduce {
     /// Buffers skipped because they were older than the round needed or already used.
     pub fn stale(&self) -> u64 {
         self.stale
+    }
+
+    /// `--emulate-latency` for one-sided puts: the sender cannot hand a put to a slow link and
+    /// go on, so instead of delaying every put (which would charge the latency once per
+    /// neighbour) each direction of a round (data + NOTIFY, then ACK) waits it once.
+    fn emulated_latency(&self) {
+        if let Some(p) = self.mail.pacer() {
+            std::thread::sleep(p.latency());
+        }
     }
 
     fn sending(&self, round: u64) -> bool {
@@ -211,6 +222,7 @@ impl StochasticReduce {
             }
         }
         let t = Instant::now();
+        self.emulated_latency();
         self.mail.wait_notifications(round, timeout)?;
         let t2 = Instant::now();
         self.stats.wait_seconds += (t2 - t).as_secs_f64();
@@ -238,6 +250,7 @@ impl StochasticReduce {
         for i in 0..d {
             self.mail.ack(i)?;
         }
+        self.emulated_latency();
         self.stats.comm_seconds += t2.elapsed().as_secs_f64();
         Ok(())
     }
@@ -359,6 +372,10 @@ impl SyncMode for StochasticReduce {
 
     fn stats(&self) -> &CommStats {
         &self.stats
+    }
+
+    fn send_log(&self) -> Vec<(f64, u64)> {
+        self.mail.pacer().map_or(Vec::new(), |p| p.log().to_vec())
     }
 
     fn metrics(&self) -> Vec<ModeMetric> {

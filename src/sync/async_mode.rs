@@ -451,7 +451,7 @@ impl Coordinator {
                 msg.extend_from_slice(&self.version.to_le_bytes());
                 msg.extend_from_slice(&cmin.to_le_bytes());
                 msg.extend_from_slice(&(cut_done as u64).to_le_bytes());
-                encode_rows(&mut msg, &self.offsets, &news, &self.model);
+                encode_rows(&mut msg, &self.offsets, &news, None, &self.model, false);
                 (m, msg)
             })
             .collect()
@@ -532,7 +532,8 @@ impl CoordinatedAsync {
             min_available_at_release: Some(n),
         });
         Ok(CoordinatedAsync {
-            post: Postbox::new(ctx.comm),
+            // --emulate-bandwidth paces this mode's messages like every other mode's.
+            post: Postbox::new(ctx.comm).with_pacer(ctx.pacer(None)),
             rank,
             barrier: opts.barrier,
             wait_timeout: ctx.wait_timeout,
@@ -579,8 +580,8 @@ impl CoordinatedAsync {
         while let Some((_, bytes)) = self.post.try_receive(TAG_RELEASE) {
             let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
             anyhow::ensure!(bytes.len() >= 32, "async protocol error: a release of {} bytes", bytes.len());
-            let (rows, values) = decode_rows(&bytes, 24, &self.offsets)?;
-            self.releases.push((word(0), word(16) != 0, rows, values));
+            let b = decode_rows(&bytes, 24, &self.offsets, false, false)?;
+            self.releases.push((word(0), word(16) != 0, b.rows, b.values));
         }
         self.post.progress_sends()?;
         self.stats.bytes_sent = self.post.bytes_sent();
@@ -673,9 +674,14 @@ fn decode_result(worker: usize, bytes: &[u8], offsets: &[usize]) -> anyhow::Resu
     let step_sum = f32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
     let len = word(24) as usize;
     anyhow::ensure!(32 + len <= bytes.len(), "async protocol error: a result of {} bytes from rank {worker} announces {len}", bytes.len());
-    let (rows, values) = decode_rows(&bytes[32..32 + len], 0, offsets)?;
-    let history = if bytes.len() > 32 + len { Some(decode_rows(&bytes[32 + len..], 0, offsets)?) } else { None };
-    Ok(TaskResult { worker, clock: word(0), step_sum, rows, values, history })
+    let update = decode_rows(&bytes[32..32 + len], 0, offsets, false, false)?;
+    let history = if bytes.len() > 32 + len {
+        let h = decode_rows(&bytes[32 + len..], 0, offsets, false, false)?;
+        Some((h.rows, h.values))
+    } else {
+        None
+    };
+    Ok(TaskResult { worker, clock: word(0), step_sum, rows: update.rows, values: update.values, history })
 }
 
 /// Rows of `v` with a non-zero value.
@@ -720,7 +726,7 @@ impl SyncMode for CoordinatedAsync {
             };
             anyhow::ensure!(history.is_some() == self.saga, "--optimizer saga: no history was handed over for round {round}");
             let mut block = Vec::new();
-            encode_rows(&mut block, &self.offsets, &rows, &update);
+            encode_rows(&mut block, &self.offsets, &rows, None, &update, false);
             let mut msg = Vec::with_capacity(32 + 2 * block.len());
             msg.extend_from_slice(&(round - 1).to_le_bytes());
             msg.extend_from_slice(&self.base_version.to_le_bytes());
@@ -729,7 +735,7 @@ impl SyncMode for CoordinatedAsync {
             msg.extend_from_slice(&(block.len() as u64).to_le_bytes());
             msg.extend_from_slice(&block);
             if let Some(h) = history {
-                encode_rows(&mut msg, &self.offsets, &nonzero_rows(&self.offsets, &h), &h);
+                encode_rows(&mut msg, &self.offsets, &nonzero_rows(&self.offsets, &h), None, &h, false);
             }
             self.post.send(COORDINATOR, TAG_RESULT, msg)?;
         }
@@ -840,6 +846,10 @@ impl SyncMode for CoordinatedAsync {
 
     fn stats(&self) -> &CommStats {
         &self.stats
+    }
+
+    fn send_log(&self) -> Vec<(f64, u64)> {
+        self.post.pacer().map_or(Vec::new(), |p| p.log().to_vec())
     }
 
     fn metrics(&self) -> Vec<ModeMetric> {
@@ -982,8 +992,8 @@ mod tests {
         let r = c.releases();
         assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1, 2]);
         // The release carries row 0 only (row 1 never changed) and version 3.
-        let (rows, vals) = decode_rows(&r[0].1, 24, &c.offsets).unwrap();
-        assert_eq!((rows, vals), (vec![0], vec![2.0]));
+        let b = decode_rows(&r[0].1, 24, &c.offsets, false, false).unwrap();
+        assert_eq!((b.rows, b.values), (vec![0], vec![2.0]));
         assert_eq!(u64::from_le_bytes(r[0].1[0..8].try_into().unwrap()), 3);
         assert!(c.receive(result(1, 0, 1.0)).is_err(), "clock 0 again");
     }

@@ -17,11 +17,13 @@ use std::time::{Duration, Instant};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use crate::comm::collectives;
+use crate::comm::pace::Pacer;
 use crate::model::RowLayout;
 
 pub mod allreduce;
 pub mod asap;
 pub mod async_mode;
+pub mod bosen;
 pub mod independent;
 pub mod ssp;
 
@@ -105,12 +107,31 @@ pub struct SyncContext<'a> {
     /// Fault injection for tests: `(rank, round)`: that rank sends nothing after that round.
     pub stop_sending_after: Option<(usize, u64)>,
     pub seed: u64,
+    /// `--emulate-bandwidth` and `--emulate-latency`: (Mbit/s, one-way latency) of this rank's
+    /// emulated link.
+    pub emulate: Option<(f64, Duration)>,
+    /// `--send-log`: pacers keep a log of every send.
+    pub record_sends: bool,
 }
 
 impl SyncContext<'_> {
     /// Length of the flat parameter vector.
     pub fn n_params(&self) -> usize {
         *self.layout.offsets.last().unwrap_or(&0)
+    }
+
+    /// The pacer of this rank's sends: the emulated link, further limited to `budget_mbps` (a
+    /// mode's own bandwidth budget) when given; None when neither applies. Two rate limits in
+    /// series on one FIFO queue let bytes out as one at the smaller rate.
+    pub fn pacer(&self, budget_mbps: Option<f64>) -> Option<Pacer> {
+        let (rate, latency) = match (self.emulate, budget_mbps) {
+            (None, None) => return None,
+            (Some((e, l)), None) => (e, l),
+            (None, Some(b)) => (b, Duration::ZERO),
+            (Some((e, l)), Some(b)) => (e.min(b), l),
+        };
+        let p = Pacer::new(rate, latency);
+        Some(if self.record_sends { p.record() } else { p })
     }
 }
 
@@ -167,6 +188,11 @@ pub trait SyncMode {
     }
     /// Counters so far.
     fn stats(&self) -> &CommStats;
+    /// The paced sends of this rank (seconds since set-up, bytes), when `--send-log` asked for
+    /// them and the mode paces its sends.
+    fn send_log(&self) -> Vec<(f64, u64)> {
+        Vec::new()
+    }
     /// Mode-specific metrics (consistency histogram, staleness distribution ...).
     fn metrics(&self) -> Vec<ModeMetric> {
         Vec::new()

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use mpi::topology::Communicator;
 
+use super::bosen::{self, AdaRevision, BosenOptions, Picker};
 use super::{Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::mailbox::Backoff;
 use crate::comm::postbox::Postbox;
@@ -59,9 +60,17 @@ pub struct SspOptions {
     #[arg(long, value_name = "S", default_value_t = 3)]
     pub staleness: u64,
     /// Server-side rule: plain (add updates), consgd (scale by 1/M), dynsgd (scale by
-    /// 1/staleness per model version).
-    #[arg(long, value_enum, default_value_t = ApplyRule::Dynsgd)]
-    pub apply: ApplyRule,
+    /// 1/staleness per model version; not with bosen, whose early partial pushes DynSGD's
+    /// per-version bookkeeping does not define). [default: dynsgd for ssp, consgd for bosen]
+    #[arg(long, value_enum)]
+    pub apply: Option<ApplyRule>,
+}
+
+impl SspOptions {
+    /// The apply rule in force for `--sync ssp` (`bosen` false) or `--sync bosen`.
+    pub fn apply_rule(&self, bosen: bool) -> ApplyRule {
+        self.apply.unwrap_or(if bosen { ApplyRule::Consgd } else { ApplyRule::Dynsgd })
+    }
 }
 
 impl Default for SspOptions {
@@ -70,40 +79,87 @@ impl Default for SspOptions {
     }
 }
 
-/// Worker -> server: `[clock u64][want u64]` + sparse rows (the rows this worker changed).
+/// Worker -> server: `[clock u64][want u64][flags u64]` + rows (the rows this worker changed).
 const TAG_PUSH: i32 = 11;
-/// Server -> worker: `[cmin u64]` + sparse rows (the rows changed since this worker's last read).
+/// Server -> worker: `[cmin u64][flags u64]` + rows (the rows changed since this worker got them).
 const TAG_ROWS: i32 = 12;
+/// Push flag: part of a clock's update sent early (bosen), not the end of the clock.
+const PARTIAL: u64 = 1;
+/// Push flag: values are binary16.
+const HALF: u64 = 2;
+/// Flag: each row carries the version it was computed from / is sent at (AdaRevision).
+const VERSIONS: u64 = 4;
+/// Rows flag: pushed by the server between clocks (bosen), not the answer to a read.
+const UNSOLICITED: u64 = 1;
 
-/// Appends sparse rows to a message: `[count u64][local row index u32 ...][values f32 ...]`, the
-/// values of the listed rows in order. Sparse because a mini-batch touches few rows of a big
-/// model: MF on MovieLens changes at most 64 of 9,737 rows per step, and dense pushes and
-/// answers sent 9 GB per rank where the changed rows are a few percent of that.
-pub(super) fn encode_rows(msg: &mut Vec<u8>, offsets: &[usize], rows: &[u32], values: &[f32]) {
+/// Sparse rows as they travel: local row indices, optional per-row versions, and the values of
+/// the listed rows in order.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct RowBlock {
+    pub(super) rows: Vec<u32>,
+    pub(super) versions: Vec<u64>,
+    pub(super) values: Vec<f32>,
+}
+
+/// Appends sparse rows to a message: `[count u64][local row index u32 ...][version u64 ...]`
+/// `[values f32 or f16 ...]`, the values of the listed rows in order (versions only when given).
+/// Sparse because a mini-batch touches few rows of a big model: MF on MovieLens changes at most
+/// 64 of 9,737 rows per step, and dense pushes and answers sent 9 GB per rank where the changed
+/// rows are a few percent of that. With `half`, returns the values as the receiver will decode
+/// them (the sender keeps the difference).
+pub(super) fn encode_rows(msg: &mut Vec<u8>, offsets: &[usize], rows: &[u32], versions: Option<&[u64]>, values: &[f32], half: bool) -> Vec<f32> {
     msg.extend_from_slice(&(rows.len() as u64).to_le_bytes());
     rows.iter().for_each(|r| msg.extend_from_slice(&r.to_le_bytes()));
+    if let Some(v) = versions {
+        debug_assert_eq!(v.len(), rows.len());
+        v.iter().for_each(|x| msg.extend_from_slice(&x.to_le_bytes()));
+    }
+    let mut sent = Vec::new();
     for &r in rows {
         let r = r as usize;
-        values[offsets[r]..offsets[r + 1]].iter().for_each(|x| msg.extend_from_slice(&x.to_le_bytes()));
+        for &x in &values[offsets[r]..offsets[r + 1]] {
+            if half {
+                let h = bosen::f16_bits(x);
+                msg.extend_from_slice(&h.to_le_bytes());
+                sent.push(bosen::f16_value(h));
+            } else {
+                msg.extend_from_slice(&x.to_le_bytes());
+            }
+        }
     }
+    sent
 }
 
 /// Reads what [`encode_rows`] wrote (after `skip` header bytes), checked against the shard's
-/// row offsets: `(rows, values of those rows in order)`.
-pub(super) fn decode_rows(bytes: &[u8], skip: usize, offsets: &[usize]) -> anyhow::Result<(Vec<u32>, Vec<f32>)> {
+/// row offsets.
+pub(super) fn decode_rows(bytes: &[u8], skip: usize, offsets: &[usize], versions: bool, half: bool) -> anyhow::Result<RowBlock> {
     let word = |at: usize| -> Option<u64> { Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?)) };
     let bad = || anyhow::anyhow!("ssp protocol error: a malformed message of {} bytes", bytes.len());
     let count = word(skip).ok_or_else(bad)? as usize;
     let idx_end = skip + 8 + 4 * count;
     let rows: Vec<u32> = bytes.get(skip + 8..idx_end).ok_or_else(bad)?.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
+    let ver_end = idx_end + if versions { 8 * count } else { 0 };
+    let versions: Vec<u64> = bytes.get(idx_end..ver_end).ok_or_else(bad)?.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8"))).collect();
     let nrows = offsets.len() - 1;
     let mut len = 0;
     for &r in &rows {
         anyhow::ensure!((r as usize) < nrows, "ssp protocol error: row {r} outside a shard of {nrows} rows");
         len += offsets[r as usize + 1] - offsets[r as usize];
     }
-    anyhow::ensure!(bytes.len() == idx_end + 4 * len, "ssp protocol error: {} bytes for {} rows of {len} values", bytes.len(), rows.len());
-    Ok((rows, decode_f32(&bytes[idx_end..])))
+    let width = if half { 2 } else { 4 };
+    anyhow::ensure!(bytes.len() == ver_end + width * len, "ssp protocol error: {} bytes for {} rows of {len} values", bytes.len(), rows.len());
+    let values = if half {
+        bytes[ver_end..].chunks_exact(2).map(|c| bosen::f16_value(u16::from_le_bytes(c.try_into().expect("2")))).collect()
+    } else {
+        decode_f32(&bytes[ver_end..])
+    };
+    Ok(RowBlock { rows, versions, values })
+}
+
+fn word_at(bytes: &[u8], at: usize) -> anyhow::Result<u64> {
+    Ok(u64::from_le_bytes(
+        bytes.get(at..at + 8).ok_or_else(|| anyhow::anyhow!("ssp protocol error: a message of {} bytes has no header", bytes.len()))?.try_into().expect("8 bytes"),
+    ))
 }
 
 /// Parameter ranges of each rank's shard: contiguous rows, balanced by parameter count.
@@ -136,6 +192,75 @@ struct DynState {
     updates: BTreeMap<u64, (u64, Vec<f32>)>,
 }
 
+/// Snapshots kept per row at most (the oldest go first): a client that never updates a row never
+/// says it moved past a version, so without a cap a popular row of a sparse model would keep one
+/// snapshot per update.
+const SNAPSHOTS_PER_ROW: usize = 16;
+
+/// AdaRevision on a shard (Bosen §3.4): rows carry versions; a snapshot of the accumulated
+/// gradient is kept per (row, version) while some client may still compute with that version.
+struct AdaShard {
+    rev: AdaRevision,
+    /// The client steps' size: a pushed update u is the gradient sum -u / lr.
+    lr: f32,
+    /// Per local row: its version, bumped by every update.
+    version: Vec<u64>,
+    /// (row, version) -> accumulated gradient of the row at that version. Version 0 is the zero
+    /// vector for every row and never stored.
+    snapshots: BTreeMap<(u32, u64), Vec<f32>>,
+    /// Per worker, per local row: the oldest version it may still push updates for (its pushes
+    /// arrive in order and carry the version they were computed from, so a push of version v
+    /// means it holds nothing older).
+    held_lo: Vec<Vec<u64>>,
+    snapshots_peak: usize,
+    /// Updates whose snapshot was evicted: the oldest one kept stood in (a smaller backlog, so a
+    /// step between the exact one and no revision).
+    snapshot_misses: u64,
+}
+
+impl AdaShard {
+    /// The current version of `row` is being sent to a client: keep its snapshot.
+    fn snapshot_current(&mut self, row: u32, offsets: &[usize]) {
+        let (r, v) = (row as usize, self.version[row as usize]);
+        if v == 0 || self.snapshots.contains_key(&(row, v)) {
+            return;
+        }
+        self.snapshots.insert((row, v), self.rev.g_sum[offsets[r]..offsets[r + 1]].to_vec());
+        let kept: Vec<u64> = self.snapshots.range((row, 0)..=(row, u64::MAX)).map(|(k, _)| k.1).collect();
+        for &old in kept.iter().take(kept.len().saturating_sub(SNAPSHOTS_PER_ROW)) {
+            self.snapshots.remove(&(row, old));
+        }
+        self.snapshots_peak = self.snapshots_peak.max(self.snapshots.len());
+    }
+
+    /// The accumulated gradient a client saw at version `v` of `row`.
+    fn g_old(&mut self, row: u32, v: u64, n: usize) -> Vec<f32> {
+        if v == 0 {
+            return vec![0.0; n];
+        }
+        if let Some(g) = self.snapshots.get(&(row, v)) {
+            return g.clone();
+        }
+        self.snapshot_misses += 1;
+        match self.snapshots.range((row, 0)..=(row, u64::MAX)).next() {
+            Some((_, g)) => g.clone(),
+            None => vec![0.0; n],
+        }
+    }
+
+    /// Worker `m` pushed `row` computed from version `v`: it holds nothing older; snapshots no
+    /// worker can use any more are freed.
+    fn release(&mut self, m: usize, row: u32, v: u64) {
+        let r = row as usize;
+        self.held_lo[m][r] = self.held_lo[m][r].max(v);
+        let oldest = self.held_lo.iter().map(|h| h[r]).min().unwrap_or(0);
+        let gone: Vec<u64> = self.snapshots.range((row, 0)..(row, oldest)).map(|(k, _)| k.1).collect();
+        gone.into_iter().for_each(|u| {
+            self.snapshots.remove(&(row, u));
+        });
+    }
+}
+
 /// The server half of a rank: one shard of the model.
 struct ShardServer {
     range: Range<usize>,
@@ -146,16 +271,20 @@ struct ShardServer {
     stamp: Vec<u64>,
     /// Pushes applied so far.
     seq: u64,
-    /// Per worker: `seq` when it was last answered (rows stamped later are news to it).
-    seen: Vec<u64>,
+    /// Per worker, per row: the row's stamp when it was last sent to that worker (rows stamped
+    /// later are news to it).
+    sent: Vec<Vec<u64>>,
+    /// Bosen: per worker, per row, the L1 change since the row was last sent to it (priority).
+    change: Vec<Vec<f32>>,
     /// Clocks each worker has pushed and had applied.
     completed: Vec<u64>,
     cmin: u64,
     rule: ApplyRule,
     staleness: u64,
     dyn_state: DynState,
-    /// Pushes received but not applied yet: (clock, worker) -> (changed rows, their values).
-    queued: BTreeMap<(u64, usize), (Vec<u32>, Vec<f32>)>,
+    ada: Option<AdaShard>,
+    /// Pushes received but not applied yet: (clock, worker) -> rows.
+    queued: BTreeMap<(u64, usize), RowBlock>,
     /// Reads waiting for `cmin >= want`: (worker, want).
     reads: Vec<(usize, u64)>,
     /// Evaluation snapshots: round -> rows once `cmin >= round`.
@@ -164,6 +293,29 @@ struct ShardServer {
 }
 
 impl ShardServer {
+    fn new(range: Range<usize>, init: &[f32], offsets: Vec<usize>, n: usize, rule: ApplyRule, staleness: u64) -> Self {
+        let rows = offsets.len() - 1;
+        ShardServer {
+            rows: init.to_vec(),
+            stamp: vec![0; rows],
+            seq: 0,
+            sent: vec![vec![0; rows]; n],
+            change: Vec::new(),
+            range,
+            offsets,
+            completed: vec![0; n],
+            cmin: 0,
+            rule,
+            staleness,
+            dyn_state: DynState { version: vec![0; n], ..Default::default() },
+            ada: None,
+            queued: BTreeMap::new(),
+            reads: Vec::new(),
+            snapshots: BTreeMap::new(),
+            max_live_versions: 0,
+        }
+    }
+
     fn workers(&self) -> usize {
         self.completed.len()
     }
@@ -187,8 +339,8 @@ impl ShardServer {
                 break;
             }
             for key in next {
-                let (rows, values) = self.queued.remove(&key).expect("queued");
-                self.apply(key.1, key.0, &rows, &values)?;
+                let block = self.queued.remove(&key).expect("queued");
+                self.apply(key.1, key.0, &block)?;
                 changed = true;
             }
             if self.staleness != 0 {
@@ -198,13 +350,51 @@ impl ShardServer {
         Ok(changed)
     }
 
-    /// Applies worker `m`'s update of `clock`: `values` of the local `rows` it changed.
-    fn apply(&mut self, m: usize, clock: u64, rows: &[u32], values: &[f32]) -> anyhow::Result<()> {
+    /// Applies worker `m`'s update of `clock` and completes that clock.
+    fn apply(&mut self, m: usize, clock: u64, block: &RowBlock) -> anyhow::Result<()> {
         if clock != self.completed[m] {
             bail!("ssp protocol error: rank {m} pushed clock {clock} but {} was expected", self.completed[m]);
         }
+        self.apply_rows(m, clock, block);
+        self.completed[m] = clock + 1;
+        let cmin = *self.completed.iter().min().expect("workers");
+        if cmin != self.cmin {
+            self.cmin = cmin;
+            for (&round, snap) in self.snapshots.iter_mut() {
+                if snap.is_none() && round <= cmin {
+                    *snap = Some(self.rows.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies worker `m`'s rows (part of its update of `clock`) under the apply rule.
+    fn apply_rows(&mut self, m: usize, clock: u64, block: &RowBlock) {
         self.seq += 1;
         let seq = self.seq;
+        let rows = &block.rows;
+        let values = &block.values;
+        if self.ada.is_some() {
+            let mut at = 0;
+            for (k, &r) in rows.iter().enumerate() {
+                let range = self.offsets[r as usize]..self.offsets[r as usize + 1];
+                let n = range.len();
+                let ada = self.ada.as_mut().expect("checked");
+                let g: Vec<f32> = values[at..at + n].iter().map(|u| -u / ada.lr).collect();
+                let v = block.versions.get(k).copied().unwrap_or(0);
+                let g_old = ada.g_old(r, v, n);
+                ada.release(m, r, v);
+                let before = self.rows[range.clone()].to_vec();
+                ada.rev.apply(&mut self.rows[range.clone()], range.start, &g, &g_old);
+                ada.version[r as usize] += 1;
+                let moved: f32 = self.rows[range.clone()].iter().zip(&before).map(|(a, b)| (a - b).abs()).sum();
+                self.note_change(r as usize, moved);
+                self.stamp[r as usize] = seq;
+                at += n;
+            }
+            return;
+        }
         let scale = match self.rule {
             ApplyRule::Plain => 1.0,
             _ => 1.0 / self.workers() as f32,
@@ -214,7 +404,12 @@ impl ShardServer {
             for &r in rows {
                 let range = self.offsets[r as usize]..self.offsets[r as usize + 1];
                 let n = range.len();
-                self.rows[range].iter_mut().zip(&values[at..at + n]).for_each(|(w, x)| *w += x * scale);
+                let mut moved = 0.0;
+                self.rows[range].iter_mut().zip(&values[at..at + n]).for_each(|(w, x)| {
+                    *w += x * scale;
+                    moved += (x * scale).abs();
+                });
+                self.note_change(r as usize, moved);
                 self.stamp[r as usize] = seq;
                 at += n;
             }
@@ -229,49 +424,73 @@ impl ShardServer {
                 self.stamp[r as usize] = seq;
                 at += n;
             }
-            {
-                let st = &mut self.dyn_state;
-                let v = st.version[m];
-                let len = self.rows.len();
-                let (s_v, u_v) = st.updates.entry(v).or_insert_with(|| (1, vec![0.0; len]));
-                // Delta u = (u - u(PS, v)) / S(v): this update weighted 1/d, and the d-1 earlier
-                // updates of version v revised from 1/(d-1) to 1/d.
-                let inv = 1.0 / *s_v as f32;
-                for r in 0..self.offsets.len() - 1 {
-                    let mut moved = false;
-                    for j in self.offsets[r]..self.offsets[r + 1] {
-                        let du = (u[j] - u_v[j]) * inv;
-                        self.rows[j] += du;
-                        u_v[j] += du;
-                        moved |= du != 0.0;
-                    }
-                    if moved {
-                        self.stamp[r] = seq;
-                    }
+            let st = &mut self.dyn_state;
+            let v = st.version[m];
+            let len = self.rows.len();
+            let (s_v, u_v) = st.updates.entry(v).or_insert_with(|| (1, vec![0.0; len]));
+            // Delta u = (u - u(PS, v)) / S(v): this update weighted 1/d, and the d-1 earlier
+            // updates of version v revised from 1/(d-1) to 1/d.
+            let inv = 1.0 / *s_v as f32;
+            for r in 0..self.offsets.len() - 1 {
+                let mut moved = false;
+                for j in self.offsets[r]..self.offsets[r + 1] {
+                    let du = (u[j] - u_v[j]) * inv;
+                    self.rows[j] += du;
+                    u_v[j] += du;
+                    moved |= du != 0.0;
                 }
-                *s_v += 1;
-                st.version[m] += 1;
-                st.cmax = st.cmax.max(clock + 1);
-                let oldest = *st.version.iter().min().expect("workers");
-                st.updates.retain(|&ver, _| ver >= oldest);
-                self.max_live_versions = self.max_live_versions.max(st.updates.len());
-            }
-        }
-        self.completed[m] = clock + 1;
-        let cmin = *self.completed.iter().min().expect("workers");
-        if cmin != self.cmin {
-            self.cmin = cmin;
-            for (&round, snap) in self.snapshots.iter_mut() {
-                if snap.is_none() && round <= cmin {
-                    *snap = Some(self.rows.clone());
+                if moved {
+                    self.stamp[r] = seq;
                 }
             }
+            *s_v += 1;
+            st.version[m] += 1;
+            st.cmax = st.cmax.max(clock + 1);
+            let oldest = *st.version.iter().min().expect("workers");
+            st.updates.retain(|&ver, _| ver >= oldest);
+            self.max_live_versions = self.max_live_versions.max(st.updates.len());
         }
-        Ok(())
     }
 
-    /// Reads that may be answered now: (worker, message).
-    fn answerable(&mut self) -> Vec<(usize, Vec<u8>)> {
+    /// Bosen priority bookkeeping: row `r` moved by `moved` (L1) for every client.
+    fn note_change(&mut self, r: usize, moved: f32) {
+        for c in self.change.iter_mut() {
+            c[r] += moved;
+        }
+    }
+
+    /// A rows message to worker `m` with the listed local rows (marked as sent to it).
+    fn rows_message(&mut self, m: usize, header: u64, flags: u64, rows: &[u32]) -> Vec<u8> {
+        for &r in rows {
+            self.sent[m][r as usize] = self.stamp[r as usize];
+            if let Some(c) = self.change.get_mut(m) {
+                c[r as usize] = 0.0;
+            }
+        }
+        let versions: Option<Vec<u64>> = self.ada.as_mut().map(|ada| {
+            rows.iter()
+                .map(|&r| {
+                    ada.snapshot_current(r, &self.offsets);
+                    ada.version[r as usize]
+                })
+                .collect()
+        });
+        let flags = flags | if versions.is_some() { VERSIONS } else { 0 };
+        let mut msg = Vec::new();
+        msg.extend_from_slice(&header.to_le_bytes());
+        msg.extend_from_slice(&flags.to_le_bytes());
+        encode_rows(&mut msg, &self.offsets, rows, versions.as_deref(), &self.rows, false);
+        msg
+    }
+
+    /// Rows worker `m` has not seen in their current state.
+    fn news(&self, m: usize) -> Vec<u32> {
+        (0..self.stamp.len()).filter(|&r| self.stamp[r] > self.sent[m][r]).map(|r| r as u32).collect()
+    }
+
+    /// Reads that may be answered now: (worker, messages). With `chunk`, the answer is split
+    /// into messages of at most that many rows; all but the last go as unsolicited rows.
+    fn answerable(&mut self, chunk: Option<usize>) -> Vec<(usize, Vec<u8>)> {
         let cmin = self.cmin;
         let mut out = Vec::new();
         let mut i = 0;
@@ -283,13 +502,17 @@ impl ShardServer {
                     // Pull: the worker's next update is computed from the newest version.
                     self.dyn_state.version[m] = self.dyn_state.cmax;
                 }
-                // Only the rows that changed since this worker's last answer: the others still
+                // Only the rows that changed since this worker last got them: the others still
                 // hold what it has (its own changes were pushed, and so changed them here).
-                let news: Vec<u32> = (0..self.stamp.len()).filter(|&r| self.stamp[r] > self.seen[m]).map(|r| r as u32).collect();
-                self.seen[m] = self.seq;
-                let mut msg = Vec::new();
-                msg.extend_from_slice(&cmin.to_le_bytes());
-                encode_rows(&mut msg, &self.offsets, &news, &self.rows);
+                let news = self.news(m);
+                let size = chunk.unwrap_or(usize::MAX).max(1);
+                let mut parts: Vec<&[u32]> = news.chunks(size).collect();
+                let last = parts.pop().unwrap_or(&[]);
+                for part in parts {
+                    let msg = self.rows_message(m, cmin, UNSOLICITED, part);
+                    out.push((m, msg));
+                }
+                let msg = self.rows_message(m, cmin, 0, last);
                 out.push((m, msg));
             } else {
                 i += 1;
@@ -304,7 +527,33 @@ impl ShardServer {
     }
 }
 
-/// SSP over rank-hosted shards. Collective: every rank builds it and runs the same rounds.
+/// What `--sync bosen` adds on the client and server side of a rank.
+struct Manage {
+    queue_size: usize,
+    fp16: bool,
+    max_snapshots: usize,
+    client: Picker,
+    server: Picker,
+    /// The next worker a server push goes to (cycling, so every client gets fresh rows).
+    next_worker: usize,
+    /// Sends not yet completed above which no early send is made (Bosen §3.3.1: the network is
+    /// overused when messages are not acknowledged).
+    unacked_limit: usize,
+    /// No early sends while the ranks are brought to a consistent cut.
+    quiet: bool,
+    /// Per global row: pushes of its update by this client, and server pushes of it to clients.
+    row_pushes: Vec<u64>,
+    row_serves: Vec<u64>,
+    early_pushes: u64,
+    early_serves: u64,
+    backoffs: u64,
+    /// Bytes of this client's push messages and the update values they carried.
+    push_bytes: u64,
+    pushed_values: u64,
+}
+
+/// SSP over rank-hosted shards (and bosen: SSP with managed communication). Collective: every
+/// rank builds it and runs the same rounds.
 pub struct StaleSynchronous {
     post: Postbox,
     rank: usize,
@@ -313,26 +562,42 @@ pub struct StaleSynchronous {
     stop_sending_after: Option<(usize, u64)>,
     /// Parameter range served by each rank.
     shards: Vec<Range<usize>>,
+    /// Global row range served by each rank.
+    row_ranges: Vec<Range<usize>>,
     /// Row offsets inside each rank's shard (relative to its start).
     local_offsets: Vec<Vec<usize>>,
     server: Option<ShardServer>,
-    /// The replica's values at the last read of each shard (update = params - base).
+    /// The replica's values as last received from the shards, plus what was pushed since: the
+    /// update not yet sent is `params - base` (AdaRevision: `pending`).
     base: Vec<f32>,
+    /// AdaRevision: updates computed and not yet pushed (the replica itself stays what the
+    /// servers sent: Bosen's read-only client cache); and the version of each global row held.
+    pending: Option<Vec<f32>>,
+    held_version: Vec<u64>,
     /// Shards whose answer to the last read has not arrived yet.
     awaiting: Vec<bool>,
-    /// Answers received and not yet put into the replica: (shard, cmin, rows, their values).
-    inbox: Vec<(usize, u64, Vec<u32>, Vec<f32>)>,
+    /// Rows received and not yet put into the replica: (shard, cmin, flags, rows), in order.
+    inbox: Vec<(usize, u64, u64, RowBlock)>,
     last_round: u64,
+    manage: Option<Manage>,
     stats: CommStats,
     /// staleness_histogram[k] = reads with staleness k; the last bucket counts k > S (must stay 0).
     staleness_histogram: Vec<u64>,
     blocked_reads: u64,
 }
 
+/// What `--sync bosen` was asked for, beyond its SSP options.
+pub struct BosenSetup<'a> {
+    pub opts: &'a BosenOptions,
+    /// `--lr-schedule adarevision`: the servers apply AdaRevision steps with alpha = `lr`.
+    pub adarevision: bool,
+    pub lr: f32,
+}
+
 impl StaleSynchronous {
     /// Collective set-up: every rank starts from the same initial model `init` (the replicas'
-    /// common start), which also initialises the shards.
-    pub fn new(ctx: &SyncContext, opts: &SspOptions, init: &[f32]) -> anyhow::Result<Self> {
+    /// common start), which also initialises the shards. With `bosen`, communication is managed.
+    pub fn new(ctx: &SyncContext, opts: &SspOptions, init: &[f32], bosen: Option<BosenSetup>) -> anyhow::Result<Self> {
         let n = ctx.comm.size() as usize;
         let rank = ctx.comm.rank() as usize;
         let shards = shard_ranges(&ctx.layout, n);
@@ -343,36 +608,71 @@ impl StaleSynchronous {
             .map(|(rows, params)| ctx.layout.offsets[rows.start..=rows.end].iter().map(|o| o - params.start).collect())
             .collect();
         let mine = shards[rank].clone();
-        let server = (!mine.is_empty()).then(|| ShardServer {
-            rows: init[mine.clone()].to_vec(),
-            offsets: local_offsets[rank].clone(),
-            stamp: vec![0; row_ranges[rank].len()],
-            seq: 0,
-            seen: vec![0; n],
-            range: mine,
-            completed: vec![0; n],
-            cmin: 0,
-            rule: opts.apply,
-            staleness: opts.staleness,
-            dyn_state: DynState { version: vec![0; n], ..Default::default() },
-            queued: BTreeMap::new(),
-            reads: Vec::new(),
-            snapshots: BTreeMap::new(),
-            max_live_versions: 0,
+        let mut server = (!mine.is_empty())
+            .then(|| ShardServer::new(mine.clone(), &init[mine.clone()], local_offsets[rank].clone(), n, opts.apply_rule(bosen.is_some()), opts.staleness));
+        let n_rows = ctx.layout.rows();
+        if bosen.is_some() && opts.apply_rule(true) == ApplyRule::Dynsgd {
+            bail!("--sync bosen pushes parts of a clock's update early, which DynSGD's per-version bookkeeping does not define: use --apply consgd (the default for bosen) or plain");
+        }
+        let budget = match &bosen {
+            Some(b) => {
+                let rate = b.opts.bandwidth_mbps.or(ctx.emulate.map(|e| e.0)).ok_or_else(|| {
+                    anyhow::anyhow!("--sync bosen needs a per-rank budget: --bandwidth-mbps MBPS (or --emulate-bandwidth, which it then defaults to)")
+                })?;
+                Some(rate)
+            }
+            None => None,
+        };
+        let adarevision = bosen.as_ref().is_some_and(|b| b.adarevision);
+        if let (Some(b), Some(sv)) = (&bosen, server.as_mut()) {
+            let rows = sv.stamp.len();
+            sv.change = vec![vec![0.0; rows]; n];
+            if b.adarevision {
+                sv.ada = Some(AdaShard {
+                    rev: AdaRevision::new(b.lr, sv.rows.len()),
+                    lr: b.lr,
+                    version: vec![0; rows],
+                    snapshots: BTreeMap::new(),
+                    held_lo: vec![vec![0; rows]; n],
+                    snapshots_peak: 0,
+                    snapshot_misses: 0,
+                });
+            }
+        }
+        let manage = bosen.as_ref().map(|b| Manage {
+            queue_size: b.opts.queue_size.max(1),
+            fp16: b.opts.fp16,
+            max_snapshots: b.opts.max_snapshots,
+            client: Picker::new(b.opts.priority, ctx.seed ^ (rank as u64).wrapping_mul(0x9E37_79B9)),
+            server: Picker::new(b.opts.priority, ctx.seed ^ ((rank as u64 + 1) << 32)),
+            next_worker: 0,
+            unacked_limit: 2 * n,
+            quiet: false,
+            row_pushes: vec![0; n_rows],
+            row_serves: vec![0; n_rows],
+            early_pushes: 0,
+            early_serves: 0,
+            backoffs: 0,
+            push_bytes: 0,
+            pushed_values: 0,
         });
         Ok(StaleSynchronous {
-            post: Postbox::new(ctx.comm),
+            post: Postbox::new(ctx.comm).with_pacer(ctx.pacer(budget)),
             rank,
             staleness: opts.staleness,
             wait_timeout: ctx.wait_timeout,
             stop_sending_after: ctx.stop_sending_after,
             awaiting: vec![false; n],
             base: init.to_vec(),
+            pending: adarevision.then(|| vec![0.0; init.len()]),
+            held_version: vec![0; n_rows],
             shards,
+            row_ranges,
             local_offsets,
             server,
             inbox: Vec::new(),
             last_round: 0,
+            manage,
             stats: CommStats::default(),
             staleness_histogram: vec![0; opts.staleness as usize + 2],
             blocked_reads: 0,
@@ -383,36 +683,201 @@ impl StaleSynchronous {
         !matches!(self.stop_sending_after, Some((r, last)) if r == self.rank && round > last)
     }
 
+    /// True when managed communication may send early now: the budget's bucket is empty and
+    /// sends are completing (otherwise counts a back-off).
+    fn may_send_early(&mut self) -> bool {
+        let idle = self.post.link_idle();
+        let unacked = self.post.unacknowledged();
+        let sending = self.sending(self.last_round + 1);
+        let Some(m) = self.manage.as_mut() else { return false };
+        if m.quiet || !idle || !sending {
+            return false;
+        }
+        if unacked > m.unacked_limit {
+            m.backoffs += 1;
+            return false;
+        }
+        true
+    }
+
     /// Takes every waiting message: pushes are applied (server), rows are kept for the worker;
-    /// answers the reads that became answerable.
+    /// answers the reads that became answerable; with management, spends spare budget on
+    /// pushing fresh rows to a client.
     fn serve(&mut self) -> anyhow::Result<()> {
         let mut changed = false;
+        let half_ok = self.manage.as_ref().is_some_and(|m| m.fp16);
         while let Some((src, bytes)) = self.post.try_receive(TAG_PUSH) {
             let server = self.server.as_mut().ok_or_else(|| anyhow::anyhow!("rank {src} pushed to rank {} which serves no rows", self.rank))?;
-            let (rows, values) = decode_rows(&bytes, 16, &server.offsets)?;
-            let clock = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
-            let want = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
-            server.queued.insert((clock, src), (rows, values));
-            server.reads.push((src, want));
+            let (clock, want, flags) = (word_at(&bytes, 0)?, word_at(&bytes, 8)?, word_at(&bytes, 16)?);
+            anyhow::ensure!(half_ok || flags & HALF == 0, "ssp protocol error: rank {src} pushed half precision unasked");
+            let block = decode_rows(&bytes, 24, &server.offsets, flags & VERSIONS != 0, flags & HALF != 0)?;
+            if flags & PARTIAL != 0 {
+                // Part of the clock in progress, sent early: applied at once, clock not complete.
+                server.apply_rows(src, clock, &block);
+            } else {
+                server.queued.insert((clock, src), block);
+                server.reads.push((src, want));
+            }
             changed = true;
         }
         while let Some((src, bytes)) = self.post.try_receive(TAG_ROWS) {
-            let (rows, values) = decode_rows(&bytes, 8, &self.local_offsets[src])?;
-            let cmin = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
-            self.inbox.push((src, cmin, rows, values));
+            let (cmin, flags) = (word_at(&bytes, 0)?, word_at(&bytes, 8)?);
+            let block = decode_rows(&bytes, 16, &self.local_offsets[src], flags & VERSIONS != 0, false)?;
+            self.inbox.push((src, cmin, flags, block));
         }
+        let t = Instant::now();
         if changed {
-            let t = Instant::now();
+            let chunk = self.manage.as_ref().map(|m| m.queue_size);
             let server = self.server.as_mut().expect("checked above");
             server.apply_queued()?;
-            for (m, msg) in server.answerable() {
+            for (m, msg) in server.answerable(chunk) {
                 self.post.send(m, TAG_ROWS, msg)?;
             }
-            self.stats.comm_seconds += t.elapsed().as_secs_f64();
         }
+        self.push_fresh_rows()?;
+        self.stats.comm_seconds += t.elapsed().as_secs_f64();
         self.post.progress_sends()?;
         self.stats.bytes_sent = self.post.bytes_sent();
         self.stats.bytes_received = self.post.bytes_received();
+        Ok(())
+    }
+
+    /// Bosen server side: when the budget allows, sends one client the rows of this shard that
+    /// changed most since it last got them (at most --queue-size rows).
+    fn push_fresh_rows(&mut self) -> anyhow::Result<()> {
+        if self.server.is_none() || !self.may_send_early() {
+            return Ok(());
+        }
+        let (m, sv) = (self.manage.as_mut().expect("managed"), self.server.as_mut().expect("checked"));
+        if sv.ada.as_ref().is_some_and(|a| a.snapshots.len() >= m.max_snapshots) {
+            // Bosen: bandwidth-triggered sends stop while the snapshot store is full.
+            return Ok(());
+        }
+        let n = sv.workers();
+        let row0 = self.row_ranges[self.rank].start;
+        for k in 0..n {
+            let w = (m.next_worker + k) % n;
+            if w == self.rank {
+                continue;
+            }
+            let news = sv.news(w);
+            if news.is_empty() {
+                continue;
+            }
+            let cands: Vec<(u32, f32, f32)> = news
+                .iter()
+                .map(|&r| {
+                    let range = sv.offsets[r as usize]..sv.offsets[r as usize + 1];
+                    (r, sv.change[w][r as usize], sv.rows[range].iter().map(|x| x.abs()).sum())
+                })
+                .collect();
+            let chosen = bosen::pick(&mut m.server, &cands, m.queue_size, sv.stamp.len());
+            chosen.iter().for_each(|&r| m.row_serves[row0 + r as usize] += 1);
+            let msg = sv.rows_message(w, sv.cmin, UNSOLICITED, &chosen);
+            m.next_worker = (w + 1) % n;
+            m.early_serves += 1;
+            self.post.send(w, TAG_ROWS, msg)?;
+            break;
+        }
+        Ok(())
+    }
+
+    /// AdaRevision: moves the replica's local changes into `pending` and restores the replica to
+    /// the servers' values (the client cache is read-only; updates are applied only on servers).
+    fn take_local_changes(&mut self, params: &mut [f32]) {
+        if let Some(p) = self.pending.as_mut() {
+            for ((q, w), b) in p.iter_mut().zip(params.iter_mut()).zip(&self.base) {
+                *q += *w - *b;
+                *w = *b;
+            }
+        }
+    }
+
+    /// The update of shard `s` not yet sent, by shard-local parameter.
+    fn unsent(&self, params: &[f32], s: usize) -> Vec<f32> {
+        let range = self.shards[s].clone();
+        match &self.pending {
+            Some(p) => p[range].to_vec(),
+            None => params[range.clone()].iter().zip(&self.base[range]).map(|(p, b)| p - b).collect(),
+        }
+    }
+
+    /// Pushes rows `rows` (local to shard `s`, values from `delta`) in one message and takes
+    /// what was sent out of the unsent update.
+    fn push_rows(&mut self, params: &[f32], s: usize, rows: &[u32], delta: &[f32], header: [u64; 2], flags: u64) -> anyhow::Result<()> {
+        let half = self.manage.as_ref().is_some_and(|m| m.fp16);
+        let offsets = &self.local_offsets[s];
+        let versions: Option<Vec<u64>> =
+            self.pending.is_some().then(|| rows.iter().map(|&r| self.held_version[self.row_ranges[s].start + r as usize]).collect());
+        let flags = flags | if half { HALF } else { 0 } | if versions.is_some() { VERSIONS } else { 0 };
+        let mut msg = Vec::new();
+        msg.extend_from_slice(&header[0].to_le_bytes());
+        msg.extend_from_slice(&header[1].to_le_bytes());
+        msg.extend_from_slice(&flags.to_le_bytes());
+        let sent = encode_rows(&mut msg, offsets, rows, versions.as_deref(), delta, half);
+        let start = self.shards[s].start;
+        let mut at = 0;
+        for &r in rows {
+            let local = offsets[r as usize]..offsets[r as usize + 1];
+            let global = start + local.start..start + local.end;
+            match (&mut self.pending, half) {
+                (Some(p), false) => p[global].iter_mut().for_each(|x| *x = 0.0),
+                (Some(p), true) => p[global].iter_mut().zip(&sent[at..]).for_each(|(x, q)| *x -= q),
+                // Sent exactly: nothing of these rows is left to send.
+                (None, false) => self.base[global.clone()].copy_from_slice(&params[global]),
+                (None, true) => self.base[global].iter_mut().zip(&sent[at..]).for_each(|(b, q)| *b += q),
+            }
+            at += local.len();
+            if let Some(m) = self.manage.as_mut() {
+                m.row_pushes[self.row_ranges[s].start + r as usize] += 1;
+                m.pushed_values += local.len() as u64;
+            }
+        }
+        if let Some(m) = self.manage.as_mut() {
+            m.push_bytes += msg.len() as u64;
+        }
+        self.post.send(s, TAG_PUSH, msg)?;
+        Ok(())
+    }
+
+    /// Bosen client side: when the budget allows, pushes the most significant rows of the
+    /// update not yet sent (at most --queue-size rows, one message per shard they belong to).
+    fn push_early(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
+        if !self.may_send_early() {
+            return Ok(());
+        }
+        self.take_local_changes(params);
+        let mut cands = Vec::new();
+        let mut deltas = Vec::with_capacity(self.shards.len());
+        for s in 0..self.shards.len() {
+            let delta = if self.shards[s].is_empty() { Vec::new() } else { self.unsent(params, s) };
+            let offsets = &self.local_offsets[s];
+            let start = self.shards[s].start;
+            for r in 0..offsets.len().saturating_sub(1) {
+                let d: f32 = delta[offsets[r]..offsets[r + 1]].iter().map(|x| x.abs()).sum();
+                if d > 0.0 {
+                    let a: f32 = self.base[start + offsets[r]..start + offsets[r + 1]].iter().map(|x| x.abs()).sum();
+                    cands.push(((self.row_ranges[s].start + r) as u32, d, a));
+                }
+            }
+            deltas.push(delta);
+        }
+        let m = self.manage.as_mut().expect("managed");
+        let mut chosen = bosen::pick(&mut m.client, &cands, m.queue_size, self.base.len().max(1));
+        if chosen.is_empty() {
+            return Ok(());
+        }
+        m.early_pushes += 1;
+        chosen.sort_unstable();
+        let t = Instant::now();
+        for (s, delta) in deltas.iter().enumerate() {
+            let rr = self.row_ranges[s].clone();
+            let local: Vec<u32> = chosen.iter().filter(|&&r| rr.contains(&(r as usize))).map(|&r| r - rr.start as u32).collect();
+            if !local.is_empty() {
+                self.push_rows(params, s, &local, delta, [self.last_round, 0], PARTIAL)?;
+            }
+        }
+        self.stats.comm_seconds += t.elapsed().as_secs_f64();
         Ok(())
     }
 
@@ -459,6 +924,33 @@ impl StaleSynchronous {
         self.server.as_ref().map_or(Vec::new(), |s| (0..s.workers()).filter(|&m| s.completed[m] < clock).collect())
     }
 
+    /// Puts every received row into the replica (keeping the update not yet sent on top) and
+    /// records each answered read's staleness.
+    fn absorb(&mut self, params: &mut [f32], clock: u64) {
+        for (src, cmin, flags, block) in std::mem::take(&mut self.inbox) {
+            let (start, offsets) = (self.shards[src].start, &self.local_offsets[src]);
+            let mut at = 0;
+            for (k, &r) in block.rows.iter().enumerate() {
+                let range = start + offsets[r as usize]..start + offsets[r as usize + 1];
+                let n = range.len();
+                for ((w, b), &v) in params[range.clone()].iter_mut().zip(&mut self.base[range]).zip(&block.values[at..at + n]) {
+                    *w = v + (*w - *b);
+                    *b = v;
+                }
+                if let Some(&v) = block.versions.get(k) {
+                    self.held_version[self.row_ranges[src].start + r as usize] = v;
+                }
+                at += n;
+            }
+            if flags & UNSOLICITED == 0 {
+                self.awaiting[src] = false;
+                let st = clock.saturating_sub(cmin) as usize;
+                let bucket = st.min(self.staleness as usize + 1);
+                self.staleness_histogram[bucket] += 1;
+            }
+        }
+    }
+
     /// Waits for the answers to this rank's reads and puts the rows into the replica.
     fn complete_reads(&mut self, params: &mut [f32], clock: u64) -> anyhow::Result<()> {
         if !self.awaiting.iter().any(|&a| a) {
@@ -466,7 +958,7 @@ impl StaleSynchronous {
         }
         let missing = |s: &Self| -> Vec<usize> {
             let mut m: Vec<usize> = (0..s.awaiting.len()).filter(|&r| s.awaiting[r]).collect();
-            m.retain(|r| !s.inbox.iter().any(|(src, ..)| src == r));
+            m.retain(|r| !s.inbox.iter().any(|(src, _, flags, _)| src == r && flags & UNSOLICITED == 0));
             m
         };
         if !missing(self).is_empty() {
@@ -476,27 +968,18 @@ impl StaleSynchronous {
                 |s| missing(s).is_empty(),
             )?;
         }
-        for (src, cmin, rows, values) in std::mem::take(&mut self.inbox) {
-            let (start, offsets) = (self.shards[src].start, &self.local_offsets[src]);
-            let mut at = 0;
-            for &r in &rows {
-                let range = start + offsets[r as usize]..start + offsets[r as usize + 1];
-                let n = range.len();
-                params[range.clone()].copy_from_slice(&values[at..at + n]);
-                self.base[range].copy_from_slice(&values[at..at + n]);
-                at += n;
-            }
-            self.awaiting[src] = false;
-            let st = clock.saturating_sub(cmin) as usize;
-            let bucket = st.min(self.staleness as usize + 1);
-            self.staleness_histogram[bucket] += 1;
-        }
+        self.absorb(params, clock);
         Ok(())
     }
 
     /// Waits until this rank's shard holds every update of clocks < `clock` and every message
-    /// this rank sent is delivered.
+    /// this rank sent is delivered. With management, early sends stop first, and the rank keeps
+    /// receiving until every rank has got that far: a server's early push may be on its way to a
+    /// rank that is already done, and must still be taken (or its send never completes).
     fn drain(&mut self, params: &mut [f32], clock: u64) -> anyhow::Result<()> {
+        if let Some(m) = self.manage.as_mut() {
+            m.quiet = true;
+        }
         self.complete_reads(params, clock)?;
         if self.server.is_some() {
             self.wait_until(|s| format!("the updates up to clock {} of rank(s) {:?}", clock.saturating_sub(1), s.behind(clock)), |s| {
@@ -505,7 +988,24 @@ impl StaleSynchronous {
         }
         let timeout = self.wait_timeout;
         let start = Instant::now();
+        if self.manage.is_some() {
+            // Every message of this rank handed to MPI and delivered (paced ones are held back
+            // until their time), while serving; then the barrier, still serving.
+            self.wait_until(|s| format!("{} message(s) of this rank to be delivered", s.post.unacknowledged()), |s| s.post.link_idle() && s.post.unacknowledged() == 0)?;
+            let mut barrier = self.post.start_barrier()?;
+            let mut backoff = Backoff::with_yield_window(Duration::from_millis(20));
+            while !self.post.barrier_done(&mut barrier)? {
+                if start.elapsed() > timeout {
+                    bail!("rank {}: waited {:.1} s (--wait-timeout) for every rank to finish its clock {clock}: some rank is stuck, dead or far too slow", self.rank, start.elapsed().as_secs_f64());
+                }
+                backoff.pause();
+                self.serve()?;
+                self.absorb(params, clock);
+            }
+        }
         self.post.flush_sends(timeout, |_| Ok(()))?;
+        self.serve()?;
+        self.absorb(params, clock);
         self.stats.wait_seconds += start.elapsed().as_secs_f64();
         Ok(())
     }
@@ -515,9 +1015,21 @@ fn decode_f32(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()
 }
 
+fn floats<T: Copy + Into<f64>>(v: &[T]) -> Vec<f64> {
+    v.iter().map(|&x| x.into()).collect()
+}
+
+fn counts(v: &[u64]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
 impl SyncMode for StaleSynchronous {
     fn name(&self) -> &'static str {
-        "ssp"
+        if self.manage.is_some() {
+            "bosen"
+        } else {
+            "ssp"
+        }
     }
 
     fn lockstep(&self) -> bool {
@@ -529,29 +1041,44 @@ impl SyncMode for StaleSynchronous {
     }
 
     fn before_step(&mut self, params: &mut [f32], clock: u64) -> anyhow::Result<()> {
+        if self.manage.is_some() {
+            self.take_local_changes(params);
+            self.serve()?;
+            self.absorb(params, clock);
+            self.complete_reads(params, clock)?;
+            return self.push_early(params);
+        }
         self.complete_reads(params, clock)
     }
 
     fn sync(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
         let t = Instant::now();
         let clock = round - 1;
+        if let Some(m) = self.manage.as_mut() {
+            m.quiet = false;
+        }
+        self.take_local_changes(params);
         if self.sending(round) {
             let want = round.saturating_sub(self.staleness);
-            let mut delta = Vec::new();
-            for s in (0..self.shards.len()).filter(|&s| !self.shards[s].is_empty()) {
-                // The rows this worker changed since it last read them, as updates.
-                let (range, offsets) = (self.shards[s].clone(), &self.local_offsets[s]);
-                delta.clear();
-                delta.extend(params[range.clone()].iter().zip(&self.base[range]).map(|(p, b)| p - b));
+            let chunk = self.manage.as_ref().map_or(usize::MAX, |m| m.queue_size);
+            for s in 0..self.shards.len() {
+                if self.shards[s].is_empty() {
+                    continue;
+                }
+                // The rows this worker changed and has not sent yet, as updates; the last
+                // message of the clock carries the read request.
+                let delta = self.unsent(params, s);
+                let offsets = &self.local_offsets[s];
                 let changed: Vec<u32> = (0..offsets.len() - 1)
                     .filter(|&r| delta[offsets[r]..offsets[r + 1]].iter().any(|&d| d != 0.0))
                     .map(|r| r as u32)
                     .collect();
-                let mut msg = Vec::new();
-                msg.extend_from_slice(&clock.to_le_bytes());
-                msg.extend_from_slice(&want.to_le_bytes());
-                encode_rows(&mut msg, offsets, &changed, &delta);
-                self.post.send(s, TAG_PUSH, msg)?;
+                let mut parts: Vec<&[u32]> = changed.chunks(chunk).collect();
+                let last = parts.pop().unwrap_or(&[]);
+                for part in parts {
+                    self.push_rows(params, s, part, &delta, [clock, 0], PARTIAL)?;
+                }
+                self.push_rows(params, s, last, &delta, [clock, want], 0)?;
                 self.awaiting[s] = true;
             }
         }
@@ -597,6 +1124,7 @@ impl SyncMode for StaleSynchronous {
     }
 
     fn quiesce(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        // No early sends until the next clock (`drain` stops them): they would cross the cut.
         self.drain(params, round)
     }
 
@@ -604,38 +1132,74 @@ impl SyncMode for StaleSynchronous {
         let mut st: ModeState = vec![
             ("awaiting".into(), self.awaiting.iter().map(|&a| a as u8 as f64).collect()),
         ];
+        if self.manage.is_some() {
+            st.push(("base".into(), floats(&self.base)));
+            st.push(("held_version".into(), counts(&self.held_version)));
+            if let Some(p) = &self.pending {
+                st.push(("pending".into(), floats(p)));
+            }
+        }
         if let Some(s) = &self.server {
-            st.push(("shard_rows".into(), s.rows.iter().map(|&x| x as f64).collect()));
-            st.push(("shard_completed".into(), s.completed.iter().map(|&c| c as f64).collect()));
-            st.push(("shard_stamp".into(), s.stamp.iter().map(|&c| c as f64).collect()));
-            st.push(("shard_seen".into(), s.seen.iter().map(|&c| c as f64).collect()));
+            st.push(("shard_rows".into(), floats(&s.rows)));
+            st.push(("shard_completed".into(), counts(&s.completed)));
+            st.push(("shard_stamp".into(), counts(&s.stamp)));
+            st.push(("shard_sent".into(), s.sent.iter().flat_map(|v| counts(v)).collect()));
             st.push(("shard_seq".into(), vec![s.seq as f64]));
             let d = &s.dyn_state;
-            st.push(("dyn_version".into(), d.version.iter().map(|&v| v as f64).collect()));
+            st.push(("dyn_version".into(), counts(&d.version)));
             st.push(("dyn_cmax".into(), vec![d.cmax as f64]));
             st.push(("dyn_live".into(), d.updates.iter().flat_map(|(&v, (sv, _))| [v as f64, *sv as f64]).collect()));
-            st.push(("dyn_updates".into(), d.updates.values().flat_map(|(_, u)| u.iter().map(|&x| x as f64)).collect()));
+            st.push(("dyn_updates".into(), d.updates.values().flat_map(|(_, u)| floats(u)).collect()));
+            if let Some(a) = &s.ada {
+                st.push(("ada_g_sum".into(), floats(&a.rev.g_sum)));
+                st.push(("ada_z".into(), floats(&a.rev.z)));
+                st.push(("ada_z_max".into(), floats(&a.rev.z_max)));
+                st.push(("ada_version".into(), counts(&a.version)));
+                st.push(("ada_held_lo".into(), a.held_lo.iter().flat_map(|v| counts(v)).collect()));
+                st.push(("ada_snapshot_keys".into(), a.snapshots.keys().flat_map(|&(r, v)| [r as f64, v as f64]).collect()));
+                st.push(("ada_snapshots".into(), a.snapshots.values().flat_map(|g| floats(g)).collect()));
+            }
         }
         st
     }
 
     fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
+        let mode = self.name();
         let get = |name: &str| -> anyhow::Result<&Vec<f64>> {
-            state.iter().find(|(k, _)| k == name).map(|(_, v)| v).ok_or_else(|| anyhow::anyhow!("the checkpoint lacks ssp state {name:?}"))
+            state.iter().find(|(k, _)| k == name).map(|(_, v)| v).ok_or_else(|| anyhow::anyhow!("the checkpoint lacks {mode} state {name:?}"))
         };
+        let same_len = |name: &str, got: usize, want: usize| -> anyhow::Result<()> {
+            anyhow::ensure!(got == want, "the checkpoint's {name} has {got} values, this run needs {want} (another model or rank count?)");
+            Ok(())
+        };
+        let to_u64 = |v: &[f64]| -> Vec<u64> { v.iter().map(|&c| c as u64).collect() };
         anyhow::ensure!(get("awaiting")?.iter().all(|&a| a == 0.0), "the checkpoint was taken with reads in flight");
+        if self.manage.is_some() {
+            let base = get("base")?;
+            same_len("base", base.len(), self.base.len())?;
+            self.base = base.iter().map(|&x| x as f32).collect();
+            self.held_version = to_u64(get("held_version")?);
+            if let Some(p) = self.pending.as_mut() {
+                let saved = get("pending")?;
+                same_len("pending", saved.len(), p.len())?;
+                *p = saved.iter().map(|&x| x as f32).collect();
+            }
+        }
         if let Some(s) = self.server.as_mut() {
             let rows = get("shard_rows")?;
-            anyhow::ensure!(rows.len() == s.rows.len(), "the checkpoint's shard has {} values, this run's {}", rows.len(), s.rows.len());
+            same_len("shard", rows.len(), s.rows.len())?;
             s.rows = rows.iter().map(|&x| x as f32).collect();
-            s.completed = get("shard_completed")?.iter().map(|&c| c as u64).collect();
+            s.completed = to_u64(get("shard_completed")?);
             s.cmin = *s.completed.iter().min().unwrap_or(&0);
-            s.stamp = get("shard_stamp")?.iter().map(|&c| c as u64).collect();
-            s.seen = get("shard_seen")?.iter().map(|&c| c as u64).collect();
+            s.stamp = to_u64(get("shard_stamp")?);
+            same_len("row stamps", s.stamp.len(), s.offsets.len() - 1)?;
+            let sent = get("shard_sent")?;
+            same_len("sent rows", sent.len(), s.workers() * s.stamp.len())?;
+            s.sent = sent.chunks(s.stamp.len().max(1)).map(to_u64).collect();
+            s.sent.resize(s.workers(), Vec::new());
             s.seq = get("shard_seq")?.first().map_or(0, |&c| c as u64);
-            anyhow::ensure!(s.stamp.len() == s.offsets.len() - 1, "the checkpoint's shard has another row count");
             let d = &mut s.dyn_state;
-            d.version = get("dyn_version")?.iter().map(|&v| v as u64).collect();
+            d.version = to_u64(get("dyn_version")?);
             d.cmax = get("dyn_cmax")?.first().map_or(0, |&c| c as u64);
             let live = get("dyn_live")?;
             let ups = get("dyn_updates")?;
@@ -646,12 +1210,39 @@ impl SyncMode for StaleSynchronous {
                 .zip(ups.chunks_exact(len.max(1)))
                 .map(|(vs, u)| (vs[0] as u64, (vs[1] as u64, u.iter().map(|&x| x as f32).collect())))
                 .collect();
+            if let Some(a) = s.ada.as_mut() {
+                let f32s = |v: &[f64]| -> Vec<f32> { v.iter().map(|&x| x as f32).collect() };
+                a.rev.g_sum = f32s(get("ada_g_sum")?);
+                a.rev.z = f32s(get("ada_z")?);
+                a.rev.z_max = f32s(get("ada_z_max")?);
+                same_len("AdaRevision state", a.rev.g_sum.len(), len)?;
+                a.version = to_u64(get("ada_version")?);
+                let held = get("ada_held_lo")?;
+                same_len("AdaRevision holders", held.len(), s.completed.len() * s.stamp.len())?;
+                a.held_lo = held.chunks(s.stamp.len().max(1)).map(to_u64).collect();
+                let keys = get("ada_snapshot_keys")?;
+                let snaps = get("ada_snapshots")?;
+                a.snapshots.clear();
+                let mut at = 0;
+                for k in keys.chunks_exact(2) {
+                    let r = k[0] as usize;
+                    anyhow::ensure!(r + 1 < s.offsets.len(), "the checkpoint's AdaRevision snapshot names row {r} outside the shard");
+                    let n = s.offsets[r + 1] - s.offsets[r];
+                    let g = snaps.get(at..at + n).ok_or_else(|| anyhow::anyhow!("the checkpoint's AdaRevision snapshots are truncated"))?;
+                    a.snapshots.insert((r as u32, k[1] as u64), f32s(g));
+                    at += n;
+                }
+            }
         }
         Ok(())
     }
 
     fn stats(&self) -> &CommStats {
         &self.stats
+    }
+
+    fn send_log(&self) -> Vec<(f64, u64)> {
+        self.post.pacer().map_or(Vec::new(), |p| p.log().to_vec())
     }
 
     fn metrics(&self) -> Vec<ModeMetric> {
@@ -662,7 +1253,7 @@ impl SyncMode for StaleSynchronous {
         } else {
             0.0
         };
-        vec![
+        let mut out = vec![
             ModeMetric::array("staleness_histogram", Aggregate::Sum, self.staleness_histogram.iter().map(|&c| c as f64)),
             ModeMetric::number("reads", Aggregate::Sum, reads as f64),
             ModeMetric::number("blocked_reads", Aggregate::Sum, self.blocked_reads as f64),
@@ -674,7 +1265,23 @@ impl SyncMode for StaleSynchronous {
                 Aggregate::Max,
                 self.server.as_ref().map_or(0, |s| s.max_live_versions) as f64,
             ),
-        ]
+        ];
+        if let Some(m) = &self.manage {
+            out.push(ModeMetric::number("early_pushes", Aggregate::Sum, m.early_pushes as f64));
+            out.push(ModeMetric::number("early_row_serves", Aggregate::Sum, m.early_serves as f64));
+            out.push(ModeMetric::number("backoffs", Aggregate::Sum, m.backoffs as f64));
+            out.push(ModeMetric::number("push_bytes", Aggregate::Sum, m.push_bytes as f64));
+            out.push(ModeMetric::number("pushed_values", Aggregate::Sum, m.pushed_values as f64));
+            // Bosen Figure 5a as data: how often each row went out (client pushes, server pushes).
+            out.push(ModeMetric::array("row_pushes", Aggregate::Sum, counts(&m.row_pushes)));
+            out.push(ModeMetric::array("row_serves", Aggregate::Sum, counts(&m.row_serves)));
+            let ada = self.server.as_ref().and_then(|s| s.ada.as_ref());
+            if self.pending.is_some() {
+                out.push(ModeMetric::number("adarevision_snapshots_max", Aggregate::Max, ada.map_or(0, |a| a.snapshots_peak) as f64));
+                out.push(ModeMetric::number("adarevision_snapshot_misses", Aggregate::Sum, ada.map_or(0, |a| a.snapshot_misses) as f64));
+            }
+        }
+        out
     }
 }
 
@@ -701,23 +1308,11 @@ mod tests {
     }
 
     fn server(rule: ApplyRule, n: usize, staleness: u64) -> ShardServer {
-        ShardServer {
-            range: 0..1,
-            rows: vec![0.0],
-            offsets: vec![0, 1],
-            stamp: vec![0],
-            seq: 0,
-            seen: vec![0; n],
-            completed: vec![0; n],
-            cmin: 0,
-            rule,
-            staleness,
-            dyn_state: DynState { version: vec![0; n], ..Default::default() },
-            queued: BTreeMap::new(),
-            reads: Vec::new(),
-            snapshots: BTreeMap::new(),
-            max_live_versions: 0,
-        }
+        ShardServer::new(0..1, &[0.0], vec![0, 1], n, rule, staleness)
+    }
+
+    fn block(rows: Vec<u32>, values: Vec<f32>) -> RowBlock {
+        RowBlock { rows, versions: Vec::new(), values }
     }
 
     #[test]
@@ -725,7 +1320,7 @@ mod tests {
         for (rule, want) in [(ApplyRule::Plain, 6.0), (ApplyRule::Consgd, 2.0), (ApplyRule::Dynsgd, 2.0)] {
             let mut s = server(rule, 3, 0);
             for (m, u) in [(2, 3.0), (0, 1.0), (1, 2.0)] {
-                s.queued.insert((0, m), (vec![0], vec![u]));
+                s.queued.insert((0, m), block(vec![0], vec![u]));
                 s.apply_queued().unwrap();
             }
             assert_eq!(s.rows, vec![want], "{rule:?}");
@@ -740,7 +1335,7 @@ mod tests {
     fn dynsgd_scales_by_staleness_per_version() {
         let mut s = server(ApplyRule::Dynsgd, 4, 3);
         let push = |s: &mut ShardServer, m: usize, c: u64, u: f32| {
-            s.queued.insert((c, m), (vec![0], vec![u]));
+            s.queued.insert((c, m), block(vec![0], vec![u]));
             s.apply_queued().unwrap();
         };
         push(&mut s, 0, 0, 4.0); // d = 1: w = 4
@@ -749,7 +1344,7 @@ mod tests {
         assert_eq!(s.rows[0], 6.0);
         // Worker 0 reads: its next update has version cmax = 1.
         s.reads.push((0, 0));
-        assert_eq!(s.answerable().len(), 1);
+        assert_eq!(s.answerable(None).len(), 1);
         assert_eq!(s.dyn_state.version[0], 1);
         push(&mut s, 0, 1, 2.0); // version 1, d = 1: w = 6 + 2
         assert_eq!(s.rows[0], 8.0);
@@ -767,42 +1362,49 @@ mod tests {
         let offsets = [0, 2, 3, 6];
         let values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
         let mut msg = 7u64.to_le_bytes().to_vec();
-        encode_rows(&mut msg, &offsets, &[0, 2], &values);
-        let (rows, vals) = decode_rows(&msg, 8, &offsets).unwrap();
-        assert_eq!((rows, vals), (vec![0, 2], vec![1.0, 2.0, 4.0, 5.0, 6.0]));
-        assert!(decode_rows(&msg[..msg.len() - 1], 8, &offsets).is_err(), "truncated");
-        assert!(decode_rows(&msg, 8, &[0, 2]).is_err(), "row 2 outside a one-row shard");
+        encode_rows(&mut msg, &offsets, &[0, 2], None, &values, false);
+        let b = decode_rows(&msg, 8, &offsets, false, false).unwrap();
+        assert_eq!((b.rows, b.values), (vec![0, 2], vec![1.0, 2.0, 4.0, 5.0, 6.0]));
+        assert!(decode_rows(&msg[..msg.len() - 1], 8, &offsets, false, false).is_err(), "truncated");
+        assert!(decode_rows(&msg, 8, &[0, 2], false, false).is_err(), "row 2 outside a one-row shard");
+        assert!(decode_rows(&msg, 8, &offsets, true, false).is_err(), "versions missing");
+        // Half precision with versions: half the value bytes, values rounded.
+        let mut msg = 7u64.to_le_bytes().to_vec();
+        let sent = encode_rows(&mut msg, &offsets, &[2], Some(&[9]), &[0.0, 0.0, 0.0, 0.1, 1.0, -3.0], true);
+        assert_eq!(msg.len(), 8 + 8 + 4 + 8 + 3 * 2);
+        let b = decode_rows(&msg, 8, &offsets, true, true).unwrap();
+        assert_eq!((b.rows, b.versions), (vec![2], vec![9]));
+        assert_eq!(b.values, sent);
+        assert_eq!(b.values[1..], [1.0, -3.0]);
+        assert!((b.values[0] - 0.1).abs() < 1e-4 && b.values[0] != 0.1f32);
     }
 
     /// An answer carries only the rows that changed since the worker's previous answer.
     #[test]
     fn answers_carry_only_rows_changed_since_the_last_read() {
-        let mut s = server(ApplyRule::Plain, 2, 1);
-        s.rows = vec![0.0; 3];
-        s.offsets = vec![0, 1, 2, 3];
-        s.stamp = vec![0; 3];
-        s.queued.insert((0, 0), (vec![1], vec![5.0]));
+        let mut s = ShardServer::new(0..3, &[0.0; 3], vec![0, 1, 2, 3], 2, ApplyRule::Plain, 1);
+        s.queued.insert((0, 0), block(vec![1], vec![5.0]));
         s.apply_queued().unwrap();
         s.reads.push((1, 0));
-        let a = s.answerable();
-        let (rows, vals) = decode_rows(&a[0].1, 8, &s.offsets).unwrap();
-        assert_eq!((rows, vals), (vec![1], vec![5.0]));
+        let a = s.answerable(None);
+        let b = decode_rows(&a[0].1, 16, &s.offsets, false, false).unwrap();
+        assert_eq!((b.rows, b.values), (vec![1], vec![5.0]));
         s.reads.push((1, 0));
-        let (rows, _) = decode_rows(&s.answerable()[0].1, 8, &s.offsets).unwrap();
-        assert!(rows.is_empty(), "nothing new since the last answer");
+        let b = decode_rows(&s.answerable(None)[0].1, 16, &s.offsets, false, false).unwrap();
+        assert!(b.rows.is_empty(), "nothing new since the last answer");
     }
 
     #[test]
     fn reads_wait_for_the_staleness_bound() {
         let mut s = server(ApplyRule::Plain, 2, 1);
         s.reads.push((0, 1));
-        assert!(s.answerable().is_empty(), "cmin 0 < want 1");
-        s.queued.insert((0, 0), (vec![0], vec![1.0]));
+        assert!(s.answerable(None).is_empty(), "cmin 0 < want 1");
+        s.queued.insert((0, 0), block(vec![0], vec![1.0]));
         s.apply_queued().unwrap();
-        assert!(s.answerable().is_empty(), "rank 1 has not pushed clock 0");
-        s.queued.insert((0, 1), (vec![0], vec![1.0]));
+        assert!(s.answerable(None).is_empty(), "rank 1 has not pushed clock 0");
+        s.queued.insert((0, 1), block(vec![0], vec![1.0]));
         s.apply_queued().unwrap();
-        let a = s.answerable();
+        let a = s.answerable(None);
         assert_eq!(a.len(), 1);
         assert_eq!(u64::from_le_bytes(a[0].1[0..8].try_into().unwrap()), 1);
     }

@@ -16,7 +16,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use serde_json::json;
 
 use crate::comm::{self, collectives};
-use crate::config::{SyncKind, TargetOn, TrainConfig};
+use crate::config::{LrSchedule, SyncKind, TargetOn, TrainConfig};
 use crate::model::{MetricKind, Model};
 use crate::rng::Rng;
 use crate::sync::{Aggregate, ModeMetric, SyncContext, SyncMode};
@@ -49,11 +49,16 @@ fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Res
             let (mode, info) = crate::sync::asap::StochasticReduce::build(ctx, &cfg.asap)?;
             (Box::new(mode), info)
         }
-        SyncKind::Ssp => {
+        SyncKind::Ssp | SyncKind::Bosen => {
+            let bosen = cfg.sync == SyncKind::Bosen;
             let shards = crate::sync::ssp::shard_ranges(&ctx.layout, ctx.comm.size() as usize);
-            let info = json!({"staleness": cfg.ssp.staleness, "apply": cfg.ssp.apply,
-                              "shard_params": shards.iter().map(|r| r.len()).collect::<Vec<_>>()});
-            (Box::new(crate::sync::ssp::StaleSynchronous::new(ctx, &cfg.ssp, init)?), info)
+            let mut info = json!({"staleness": cfg.ssp.staleness, "apply": cfg.ssp.apply_rule(bosen),
+                                  "shard_params": shards.iter().map(|r| r.len()).collect::<Vec<_>>()});
+            let setup = bosen.then(|| {
+                info["bosen"] = json!(cfg.bosen);
+                crate::sync::ssp::BosenSetup { opts: &cfg.bosen, adarevision: cfg.lr_schedule == LrSchedule::Adarevision, lr: cfg.lr }
+            });
+            (Box::new(crate::sync::ssp::StaleSynchronous::new(ctx, &cfg.ssp, init, setup)?), info)
         }
         SyncKind::Async => {
             let info = json!({"barrier": cfg.async_mode.barrier, "optimizer": cfg.async_mode.optimizer, "coordinator": 0});
@@ -446,6 +451,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
         stop_sending_after,
         seed: cfg.seed,
+        emulate: cfg.emulate_bandwidth.map(|b| (b, Duration::from_secs_f64(cfg.emulate_latency / 1e3))),
+        record_sends: cfg.send_log.is_some(),
     };
     let (mut sync, sync_info) = build_sync(cfg, &ctx, &params)?;
     if let Some(path) = &resumed_from {
@@ -598,6 +605,12 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     let own = params.clone();
     if let Err(e) = run.sync.finish(&mut params) {
         comm::abort_job(&format!("{e:#}"), 4);
+    }
+    if let Some(prefix) = &cfg.send_log {
+        let path = format!("{prefix}.rank{rank}.csv");
+        let mut text = String::from("seconds,bytes\n");
+        run.sync.send_log().iter().for_each(|(t, b)| text.push_str(&format!("{t:.6},{b}\n")));
+        collectives::agree(comm, std::fs::write(&path, text).with_context(|| format!("cannot write the send log {path}")))?;
     }
     let kind = run.model.metric_kind();
     let eval_set = run.shards.test.as_ref().unwrap_or(&run.shards.train);

@@ -55,6 +55,9 @@ pub fn step_size(kind: LrSchedule, eta0: f32, lambda: f32, decay: f32, t: u64, e
         // Bottou counts examples, so the schedule does not change with the batch size.
         LrSchedule::Bottou => eta0 / (1.0 + lambda * eta0 * (t as f32 * batch as f32)),
         LrSchedule::Decay => eta0 * decay.powi(epoch as i32),
+        // The client's steps are converted back to gradients (divided by eta0) by the servers,
+        // which choose the step sizes.
+        LrSchedule::Adarevision => eta0,
     }
 }
 

@@ -1,0 +1,34 @@
+# Shared by the bench scripts: `run` one training job into $out, and print one markdown `table`
+# of every run so far, all counted the same way: bytes a rank sent to other ranks while training,
+# its time in the sync layer (transfer + waiting), the final model's assembly apart.
+# Needs: BIN, out (a fresh directory), rows=() declared by the caller.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+run() { # run NAME NP ARGS...
+    local name=$1 np=$2; shift 2
+    if ! mpirun -n "$np" $BIN train --metrics "$out/$name.jsonl" "$@" > "$out/$name.log" 2>&1; then
+        echo "run $name failed: see $out/$name.log" >&2; exit 1
+    fi
+    rows+=("$name")
+}
+table() { # table TARGET LOWER_IS_BETTER(0/1)
+    python3 - "$out" "$1" "$2" "${rows[@]}" <<'PY'
+import json, sys
+out, target, lower = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
+print("| run | ranks | clocks to target | train s to target | final metric | sent/rank MB | sync s/rank (mean/max) | read staleness mean/max | early pushes / row serves | final-model MB/rank |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for name in sys.argv[4:]:
+    lines = [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
+    s = lines[-1]
+    ok = lambda v: v is not None and (v <= target if lower else v >= target)
+    hit = next((e for e in lines if e["event"] == "eval" and ok(e["test_metric"])), None)
+    c = s["counters"]
+    sm = s.get("sync_metrics") or {}
+    st = f"{sm['mean_staleness']:.2f} / {sm['max_staleness']:.0f}" if "mean_staleness" in sm else "-"
+    early = f"{sm['early_pushes']:.0f} / {sm['early_row_serves']:.0f}" if "early_pushes" in sm else "-"
+    fm = s["final_metric"]
+    fms = f"{fm:.4f}" if lower else f"{100*fm:.2f} %"
+    to = f"{hit['round']} | {hit['train_seconds']:.2f}" if hit else "not reached | -"
+    print(f"| {name} | {s['ranks']} | {to} | {fms} | {c['bytes_sent']['mean']/1e6:.1f} | "
+          f"{c['sync_seconds']['mean']:.2f} / {c['sync_seconds']['max']:.2f} | {st} | {early} | {c['final_bytes']['mean']/1e6:.2f} |")
+PY
+}
