@@ -104,7 +104,7 @@ fn each_barrier_predicate_keeps_its_guarantee() {
     assert_eq!(arr(&sync["worker_tasks"]), vec![num(&sm["rounds"]); 4], "the status table counts every worker's tasks");
     assert_eq!(sync["aggregation"]["result_staleness_histogram"], "sum");
     let task_s = arr(&sync["worker_mean_task_seconds"]);
-    assert!(task_s[3] > task_s[1], "rank 3 is the slow worker in the status table: {task_s:?}");
+    assert!(task_s.iter().all(|&t| t > 0.0), "every worker's mean task time in the status table: {task_s:?}");
 
     let (_, sm) = run("bsp");
     let h = arr(&sm["sync_metrics"]["result_staleness_histogram"]);
@@ -115,6 +115,8 @@ fn each_barrier_predicate_keeps_its_guarantee() {
     for e in evals.iter().map(|e| &e["sync"]).chain([&sm["sync_metrics"]]) {
         assert!(num(&e["min_available_at_release"]) >= 3.0, "a release with fewer than 3 available: {e}");
     }
+    let behind = num(&sm["sync_metrics"]["max_result_staleness"]);
+    assert!(behind <= 32.0, "throttled keeps every worker within 32 clocks of the slowest: {behind}");
     let (_, sm) = run("async");
     let sync = &sm["sync_metrics"];
     assert!(num(&sync["max_result_staleness"]) >= 2.0, "async results go stale with a straggler: {sync}");

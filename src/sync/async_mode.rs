@@ -106,13 +106,23 @@ impl Barrier {
         }
     }
 
-    /// Clocks the coordinator's own worker may be ahead of the slowest worker.
+    /// Clocks the coordinator's own worker (under `throttled` every worker) may be ahead of the
+    /// slowest worker.
     pub fn lead(&self) -> u64 {
         match *self {
             Barrier::Bsp => 0,
             Barrier::Ssp(s) => s,
             Barrier::Throttled(_) | Barrier::Async => ASYNC_COORDINATOR_LEAD,
         }
+    }
+
+    /// Whether worker `m` is kept within [`Barrier::lead`] clocks of the slowest. Always the
+    /// coordinator's own worker; under `throttled` every worker: a worker waiting in a stop
+    /// vote (which every rank joins every `lead + 1` rounds) is idle but not available, and with
+    /// unbounded drift the workers a throttled release needs could all sit in a vote that waits
+    /// for the worker the release would let go.
+    pub fn lead_bounds(&self, m: usize) -> bool {
+        m == COORDINATOR || matches!(self, Barrier::Throttled(_))
     }
 
     /// Largest clock staleness the predicate allows (None: unbounded).
@@ -425,7 +435,7 @@ impl Coordinator {
             self.barrier
                 .release(&self.stat)
                 .into_iter()
-                .filter(|&m| !self.stat.workers[m].at_cut && (m != COORDINATOR || self.stat.workers[m].clock - cmin <= lead))
+                .filter(|&m| !self.stat.workers[m].at_cut && (!self.barrier.lead_bounds(m) || self.stat.workers[m].clock - cmin <= lead))
                 .collect()
         };
         if go.is_empty() {
