@@ -950,6 +950,20 @@ mod tests {
         assert!(serde_json::from_str::<Barrier>("\"nope\"").is_err());
     }
 
+    /// Config files name predicates as on the command line; a bad one names its line.
+    #[test]
+    fn config_files_take_barriers_and_optimizers() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("c.toml");
+        std::fs::write(&t, "sync = \"async\"\nbarrier = \"throttled:2\"\noptimizer = \"saga\"\nmodel = \"lsq\"\n").unwrap();
+        let c = crate::config::TrainConfig::from_file(&t).unwrap();
+        assert_eq!((c.async_mode.barrier, c.async_mode.optimizer), (Barrier::Throttled(2), OptimizerKind::Saga));
+        assert_eq!(crate::config::TrainConfig::default().async_mode.barrier, Barrier::Async);
+        std::fs::write(&t, "sync = \"async\"\nbarrier = \"sometimes\"\n").unwrap();
+        let e = crate::config::TrainConfig::from_file(&t).unwrap_err().to_string();
+        assert!(e.contains("c.toml:2:1") && e.contains("bsp, ssp:S"), "{e}");
+    }
+
     #[test]
     fn predicates_release_what_they_promise() {
         let t = table(&[3, 5, 4, 5], &[true, true, false, true]);

@@ -409,7 +409,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
             let factors = schedule::straggler_factors(s, n, cfg.seed)?;
             if rank0 {
                 let slowed: Vec<String> = (0..n).filter(|&r| factors[r] != 1.0).map(|r| format!("{r}: x{:.2}", factors[r])).collect();
-                eprintln!("asap-train: stragglers (rank: compute slowed) {}", slowed.join(", "));
+                eprintln!("asap-train: stragglers (rank: compute slowed) {}", if slowed.is_empty() { "none".to_string() } else { slowed.join(", ") });
             }
             factors[rank]
         }
