@@ -19,7 +19,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 PY=/usr/bin/python3
 $PY -c 'import numpy' 2>/dev/null || { echo "benches/async.sh needs numpy: apt-get install python3-numpy" >&2; exit 1; }
 out=runs/async-$WHAT
-rm -rf "$out"; mkdir -p "$out"
 case "$WHAT" in
 fashion)
     DATA=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
@@ -39,6 +38,11 @@ sparse)
 esac
 echo "reference optimum (normal equations, float64): $OPT" >&2
 REPEAT=${REPEAT:-3}
+# REPORT_ONLY=1 renders the report again from the runs in runs/async-$WHAT (no new runs).
+if [ "${REPORT_ONLY:-0}" = 1 ]; then
+    mapfile -t rows < <(ls "$out" | sed -n 's/\.jsonl$//p')
+else
+rm -rf "$out"; mkdir -p "$out"
 rows=()
 run() { # run NAME NP EVAL_EVERY ARGS...
     local name=$1 np=$2 every=$3; shift 3
@@ -60,10 +64,14 @@ for rep in $(seq 1 "$REPEAT"); do
         done
     done
 done
+fi
 $PY - "$out" "$OPT" "$REPEAT" "${rows[@]}" <<'PY'
 import json, statistics, sys
 out, opt, reps = sys.argv[1], json.loads(sys.argv[2])["optimum"], int(sys.argv[3])
-runs = {n: [json.loads(l) for l in open(f"{out}/{n}.jsonl")] for n in sys.argv[4:]}
+order = ["SGD", "ASGD", "SAGA", "ASAGA"]
+scen = ["8-plain", "8-delay100", "32-production"]
+names = [f"{a}-{s}-r{r}" for s in scen for a in order for r in range(1, reps + 1)]
+runs = {n: [json.loads(l) for l in open(f"{out}/{n}.jsonl")] for n in names if n in set(sys.argv[4:])}
 med = statistics.median
 def evals(n):
     return [(e["train_seconds"], e["objective"] - opt) for e in runs[n] if e["event"] == "eval"]
@@ -80,7 +88,7 @@ def t_to(n, g):
     return next((t for t, x in evals(n) if x <= g), None)
 print(f"Reference optimum F* = {opt:.6f}; gap = training objective - F*. Medians over {reps} repetitions.")
 print("Target gap: what the synchronous twin (SGD for ASGD, SAGA for ASAGA) reaches halfway through its evaluations.\n")
-print("| run | ranks | rounds | train s | final gap | target gap | train s to target | speed-up vs sync | wait ms/round (mean rank) | result staleness mean/max | sent MB/rank (mean/max) |")
+print("| run | ranks | rounds | train s | final gap | target gap | train s to target (min-max) | speed-up vs sync (medians) | wait ms/round (mean rank) | result staleness mean/max | sent MB/rank (mean/max) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 tt = {}
 for c in configs:
@@ -95,7 +103,8 @@ for c in configs:
     if alg in twin and tt[c] and tt.get(twin[alg] + "-" + sc):
         speed = f"{tt[twin[alg] + '-' + sc] / tt[c]:.2f}x"
     reached = sum(t_to(n, target(c)) is not None for n in ns)
-    tto = f"{tt[c]:.2f}" + ("" if reached == reps else f" ({reached}/{reps} reached)") if tt[c] else "not reached"
+    each = [t for t in (t_to(n, target(c)) for n in ns) if t is not None]
+    tto = (f"{tt[c]:.2f} ({min(each):.2f}-{max(each):.2f})" + ("" if reached == reps else f", {reached}/{reps} reached")) if tt[c] else "not reached"
     s0, sm = last[0], last[0]["sync_metrics"]
     print(f"| {c} | {s0['ranks']} | {s0['rounds']} | {med(s['train_seconds'] for s in last):.2f} | {med(evals(n)[-1][1] for n in ns):.5f} | "
           f"{target(c):.5f} | {tto} | {speed} | {med(1e3 * s['counters']['wait_seconds']['mean'] / s['rounds'] for s in last):.2f} | "
