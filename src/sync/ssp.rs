@@ -93,6 +93,9 @@ const VERSIONS: u64 = 4;
 /// Rows flag: pushed by the server between clocks (bosen), not the answer to a read.
 const UNSOLICITED: u64 = 1;
 
+/// Half the smallest binary16 subnormal, 2^-25: anything smaller encodes as zero.
+const F16_HALF_MIN: f32 = 2.980_232_2e-8;
+
 /// Sparse rows as they travel: local row indices, optional per-row versions, and the values of
 /// the listed rows in order.
 #[derive(Debug, Default, PartialEq)]
@@ -872,7 +875,7 @@ impl StaleSynchronous {
                 let row = &delta[offsets[r]..offsets[r + 1]];
                 let d: f32 = row.iter().map(|x| x.abs()).sum();
                 // In fp16 a value below 2^-25 encodes as zero: sending it would change nothing.
-                let sendable = if self.residual.is_some() { row.iter().any(|x| x.abs() > 2.0f32.powi(-25)) } else { d > 0.0 };
+                let sendable = if self.residual.is_some() { row.iter().any(|x| x.abs() > F16_HALF_MIN) } else { d > 0.0 };
                 if sendable {
                     let a: f32 = self.base[start + offsets[r]..start + offsets[r + 1]].iter().map(|x| x.abs()).sum();
                     cands.push(((self.row_ranges[s].start + r) as u32, d, a));
