@@ -92,6 +92,9 @@ const VERSIONS: u64 = 4;
 /// Rows flag: pushed by the server between clocks (bosen), not the answer to a read.
 const UNSOLICITED: u64 = 1;
 
+/// Half the smallest binary16 subnormal, 2^-25: anything smaller encodes as zero.
+const F16_HALF_MIN: f32 = 2.980_232_2e-8;
+
 /// Sparse rows as they travel: local row indices, optional per-row versions, and the values of
 /// the listed rows in order.
 #[derive(Debug, Default, PartialEq)]
@@ -574,6 +577,11 @@ pub struct StaleSynchronous {
     /// servers sent: Bosen's read-only client cache); and the version of each global row held.
     pending: Option<Vec<f32>>,
     held_version: Vec<u64>,
+    /// fp16: the unsent update of each row right after it was last pushed (its rounding error).
+    /// A row whose unsent update is still exactly that was not touched since, and its residual
+    /// waits for the row's next change or for spare budget instead of costing a message every
+    /// clock (a residual below half the smallest binary16 could never be sent on its own).
+    residual: Option<Vec<f32>>,
     /// Shards whose answer to the last read has not arrived yet.
     awaiting: Vec<bool>,
     /// Rows received and not yet put into the replica: (shard, cmin, flags, rows), in order.
@@ -666,6 +674,7 @@ impl StaleSynchronous {
             base: init.to_vec(),
             pending: adarevision.then(|| vec![0.0; init.len()]),
             held_version: vec![0; n_rows],
+            residual: bosen.as_ref().is_some_and(|b| b.opts.fp16).then(|| vec![0.0; init.len()]),
             shards,
             row_ranges,
             local_offsets,
@@ -821,11 +830,19 @@ impl StaleSynchronous {
             let local = offsets[r as usize]..offsets[r as usize + 1];
             let global = start + local.start..start + local.end;
             match (&mut self.pending, half) {
-                (Some(p), false) => p[global].iter_mut().for_each(|x| *x = 0.0),
-                (Some(p), true) => p[global].iter_mut().zip(&sent[at..]).for_each(|(x, q)| *x -= q),
+                (Some(p), false) => p[global.clone()].iter_mut().for_each(|x| *x = 0.0),
+                (Some(p), true) => p[global.clone()].iter_mut().zip(&sent[at..]).for_each(|(x, q)| *x -= q),
                 // Sent exactly: nothing of these rows is left to send.
-                (None, false) => self.base[global.clone()].copy_from_slice(&params[global]),
-                (None, true) => self.base[global].iter_mut().zip(&sent[at..]).for_each(|(b, q)| *b += q),
+                (None, false) => self.base[global.clone()].copy_from_slice(&params[global.clone()]),
+                (None, true) => self.base[global.clone()].iter_mut().zip(&sent[at..]).for_each(|(b, q)| *b += q),
+            }
+            if let Some(res) = self.residual.as_mut() {
+                for j in global {
+                    res[j] = match &self.pending {
+                        Some(p) => p[j],
+                        None => params[j] - self.base[j],
+                    };
+                }
             }
             at += local.len();
             if let Some(m) = self.manage.as_mut() {
@@ -854,8 +871,11 @@ impl StaleSynchronous {
             let offsets = &self.local_offsets[s];
             let start = self.shards[s].start;
             for r in 0..offsets.len().saturating_sub(1) {
-                let d: f32 = delta[offsets[r]..offsets[r + 1]].iter().map(|x| x.abs()).sum();
-                if d > 0.0 {
+                let row = &delta[offsets[r]..offsets[r + 1]];
+                let d: f32 = row.iter().map(|x| x.abs()).sum();
+                // In fp16 a value below 2^-25 encodes as zero: sending it would change nothing.
+                let sendable = if self.residual.is_some() { row.iter().any(|x| x.abs() > F16_HALF_MIN) } else { d > 0.0 };
+                if sendable {
                     let a: f32 = self.base[start + offsets[r]..start + offsets[r + 1]].iter().map(|x| x.abs()).sum();
                     cands.push(((self.row_ranges[s].start + r) as u32, d, a));
                 }
@@ -1069,10 +1089,15 @@ impl SyncMode for StaleSynchronous {
                 // message of the clock carries the read request.
                 let delta = self.unsent(params, s);
                 let offsets = &self.local_offsets[s];
-                let changed: Vec<u32> = (0..offsets.len() - 1)
-                    .filter(|&r| delta[offsets[r]..offsets[r + 1]].iter().any(|&d| d != 0.0))
-                    .map(|r| r as u32)
-                    .collect();
+                let start = self.shards[s].start;
+                let touched = |r: usize| -> bool {
+                    let (a, b) = (offsets[r], offsets[r + 1]);
+                    match &self.residual {
+                        Some(res) => delta[a..b] != res[start + a..start + b],
+                        None => delta[a..b].iter().any(|&d| d != 0.0),
+                    }
+                };
+                let changed: Vec<u32> = (0..offsets.len() - 1).filter(|&r| touched(r)).map(|r| r as u32).collect();
                 let mut parts: Vec<&[u32]> = changed.chunks(chunk).collect();
                 let last = parts.pop().unwrap_or(&[]);
                 for part in parts {
