@@ -60,12 +60,11 @@ fn regression(dir: &std::path::Path, lambda: f64) -> (String, f64) {
     for c in 0..p {
         let piv = (c..p).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs())).unwrap();
         a.swap(c, piv);
-        for r in 0..p {
+        let pivot = a[c].clone();
+        for (r, row) in a.iter_mut().enumerate() {
             if r != c {
-                let f = a[r][c] / a[c][c];
-                for k in c..=p {
-                    a[r][k] -= f * a[c][k];
-                }
+                let f = row[c] / pivot[c];
+                row[c..].iter_mut().zip(&pivot[c..]).for_each(|(x, y)| *x -= f * y);
             }
         }
     }
