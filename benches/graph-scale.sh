@@ -2,12 +2,16 @@
 # graph gap at scale against SciPy (issue 15): random 4-out graphs, P row-stochastic with
 # self-loops. Prints one markdown table: nodes, asap-train seconds and peak RSS, SciPy svds(P, k=2)
 # seconds and peak RSS (SciPy from PyPI into a venv, capped at $SCIPY_LIMIT s per size), both gaps.
-# Then `graph mix` measured vs predicted rounds for five families at $MIX_NODES nodes.
-# Usage: benches/graph-scale.sh   (env: SIZES, SCIPY_LIMIT, MIX_NODES, MIX_SECONDS, VENV)
+# Then `graph gap` of every generated family at $FAMILY_NODES nodes (seconds and peak RSS of the
+# whole process), and `graph mix` measured vs predicted rounds for five families at $MIX_NODES.
+# Usage: benches/graph-scale.sh   (env: SIZES, SCIPY_LIMIT, FAMILY_NODES, FAMILIES, MIX_NODES,
+#        MIX_SECONDS, VENV)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES=${SIZES:-"4096 16384 65536 262144 1048576"}
 SCIPY_LIMIT=${SCIPY_LIMIT:-300}
+FAMILY_NODES=${FAMILY_NODES:-1048576}
+FAMILIES=${FAMILIES:-"exponential random:2 random:4 random:8 hypercube torus ring root-expander chain complete"}
 MIX_NODES=${MIX_NODES:-"1024 16384 1048576"}
 MIX_SECONDS=${MIX_SECONDS:-60}
 VENV=${VENV:-target/scipy-venv}
@@ -58,6 +62,17 @@ for n in $SIZES; do
     sc_rss=$(grep "Maximum resident" "$TMP/scipy.time" | awk '{printf "%.0f (at the limit)", $NF/1024}')
   fi
   echo "| $n | $edges | $ours_s | $ours_rss | ${method//_/ } | $sc_s | $sc_rss | $ours_gap | $sc_gap | $diff |"
+done
+echo
+echo "graph gap --kind K --nodes $FAMILY_NODES (whole process)"
+echo
+echo "| kind | edges | seconds | peak RSS MB | method | spectral gap |"
+echo "|---|---:|---:|---:|---|---:|"
+for k in $FAMILIES; do
+  /usr/bin/time -v "$BIN" graph gap --kind "$k" --nodes "$FAMILY_NODES" --json > "$TMP/fam.json" 2> "$TMP/fam.time"
+  s=$(grep "Elapsed (wall" "$TMP/fam.time" | awk '{print $NF}' | awk -F: '{ if (NF==3) print $1*3600+$2*60+$3; else print $1*60+$2 }')
+  rss=$(grep "Maximum resident" "$TMP/fam.time" | awk '{printf "%.0f", $NF/1024}')
+  python3 -c "import json; r=json.load(open('$TMP/fam.json')); m=r['method'] + (f\" {r['iterations']} steps\" if r.get('iterations') else ''); print(f\"| $k | {r['edges']} | $s | $rss | {m} | {r['spectral_gap']:.3e} |\")"
 done
 echo
 for n in $MIX_NODES; do

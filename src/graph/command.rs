@@ -4,7 +4,7 @@
 use clap::{Args, Subcommand};
 
 use super::mixing::{mix, MixReport};
-use super::spectral::{analyse_with, one_peer_report, sigma_2, GraphReport, Method};
+use super::spectral::{analyse_with, complete_report, one_peer_report, sigma_2, GraphReport, Method, DENSE_LIMIT};
 use super::{file, generate, random_regular, Cayley, Graph, ONE_PEER_EXPONENTIAL};
 use crate::rng::Rng;
 
@@ -44,6 +44,20 @@ impl Which {
             (None, None) => anyhow::bail!("give --nodes N (or --file PATH)"),
         }
     }
+}
+
+/// True for the spellings of the complete graph.
+fn is_complete(kind: &str) -> bool {
+    matches!(kind, "complete" | "all-reduce" | "allreduce")
+}
+
+/// The report of generator `kind` on `n` nodes: the complete graph above DENSE_LIMIT nodes by
+/// its closed form (it has n(n - 1) edges), everything else built and analysed.
+fn generated_report(kind: &str, n: usize, seed: u64, model_bytes: u64, method: Method, epsilon: f64) -> anyhow::Result<GraphReport> {
+    if is_complete(kind) && n > DENSE_LIMIT && method == Method::Auto {
+        return Ok(complete_report(n, model_bytes, epsilon));
+    }
+    Ok(analyse_with(&generate(kind, n, seed)?, model_bytes, method, epsilon))
 }
 
 /// The `graph` subcommands.
@@ -287,6 +301,8 @@ pub fn run(args: &GraphArgs) -> anyhow::Result<()> {
                 let mut r = one_peer_report(n, *epsilon);
                 r.bytes_per_round = (*model_bytes > 0).then(|| model_bytes * r.edges as u64);
                 r
+            } else if let (None, Some(n)) = (&which.file, which.nodes) {
+                generated_report(&which.kind, n, which.seed, *model_bytes, *method, *epsilon)?
             } else {
                 analyse_with(&which.build()?, *model_bytes, *method, *epsilon)
             };
@@ -310,7 +326,7 @@ pub fn run(args: &GraphArgs) -> anyhow::Result<()> {
                     print!("{label:<18}");
                 }
                 for &n in nodes {
-                    let r = analyse_with(&generate(kind, n, 1)?, *model_bytes, Method::Auto, 1e-3);
+                    let r = generated_report(kind, n, 1, *model_bytes, Method::Auto, 1e-3)?;
                     if *json {
                         println!("{}", serde_json::json!({"graph": label, "nodes": n, "report": r}));
                     } else {

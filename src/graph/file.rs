@@ -7,29 +7,41 @@
 //! 0 3
 //! ```
 
+use std::fmt::Write;
+
 use anyhow::{bail, Context};
 
 use super::Graph;
 
 /// Parses graph text; `path` names it in errors. `expect_nodes` (the number of ranks) must match
 /// the header when given.
+///
+/// Duplicate edges are found from the graph's sorted rows (a duplicate makes it smaller than
+/// the edge list), and only then located by a second scan with a hash set: checking every edge
+/// in a hash set, and a Vec of fields per line, took about a third of `graph gap` on a
+/// 4,194,304-edge file (1.7 s of 8.1 s, `perf record`).
 pub fn parse(text: &str, path: &str, expect_nodes: Option<usize>) -> anyhow::Result<Graph> {
     let mut n: Option<usize> = None;
-    let mut edges = Vec::new();
-    let mut seen = std::collections::HashSet::new();
+    // u32 pairs: half the memory of usize pairs (graphs have fewer than 2^32 nodes).
+    let mut edges: Vec<(u32, u32)> = Vec::with_capacity(text.len() / 12);
     for (k, raw) in text.lines().enumerate() {
         let line_no = k + 1;
-        let line = raw.split('#').next().unwrap_or("").trim();
+        let line = match raw.find('#') {
+            Some(c) => &raw[..c],
+            None => raw,
+        }
+        .trim();
         if line.is_empty() {
             continue;
         }
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f[0] == "nodes" {
+        let mut f = line.split_whitespace();
+        let (first, second, third) = (f.next().unwrap_or(""), f.next(), f.next());
+        if first == "nodes" {
             if n.is_some() {
                 bail!("{path}:{line_no}: a second `nodes` line");
             }
-            let v = f.get(1).and_then(|s| s.parse::<usize>().ok()).filter(|&v| v > 0 && f.len() == 2);
-            n = Some(v.with_context(|| format!("{path}:{line_no}: expected `nodes N` with N >= 1, found {line:?}"))?);
+            let v = second.and_then(|s| s.parse::<usize>().ok()).filter(|&v| v > 0 && v < u32::MAX as usize && third.is_none());
+            n = Some(v.with_context(|| format!("{path}:{line_no}: expected `nodes N` with 1 <= N < 2^32, found {line:?}"))?);
             if let (Some(want), Some(have)) = (expect_nodes, n) {
                 if want != have {
                     bail!("{path}:{line_no}: the graph declares {have} nodes but the job has {want} ranks; use a graph for {want} nodes");
@@ -40,9 +52,9 @@ pub fn parse(text: &str, path: &str, expect_nodes: Option<usize>) -> anyhow::Res
         let Some(nodes) = n else {
             bail!("{path}:{line_no}: expected the header `nodes N` before the first edge");
         };
-        if f.len() != 2 {
+        let (Some(second), None) = (second, third) else {
             bail!("{path}:{line_no}: expected an edge `SRC DST`, found {line:?}");
-        }
+        };
         let node = |s: &str| -> anyhow::Result<usize> {
             let v: usize = s.parse().with_context(|| format!("{path}:{line_no}: {s:?} is not a node number"))?;
             if v >= nodes {
@@ -50,19 +62,32 @@ pub fn parse(text: &str, path: &str, expect_nodes: Option<usize>) -> anyhow::Res
             }
             Ok(v)
         };
-        let (a, b) = (node(f[0])?, node(f[1])?);
+        let (a, b) = (node(first)?, node(second)?);
         if a == b {
             bail!("{path}:{line_no}: self-edge {a} -> {a} (every rank already includes itself in its average)");
         }
-        if !seen.insert((a, b)) {
-            bail!("{path}:{line_no}: duplicate edge {a} -> {b}");
-        }
-        edges.push((a, b));
+        edges.push((a as u32, b as u32));
     }
     let Some(nodes) = n else {
         bail!("{path}: empty graph file: expected a `nodes N` line and `SRC DST` edges");
     };
-    Ok(Graph::from_edges(nodes, edges, &format!("file:{path}")))
+    let listed = edges.len();
+    let g = Graph::from_edges(nodes, edges.into_iter().map(|(a, b)| (a as usize, b as usize)), &format!("file:{path}"));
+    if g.edges() < listed {
+        // Every line is valid (checked above), so the first repeated pair names the line.
+        let mut seen = std::collections::HashSet::new();
+        for (k, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            let mut f = line.split_whitespace();
+            if let (Some(a), Some(b)) = (f.next().and_then(|s| s.parse::<usize>().ok()), f.next().and_then(|s| s.parse::<usize>().ok())) {
+                if !seen.insert((a, b)) {
+                    bail!("{}:{}: duplicate edge {a} -> {b}", path, k + 1);
+                }
+            }
+        }
+        bail!("{path}: {} duplicate edge(s)", listed - g.edges());
+    }
+    Ok(g)
 }
 
 /// Reads a graph file.
@@ -79,7 +104,7 @@ pub fn format(g: &Graph, comment: &str) -> String {
     }
     s.push_str(&format!("nodes {}\n", g.nodes()));
     for (a, b) in g.edge_list() {
-        s.push_str(&format!("{a} {b}\n"));
+        writeln!(s, "{a} {b}").expect("writing to a String");
     }
     s
 }

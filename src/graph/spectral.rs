@@ -2,13 +2,15 @@
 //! plus self-loops (A_ij = 1 if j sends to i, A_ii = 1) and P = diag(d_in)^-1 A (d_in counting
 //! the self-loop), the spectral gap is 1 - sigma_2(P).
 //!
-//! Three methods, chosen by `Method::Auto`:
+//! The methods, chosen by `Method::Auto`:
 //! - dense SVD (LAPACK) up to 256 nodes;
 //! - Fourier, for the generated Cayley graphs of abelian groups (ring, exponential, root
 //!   expander, torus, hypercube): P is then a group convolution, normal, and diagonalised by the
 //!   group's characters, so its singular values are the moduli |(1 + sum_s chi(s)) / (d + 1)|,
 //!   computed exactly in O(nodes * degree). This is the only way to resolve a ring's gap at a
 //!   million nodes (pi^2 / 2n^2 = 4.7e-12): a Krylov method needs on the order of n iterations;
+//! - bidiagonal, for the one-way chain (P^T P tridiagonal, Sturm bisection), and a closed form
+//!   for the complete graph (`complete_report`, never built above 256 nodes);
 //! - Lanczos on P^T P for everything else (random graphs, files), with these design choices,
 //!   each from a measurement (`perf record` of the old code on a 16,384-node random 4-out graph:
 //!   7.2 s, 80 % in `Graph::distances`, 11 % in the Lanczos loop):
@@ -21,10 +23,19 @@
 //!     1/sqrt(n), so the largest eigenvalue of P^T P on the complement of 1 is sigma_2^2 and no
 //!     second eigenvalue, hence no re-orthogonalisation, is needed (lost orthogonality only
 //!     makes copies of the converged top value). Otherwise the top pair is found first (its
-//!     Ritz vector from a second, bit-identical pass) and deflated. Convergence is the Ritz
-//!     residual beta_k |s_k| < 1e-10, so the value is exact to ~1e-10;
-//!   * sparse products run on the graph's CSR rows, parallel over rows with rayon; dot products
-//!     add fixed-size chunks in a fixed order so every run (and the second pass) is identical.
+//!     Ritz vector from a second, bit-identical pass) and deflated. Convergence: see LANCZOS_TOL;
+//!   * the step count is the spectrum's, not the code's: a random 4-out graph's top singular
+//!     values crowd together (at 1,048,576 nodes the top two Ritz values of P^T P are 1.2e-5
+//!     apart, and at step 300 Lanczos still sat on the second one, 1.1e-5 too low), so ~650
+//!     steps are needed there and the cost per step is what can be cut. `perf record` at a
+//!     million nodes (graph file, 12.9 s in benches/graph-scale.md): 74 % in the two sparse
+//!     products, 20-30 % in the vector passes, 5-10 % in parsing the file. Hence: products over
+//!     rows of a fixed degree unrolled at compile time (`gather`: 2-3x faster per product),
+//!     two vector passes per step instead of five with sums in independent lanes (the single
+//!     accumulators were add-latency bound), the ones vector kept implicit, and a parser without
+//!     a hash set. After: 5-7 s for the same file on the same shared machine;
+//!   * sparse products and dot products run in fixed-size chunks in parallel with rayon and
+//!     add the chunks in a fixed order, so every run (and the second pass) is identical.
 
 use std::time::Instant;
 
@@ -93,7 +104,7 @@ pub struct GraphReport {
     pub epsilon: f64,
     /// Model bytes per round over all edges (when --model-bytes is given).
     pub bytes_per_round: Option<u64>,
-    /// "dense-svd", "fourier" or "lanczos".
+    /// "dense-svd", "fourier", "bidiagonal", "lanczos" or "closed-form" (complete graph).
     pub method: String,
     /// Lanczos steps (all passes) and the final Ritz residual; whether it met LANCZOS_TOL.
     pub iterations: Option<usize>,
@@ -154,66 +165,211 @@ pub fn top_two_dense(g: &Graph) -> (f64, f64) {
 /// Rows per rayon task in sparse products and chunk length of dot products.
 const CHUNK: usize = 1 << 12;
 
-/// P as a sparse operator: its own copy of the graph's rows with u32 indices (half the memory
-/// traffic of usize; the products are bound by it and by the gathers of x).
+/// The rows of one side of the graph (in- or out-neighbours) with u32 indices, half the memory
+/// traffic of usize: the products are bound by it and by the gathers of x.
+enum Rows {
+    /// Every row has `degree` entries: no offsets, and a kernel unrolled for the degree.
+    Regular { degree: usize, idx: Vec<u32> },
+    Irregular { off: Vec<usize>, idx: Vec<u32> },
+}
+
+impl Rows {
+    fn new(g: &Graph, out: bool) -> Self {
+        let n = g.nodes();
+        let row = |i: usize| if out { g.out_neighbours(i) } else { g.in_neighbours(i) };
+        let mut idx = Vec::with_capacity(g.edges());
+        let degree = row(0).len();
+        let regular = (0..n).all(|i| row(i).len() == degree);
+        let mut off = Vec::with_capacity(if regular { 0 } else { n + 1 });
+        off.push(0);
+        for i in 0..n {
+            idx.extend(row(i).iter().map(|&j| j as u32));
+            if !regular {
+                off.push(idx.len());
+            }
+        }
+        if regular {
+            Rows::Regular { degree, idx }
+        } else {
+            Rows::Irregular { off, idx }
+        }
+    }
+}
+
+/// The factor of row i in a product: one constant (regular in-degree) or one per row.
+enum Scale<'a> {
+    Const(f64),
+    Rows(&'a [f64]),
+}
+
+impl Scale<'_> {
+    #[inline(always)]
+    fn at(&self, i: usize) -> f64 {
+        match self {
+            Scale::Const(c) => *c,
+            Scale::Rows(w) => w[i],
+        }
+    }
+}
+
+/// y_i = scale_i (x_i + sum over row i of x_j), parallel over blocks of CHUNK rows.
+///
+/// Measured on a 1,048,576-node random 4-out graph (one product, 5.2 M gathers, 1 thread, from
+/// an example run alternating the variants): a per-row closure over `off[i]..off[i+1]` with an
+/// iterator sum took 12.9-14.9 ms; the same over blocks of rows with `chunks_exact(4)` 6.5 ms;
+/// rows of a compile-time degree (no offsets, the gathers unrolled) 4.2-4.3 ms. So regular rows
+/// of degree 1..=16 get a kernel generated for their degree, the others the blocked loop.
+fn gather(rows: &Rows, x: &[f64], scale: Scale, y: &mut [f64]) {
+    fn fixed<const D: usize>(idx: &[u32], x: &[f64], scale: &Scale, y: &mut [f64]) {
+        y.par_chunks_mut(CHUNK).zip(idx.par_chunks(CHUNK * D)).enumerate().for_each(|(c, (yc, ic))| {
+            let base = c * CHUNK;
+            for (k, (yi, nb)) in yc.iter_mut().zip(ic.chunks_exact(D)).enumerate() {
+                let nb: &[u32; D] = nb.try_into().expect("chunks_exact(D)");
+                let mut s = 0.0;
+                for &j in nb {
+                    s += x[j as usize];
+                }
+                *yi = scale.at(base + k) * (x[base + k] + s);
+            }
+        });
+    }
+    match rows {
+        Rows::Regular { degree, idx } => {
+            macro_rules! by_degree {
+                ($($d:literal)*) => {
+                    match degree {
+                        0 => y.par_iter_mut().enumerate().with_min_len(CHUNK).for_each(|(i, yi)| *yi = scale.at(i) * x[i]),
+                        $($d => fixed::<$d>(idx, x, &scale, y),)*
+                        &d => y.par_chunks_mut(CHUNK).zip(idx.par_chunks(CHUNK * d)).enumerate().for_each(|(c, (yc, ic))| {
+                            for (k, (yi, nb)) in yc.iter_mut().zip(ic.chunks_exact(d)).enumerate() {
+                                let i = c * CHUNK + k;
+                                *yi = scale.at(i) * (x[i] + nb.iter().map(|&j| x[j as usize]).sum::<f64>());
+                            }
+                        }),
+                    }
+                };
+            }
+            by_degree!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+        }
+        Rows::Irregular { off, idx } => y.par_chunks_mut(CHUNK).enumerate().for_each(|(c, yc)| {
+            for (k, yi) in yc.iter_mut().enumerate() {
+                let i = c * CHUNK + k;
+                let row = &idx[off[i]..off[i + 1]];
+                let mut quads = row.chunks_exact(4);
+                let (mut a, mut b) = (0.0, 0.0);
+                for q in &mut quads {
+                    a += x[q[0] as usize] + x[q[1] as usize];
+                    b += x[q[2] as usize] + x[q[3] as usize];
+                }
+                for &j in quads.remainder() {
+                    a += x[j as usize];
+                }
+                *yi = scale.at(i) * (x[i] + (a + b));
+            }
+        }),
+    }
+}
+
+/// P as a sparse operator over its own copy of the graph's rows (see [`gather`]).
 pub struct SparseP {
-    w: Vec<f64>,
-    w2: Vec<f64>,
-    in_off: Vec<usize>,
-    ins: Vec<u32>,
-    out_off: Vec<usize>,
-    outs: Vec<u32>,
+    /// 1 / (1 + in-degree) per node, or None when every in-degree is the same (`w_const`).
+    w: Option<Vec<f64>>,
+    w2: Option<Vec<f64>>,
+    w_const: f64,
+    ins: Rows,
+    outs: Rows,
 }
 
 impl SparseP {
     pub fn new(g: &Graph) -> Self {
-        let n = g.nodes();
-        let csr = |out: bool| {
-            let f = |i: usize| if out { g.out_neighbours(i) } else { g.in_neighbours(i) };
-            let mut off = Vec::with_capacity(n + 1);
-            let mut idx = Vec::with_capacity(g.edges());
-            off.push(0);
-            for i in 0..n {
-                idx.extend(f(i).iter().map(|&j| j as u32));
-                off.push(idx.len());
+        let ins = Rows::new(g, false);
+        let outs = Rows::new(g, true);
+        let (w, w2, w_const) = match ins {
+            Rows::Regular { degree, .. } => (None, None, 1.0 / (degree + 1) as f64),
+            Rows::Irregular { .. } => {
+                let w = in_weights(g);
+                let w2 = w.iter().map(|x| x * x).collect();
+                (Some(w), Some(w2), 0.0)
             }
-            (off, idx)
         };
-        let (in_off, ins) = csr(false);
-        let (out_off, outs) = csr(true);
-        let w = in_weights(g);
-        let w2 = w.iter().map(|x| x * x).collect();
-        SparseP { w, w2, in_off, ins, out_off, outs }
+        SparseP { w, w2, w_const, ins, outs }
     }
 
     /// y = P x: y_i = (x_i + sum of x over i's in-neighbours) / (1 + in-degree).
     pub fn mul(&self, x: &[f64], y: &mut [f64]) {
-        self.mul_scaled(x, y, false);
-    }
-
-    /// y_i = w_i (or w_i^2 when `squared`) times (x_i + sum over in-neighbours of x_j).
-    fn mul_scaled(&self, x: &[f64], y: &mut [f64], squared: bool) {
-        let (w, off, ins) = (if squared { &self.w2 } else { &self.w }, &self.in_off, &self.ins);
-        y.par_iter_mut().enumerate().with_min_len(CHUNK).for_each(|(i, yi)| {
-            let s = x[i] + ins[off[i]..off[i + 1]].iter().map(|&j| x[j as usize]).sum::<f64>();
-            *yi = w[i] * s;
-        });
+        let scale = match &self.w {
+            Some(w) => Scale::Rows(w),
+            None => Scale::Const(self.w_const),
+        };
+        gather(&self.ins, x, scale, y);
     }
 
     /// y = P^T P x, using `tmp` (n): tmp = w * (P x), then y_j = tmp_j + sum over out(j) of tmp_i.
     pub fn mul_ptp(&self, x: &[f64], tmp: &mut [f64], y: &mut [f64]) {
-        self.mul_scaled(x, tmp, true);
-        let (off, outs, tmp) = (&self.out_off, &self.outs, &*tmp);
-        y.par_iter_mut().enumerate().with_min_len(CHUNK).for_each(|(j, yj)| {
-            *yj = tmp[j] + outs[off[j]..off[j + 1]].iter().map(|&i| tmp[i as usize]).sum::<f64>();
-        });
+        let scale = match &self.w2 {
+            Some(w2) => Scale::Rows(w2),
+            None => Scale::Const(self.w_const * self.w_const),
+        };
+        gather(&self.ins, x, scale, tmp);
+        gather(&self.outs, tmp, Scale::Const(1.0), y);
     }
 }
 
 /// Dot product, summed in fixed chunks in a fixed order (deterministic under rayon).
 fn dot(a: &[f64], b: &[f64]) -> f64 {
-    let parts: Vec<f64> = a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)).map(|(x, y)| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>()).collect();
+    let parts: Vec<f64> = a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)).map(|(x, y)| dot_serial(x, y)).collect();
     parts.iter().sum()
+}
+
+/// Lanes of independent partial sums: a single f64 accumulator is a chain of dependent adds
+/// (~4 cycles each), which made the dot products of Lanczos latency-bound (three passes of 1M
+/// elements took ~3 ms, as long as the sparse product).
+const LANES: usize = 4;
+
+/// a.b over slices of equal length, in LANES partial sums (deterministic).
+fn dot_serial(a: &[f64], b: &[f64]) -> f64 {
+    let mut acc = [0.0; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f64>() + ra.iter().zip(rb).map(|(x, y)| x * y).sum::<f64>()
+}
+
+/// The sum of `x` in LANES partial sums (deterministic).
+fn sum_serial(x: &[f64]) -> f64 {
+    let mut acc = [0.0; LANES];
+    let c = x.chunks_exact(LANES);
+    let r = c.remainder();
+    for v in c {
+        for l in 0..LANES {
+            acc[l] += v[l];
+        }
+    }
+    acc.iter().sum::<f64>() + r.iter().sum::<f64>()
+}
+
+/// [y.y, q.y, p.y, q.q, p.p, q.p, sum y, sum q, sum p] in one pass, LANES partial sums each.
+fn sums9(y: &[f64], q: &[f64], p: &[f64]) -> [f64; 9] {
+    let mut acc = [[0.0; LANES]; 9];
+    let one = |acc: &mut [[f64; LANES]; 9], l: usize, y: f64, q: f64, p: f64| {
+        for (k, v) in [y * y, q * y, p * y, q * q, p * p, q * p, y, q, p].into_iter().enumerate() {
+            acc[k][l] += v;
+        }
+    };
+    let whole = y.len() / LANES * LANES;
+    for i in (0..whole).step_by(LANES) {
+        for l in 0..LANES {
+            one(&mut acc, l, y[i + l], q[i + l], p[i + l]);
+        }
+    }
+    for i in whole..y.len() {
+        one(&mut acc, 0, y[i], q[i], p[i]);
+    }
+    acc.map(|a| a.iter().sum())
 }
 
 /// v -= c u.
@@ -221,11 +377,53 @@ fn axpy(v: &mut [f64], c: f64, u: &[f64]) {
     v.par_iter_mut().zip(u.par_iter()).with_min_len(CHUNK).for_each(|(a, b)| *a -= c * b);
 }
 
+/// A unit vector Lanczos works orthogonally to.
+pub enum Unit {
+    /// 1 / sqrt(n) everywhere (sigma_1's singular vector of a doubly stochastic P), kept
+    /// implicit: its dot with y is a sum of y, and it costs no memory traffic.
+    Ones,
+    Vector(Vec<f64>),
+}
+
+impl Unit {
+    /// Entries start..start + len of the unit vector in R^n.
+    fn part(&self, n: usize, start: usize, len: usize) -> UnitPart<'_> {
+        match self {
+            Unit::Ones => UnitPart::Const(1.0 / (n as f64).sqrt()),
+            Unit::Vector(v) => UnitPart::Slice(&v[start..start + len]),
+        }
+    }
+}
+
+enum UnitPart<'a> {
+    Const(f64),
+    Slice(&'a [f64]),
+}
+
+impl UnitPart<'_> {
+    /// The dot product with `x`.
+    fn dot(&self, x: &[f64]) -> f64 {
+        match self {
+            UnitPart::Const(c) => c * sum_serial(x),
+            UnitPart::Slice(u) => dot_serial(u, x),
+        }
+    }
+    /// x -= c u.
+    fn sub_from(&self, c: f64, x: &mut [f64]) {
+        match self {
+            UnitPart::Const(u) => x.iter_mut().for_each(|v| *v -= c * u),
+            UnitPart::Slice(u) => x.iter_mut().zip(*u).for_each(|(v, ui)| *v -= c * ui),
+        }
+    }
+}
+
 /// Projects `v` onto the orthogonal complement of the orthonormal `deflate` vectors.
-fn project(v: &mut [f64], deflate: &[Vec<f64>]) {
+fn project(v: &mut [f64], deflate: &[Unit]) {
+    let n = v.len();
     for u in deflate {
-        let c = dot(v, u);
-        axpy(v, c, u);
+        let parts: Vec<f64> = v.par_chunks(CHUNK).enumerate().map(|(c, x)| u.part(n, c * CHUNK, x.len()).dot(x)).collect();
+        let coef: f64 = parts.iter().sum();
+        v.par_chunks_mut(CHUNK).enumerate().for_each(|(c, x)| u.part(n, c * CHUNK, x.len()).sub_from(coef, x));
     }
 }
 
@@ -340,7 +538,7 @@ pub struct Ritz {
 /// the orthogonal complement of the orthonormal vectors `deflate`, by the Lanczos three-term
 /// recurrence from a seeded random start. With `want_vector` the recurrence is run a second
 /// time, identically, to accumulate the Ritz vector without storing the basis.
-pub fn lanczos_top(n: usize, op: &mut dyn FnMut(&[f64], &mut [f64]), deflate: &[Vec<f64>], seed: u64, want_vector: bool) -> Ritz {
+pub fn lanczos_top(n: usize, op: &mut dyn FnMut(&[f64], &mut [f64]), deflate: &[Unit], seed: u64, want_vector: bool) -> Ritz {
     let start = || {
         let mut rng = Rng::new(seed);
         let mut q: Vec<f64> = (0..n).map(|_| rng.normal()).collect();
@@ -353,31 +551,93 @@ pub fn lanczos_top(n: usize, op: &mut dyn FnMut(&[f64], &mut [f64]), deflate: &[
         // The complement is empty (n <= number of deflated vectors).
         return Ritz { value: 0.0, residual: 0.0, steps: 0, converged: true, vector: want_vector.then(|| vec![0.0; n]) };
     };
-    // One step: from the unit q, q_prev and beta_prev, computes alpha and beta and leaves the
-    // next unit vector in y. Apart from the product, three passes over the vectors: the
-    // deflation, alpha = q.y, and one fused pass for y -= alpha q + beta_prev q_prev with the
-    // sums q.y and y.y (which give one local re-orthogonalisation against q for free: alpha is
-    // corrected by c = q.y and beta^2 = y.y - c^2), then the normalisation.
+    // One step: from the unit q, q_prev (= p) and beta_prev, computes alpha and beta and leaves
+    // the next unit vector in y = A q. Lanczos without the product is two passes over the
+    // vectors (it was five, ~0.6 ms each at a million nodes, 30 % of `graph gap`, against
+    // ~5 ms for the product):
+    // 1. every dot product of y, q, p and the deflated u_k. With c_k = u_k.y,
+    //    alpha = q.(y - sum c_k u_k) and z = y - sum c_k u_k - alpha q - beta_prev p, the local
+    //    re-orthogonalisation c = q.z (alpha + c is the exact alpha for a q that is not quite
+    //    unit or orthogonal to p) and beta^2 = z.z - c^2 follow from those dots;
+    // 2. y = (z - c q) / beta.
+    // z.z comes from a difference of dots: when that cancels (z.z below 1e-4 of y.y, so fewer
+    // than ~12 correct digits, near a breakdown) z is formed and measured explicitly instead.
+    let m = deflate.len();
     let step = |op: &mut dyn FnMut(&[f64], &mut [f64]), q: &[f64], q_prev: &[f64], beta_prev: f64, y: &mut Vec<f64>| -> (f64, f64) {
         op(q, y);
-        project(y, deflate);
-        let alpha = dot(q, y);
+        // [yy, qy, py, qq, pp, qp, u_k.y.., u_k.q.., u_k.p..] per chunk, summed in chunk order.
+        let parts: Vec<Vec<f64>> = y
+            .par_chunks(CHUNK)
+            .zip(q.par_chunks(CHUNK))
+            .zip(q_prev.par_chunks(CHUNK))
+            .enumerate()
+            .map(|(c, ((y, q), p))| {
+                // yy qy py qq pp qp, sum y, sum q, sum p
+                let a = sums9(y, q, p);
+                let mut d = vec![0.0; 6 + 3 * m];
+                d[..6].copy_from_slice(&a[..6]);
+                for (k, u) in deflate.iter().enumerate() {
+                    match u.part(n, c * CHUNK, y.len()) {
+                        UnitPart::Const(u) => (d[6 + k], d[6 + m + k], d[6 + 2 * m + k]) = (u * a[6], u * a[7], u * a[8]),
+                        UnitPart::Slice(u) => (d[6 + k], d[6 + m + k], d[6 + 2 * m + k]) = (dot_serial(u, y), dot_serial(u, q), dot_serial(u, p)),
+                    }
+                }
+                d
+            })
+            .collect();
+        let d = parts.iter().fold(vec![0.0; 6 + 3 * m], |mut acc, p| {
+            acc.iter_mut().zip(p).for_each(|(a, b)| *a += b);
+            acc
+        });
+        let (yy, qy, py, qq, pp, qp) = (d[0], d[1], d[2], d[3], d[4], d[5]);
+        let (uy, uq, up) = (&d[6..6 + m], &d[6 + m..6 + 2 * m], &d[6 + 2 * m..]);
+        let b = beta_prev;
+        let alpha = qy - (0..m).map(|k| uy[k] * uq[k]).sum::<f64>();
+        // z.z with z = y - sum c_k u_k - alpha q - b p, c_k = uy[k], the u_k orthonormal.
+        let sum = |f: &dyn Fn(usize) -> f64| (0..m).map(f).sum::<f64>();
+        let zz = yy + sum(&|k| uy[k] * uy[k]) + alpha * alpha * qq + b * b * pp
+            - 2.0 * sum(&|k| uy[k] * uy[k])
+            - 2.0 * alpha * qy
+            - 2.0 * b * py
+            + 2.0 * alpha * sum(&|k| uy[k] * uq[k])
+            + 2.0 * b * sum(&|k| uy[k] * up[k])
+            + 2.0 * alpha * b * qp;
+        let c = qy - sum(&|k| uy[k] * uq[k]) - alpha * qq - b * qp;
+        let beta2 = zz - c * c;
+        if beta2 > 1e-4 * yy {
+            let beta = beta2.sqrt();
+            let (a_q, inv) = (alpha + c, 1.0 / beta);
+            y.par_chunks_mut(CHUNK).zip(q.par_chunks(CHUNK)).zip(q_prev.par_chunks(CHUNK)).enumerate().for_each(|(ch, ((y, q), p))| {
+                for (k, u) in deflate.iter().enumerate() {
+                    u.part(n, ch * CHUNK, y.len()).sub_from(uy[k], y);
+                }
+                for ((yi, qi), pi) in y.iter_mut().zip(q).zip(p) {
+                    *yi = (*yi - a_q * qi - b * pi) * inv;
+                }
+            });
+            return (alpha + c, beta);
+        }
+        // Explicitly: z, then c = q.z and z.z, then the normalisation.
         let sums: Vec<(f64, f64)> = y
             .par_chunks_mut(CHUNK)
             .zip(q.par_chunks(CHUNK))
             .zip(q_prev.par_chunks(CHUNK))
-            .map(|((y, q), p)| {
-                let (mut qy, mut yy) = (0.0, 0.0);
-                for ((yi, qi), pi) in y.iter_mut().zip(q).zip(p) {
-                    *yi -= alpha * qi + beta_prev * pi;
-                    qy += qi * *yi;
-                    yy += *yi * *yi;
+            .enumerate()
+            .map(|(ch, ((y, q), p))| {
+                for (k, u) in deflate.iter().enumerate() {
+                    u.part(n, ch * CHUNK, y.len()).sub_from(uy[k], y);
                 }
-                (qy, yy)
+                let (mut qz, mut zz) = (0.0, 0.0);
+                for ((yi, qi), pi) in y.iter_mut().zip(q).zip(p) {
+                    *yi -= alpha * qi + b * pi;
+                    qz += qi * *yi;
+                    zz += *yi * *yi;
+                }
+                (qz, zz)
             })
             .collect();
-        let (c, yy) = sums.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
-        let beta = (yy - c * c).max(0.0).sqrt();
+        let (c, zz) = sums.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+        let beta = (zz - c * c).max(0.0).sqrt();
         if beta > 0.0 {
             y.par_iter_mut().zip(q.par_iter()).with_min_len(CHUNK).for_each(|(yi, qi)| *yi = (*yi - c * qi) / beta);
         }
@@ -449,13 +709,12 @@ pub fn top_two_sparse(g: &Graph, seed: u64) -> TopTwo {
     let mut ptp = |x: &[f64], y: &mut [f64]| p.mul_ptp(x, &mut tmp, y);
     let sq = |v: f64| v.max(0.0).sqrt();
     if doubly_stochastic(g) {
-        let one = vec![1.0 / (n as f64).sqrt(); n];
-        let r = lanczos_top(n, &mut ptp, &[one], seed, false);
+        let r = lanczos_top(n, &mut ptp, &[Unit::Ones], seed, false);
         TopTwo { sigma_1: 1.0, sigma_2: sq(r.value), steps: r.steps, residual: r.residual, converged: r.converged }
     } else {
         let r1 = lanczos_top(n, &mut ptp, &[], seed, true);
         let v1 = r1.vector.clone().expect("asked for the Ritz vector");
-        let r2 = lanczos_top(n, &mut ptp, &[v1], seed.wrapping_add(1), false);
+        let r2 = lanczos_top(n, &mut ptp, &[Unit::Vector(v1)], seed.wrapping_add(1), false);
         TopTwo {
             sigma_1: sq(r1.value),
             sigma_2: sq(r2.value),
@@ -470,6 +729,63 @@ pub fn top_two_sparse(g: &Graph, seed: u64) -> TopTwo {
 pub fn top_two_lanczos(g: &Graph, seed: u64) -> (f64, f64) {
     let t = top_two_sparse(g, seed);
     (t.sigma_1, t.sigma_2)
+}
+
+/// Every edge goes from i - 1 to i (the one-way chain of ASAP Fig. 2(d), or parts of it): P is
+/// lower bidiagonal, so P^T P is tridiagonal and its eigenvalues come from Sturm bisection in
+/// O(nodes) per step, exactly. Lanczos cannot resolve the chain's sigma_2 (1 - O(1/n^2)) at
+/// scale: at 1,048,576 nodes it had not finished after 120 s.
+fn is_bidiagonal(g: &Graph) -> bool {
+    (0..g.nodes()).into_par_iter().all(|i| g.in_neighbours(i).iter().all(|&j| j + 1 == i))
+}
+
+/// The two largest singular values of a lower bidiagonal P (see [`is_bidiagonal`]):
+/// (P^T P)_jj = P_jj^2 + P_{j+1,j}^2 and (P^T P)_{j,j+1} = P_{j+1,j} P_{j+1,j+1}.
+pub fn top_two_bidiagonal(g: &Graph) -> (f64, f64) {
+    let n = g.nodes();
+    let w = in_weights(g);
+    let sub = |j: usize| if j + 1 < n && !g.in_neighbours(j + 1).is_empty() { w[j + 1] } else { 0.0 };
+    let a: Vec<f64> = (0..n).map(|j| w[j] * w[j] + sub(j) * sub(j)).collect();
+    let b: Vec<f64> = (0..n.saturating_sub(1)).map(|j| sub(j) * w[j + 1]).collect();
+    let top = tridiagonal_top(&a, &b);
+    let second = if n > 1 { tridiagonal_second(&a, &b, top) } else { 0.0 };
+    (top.max(0.0).sqrt(), second.max(0.0).sqrt())
+}
+
+/// The report of the complete graph on n nodes without building its n(n - 1) edges: P = J / n,
+/// so sigma_1 = 1, every other singular value and eigenvalue is 0, and one round averages
+/// exactly. `graph gap` and `graph compare` use it above DENSE_LIMIT nodes (a million nodes
+/// would be 10^12 edges).
+pub fn complete_report(n: usize, model_bytes: u64, epsilon: f64) -> GraphReport {
+    let d = n - 1;
+    let edges = n * d;
+    GraphReport {
+        name: "complete".into(),
+        nodes: n,
+        edges,
+        min_in_degree: d,
+        max_in_degree: d,
+        min_out_degree: d,
+        max_out_degree: d,
+        regular: true,
+        regular_in_degree: true,
+        doubly_stochastic: true,
+        strongly_connected: true,
+        diameter: Some(usize::from(n > 1)),
+        diameter_bounds: None,
+        sigma_1: 1.0,
+        sigma_2: 0.0,
+        spectral_gap: 1.0,
+        slem: (n <= 1024).then_some(0.0),
+        mixing_rounds: mixing_rounds(0.0, epsilon),
+        epsilon,
+        bytes_per_round: (model_bytes > 0).then(|| model_bytes * edges as u64),
+        method: "closed-form".into(),
+        iterations: None,
+        residual: None,
+        converged: true,
+        seconds: 0.0,
+    }
 }
 
 /// Phase (in turns, [0, 1)) of the character `t` (digits) at the shift `s` (sparse digits).
@@ -671,17 +987,21 @@ pub fn analyse_with(g: &Graph, model_bytes: u64, method: Method, epsilon: f64) -
     let (min_in, max_in) = (*indeg.iter().min().unwrap(), *indeg.iter().max().unwrap());
     let (min_out, max_out) = (*outdeg.iter().min().unwrap(), *outdeg.iter().max().unwrap());
     let doubly = doubly_stochastic(g);
+    let t_degrees = t0.elapsed().as_secs_f64();
     let (sc, diameter, diameter_bounds) = connectivity(g);
+    let t_connectivity = t0.elapsed().as_secs_f64();
     let chosen = match (method, g.cayley()) {
         (Method::Dense, _) => "dense-svd",
         (Method::Auto, _) if n <= DENSE_LIMIT => "dense-svd",
         (Method::Auto | Method::Fourier, Some(_)) => "fourier",
+        (Method::Auto, None) if is_bidiagonal(g) => "bidiagonal",
         _ => "lanczos",
     };
     let (mut iterations, mut residual, mut converged) = (None, None, true);
     let (s1, s2) = match chosen {
         "dense-svd" => top_two_dense(g),
         "fourier" => top_two_fourier(g.cayley().expect("checked above")),
+        "bidiagonal" => top_two_bidiagonal(g),
         _ => {
             let t = top_two_sparse(g, 1);
             (iterations, residual, converged) = (Some(t.steps), Some(t.residual), t.converged);
@@ -694,6 +1014,11 @@ pub fn analyse_with(g: &Graph, model_bytes: u64, method: Method, epsilon: f64) -
             (t.sigma_1, t.sigma_2)
         }
     };
+    let t_spectrum = t0.elapsed().as_secs_f64();
+    log::debug!(
+        "graph analysis of {} nodes: degrees and stochasticity {t_degrees:.3} s, connectivity and diameter {:.3} s, {chosen} {:.3} s",
+        n, t_connectivity - t_degrees, t_spectrum - t_connectivity
+    );
     let gap = (1.0 - s2).max(0.0);
     let slem = (n <= 1024).then(|| {
         let mut m: Vec<f64> = p_matrix(g).eigvals().expect("LAPACK eigenvalues").iter().map(|c| c.norm()).collect();
@@ -840,10 +1165,57 @@ mod tests {
         let p = SparseP::new(&g);
         let mut tmp = vec![0.0; g.nodes()];
         let mut op = |x: &[f64], y: &mut [f64]| p.mul_ptp(x, &mut tmp, y);
+        // Many more steps from another start, with the ones vector deflated explicitly (the
+        // other code path): the values agree.
         let one = vec![1.0 / (g.nodes() as f64).sqrt(); g.nodes()];
-        // Many more steps from another start: the values agree.
-        let r = lanczos_top(g.nodes(), &mut op, &[one], 99, false);
+        let r = lanczos_top(g.nodes(), &mut op, &[Unit::Vector(one)], 99, false);
         assert!((r.value.sqrt() - t.sigma_2).abs() < 1e-7, "{} vs {}", r.value.sqrt(), t.sigma_2);
+    }
+
+    #[test]
+    fn sparse_products_equal_the_dense_matrix_for_every_row_kernel() {
+        let mut rng = Rng::new(21);
+        // Regular rows of an unrolled degree (3), of the generic fixed-degree loop (20),
+        // irregular rows, and the degree-0 single node.
+        let irregular = Graph::from_edges(300, (0..300).flat_map(|i| [(i, (i + 1) % 300), (i, (i * 7 + 3) % 300), (i, i / 2)]), "irregular");
+        let graphs = [super::super::random_regular(300, 3, 1).unwrap(), super::super::random_regular(300, 20, 2).unwrap(), irregular, Graph::from_edges(1, [], "one")];
+        for g in &graphs {
+            let n = g.nodes();
+            let p = p_matrix(g);
+            let x: Vec<f64> = (0..n).map(|_| rng.normal()).collect();
+            let xa = ndarray::Array1::from(x.clone());
+            let want_px = p.dot(&xa);
+            let want_ptp = p.t().dot(&want_px);
+            let sp = SparseP::new(g);
+            let (mut y, mut tmp) = (vec![0.0; n], vec![0.0; n]);
+            sp.mul(&x, &mut y);
+            assert!(y.iter().zip(&want_px).all(|(a, b)| (a - b).abs() < 1e-12), "{} P x", g.name);
+            sp.mul_ptp(&x, &mut tmp, &mut y);
+            assert!(y.iter().zip(&want_ptp).all(|(a, b)| (a - b).abs() < 1e-12), "{} P^T P x", g.name);
+        }
+    }
+
+    #[test]
+    fn bidiagonal_chains_and_the_closed_form_complete_graph() {
+        // The one-way chain and a chain with a missing link (two pieces), against dense SVD.
+        for n in [2usize, 3, 25, 100, 256] {
+            for g in [generate("chain", n, 1).unwrap(), Graph::from_edges(n, (1..n).filter(|&i| i != n / 2).map(|i| (i - 1, i)), "cut chain")] {
+                assert!(is_bidiagonal(&g));
+                let (a1, a2) = top_two_dense(&g);
+                let (b1, b2) = top_two_bidiagonal(&g);
+                assert!((a1 - b1).abs() < 1e-10 && (a2 - b2).abs() < 1e-10, "{} {n}: dense {a1} {a2} bidiagonal {b1} {b2}", g.name);
+            }
+        }
+        assert!(!is_bidiagonal(&generate("line", 10, 1).unwrap()));
+        // Above DENSE_LIMIT Auto picks it; at a million nodes it takes about a second.
+        let r = analyse(&generate("chain", 1000, 1).unwrap(), 0);
+        assert_eq!(r.method, "bidiagonal");
+        let n = 300;
+        let built = analyse(&generate("complete", n, 1).unwrap(), 8);
+        let closed = complete_report(n, 8, 1e-3);
+        assert_eq!((closed.edges, closed.diameter, closed.mixing_rounds, closed.bytes_per_round), (built.edges, built.diameter, built.mixing_rounds, built.bytes_per_round));
+        assert!((closed.spectral_gap - built.spectral_gap).abs() < 1e-6 && (closed.sigma_1 - built.sigma_1).abs() < 1e-9);
+        assert!(closed.regular && closed.doubly_stochastic && closed.strongly_connected);
     }
 
     #[test]
