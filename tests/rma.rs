@@ -82,7 +82,7 @@ fn expect_ok(n: usize, args: &[&str], runs: usize) -> String {
         o.stdout, o.stderr
     );
     assert!(
-        o.stdout.contains(&format!("window self-test ok (n={n})")),
+        o.stdout.contains(&format!("window and collectives self-tests ok (n={n})")),
         "{}",
         o.stdout
     );

@@ -172,6 +172,39 @@ fn window_selftest(world: &SimpleCommunicator) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks the library's reductions at the edges of their types and `agree` with one failing
+/// rank, against values every rank can predict (MPICH 4.0.2 gets MIN/MAX of unsigned types wrong;
+/// `collectives` must not).
+fn collectives_selftest(world: &SimpleCommunicator) -> Result<(), String> {
+    use asap_train::comm::collectives::{agree, max_u64, min_u64, sum_u64};
+    let n = world.size() as u64;
+    let me = world.rank() as u64;
+    let last = n - 1;
+    // The last rank holds the extreme that decides each result (the only one at n = 1).
+    let edge = |low: u64, high: u64| if me == last { low } else { high };
+    for (got, want, what) in [
+        (min_u64(world, edge(0, u64::MAX)), 0, "min(0, u64::MAX)"),
+        (min_u64(world, edge(5, 1 << 63)), 5, "min(5, 2^63)"),
+        (max_u64(world, edge(u64::MAX, 1)), u64::MAX, "max(u64::MAX, 1)"),
+        (max_u64(world, edge(1 << 63, (1 << 63) - 1)), 1 << 63, "max(2^63, 2^63 - 1)"),
+        (sum_u64(world, me), n * (n - 1) / 2, "sum of ranks"),
+    ] {
+        if got != want {
+            return Err(format!("{what} over {n} ranks gave {got}, expected {want}"));
+        }
+    }
+    // The last rank fails: every rank must get an error, and the others must name that rank.
+    let r = agree(world, if me == last { Err(anyhow::anyhow!("injected failure (expected)")) } else { Ok(()) });
+    match r {
+        Ok(()) => return Err(format!("agree: rank {me} saw no failure though rank {last} failed")),
+        Err(e) if me != last && !e.to_string().contains(&format!("rank {last} ")) => {
+            return Err(format!("agree: rank {me} got {e:#}, expected rank {last} named"))
+        }
+        Err(_) => {}
+    }
+    Ok(())
+}
+
 /// Summary of one (graph, mode) run.
 struct RunReport {
     latency_us: f64,
@@ -322,8 +355,11 @@ fn main() {
     if let Err(msg) = window_selftest(&world) {
         fail(format!("window self-test: {msg}"));
     }
+    if let Err(msg) = collectives_selftest(&world) {
+        fail(format!("collectives self-test: {msg}"));
+    }
     if world.rank() == 0 {
-        println!("rma-check: window self-test ok (n={n})");
+        println!("rma-check: window and collectives self-tests ok (n={n})");
     }
     let graphs = match args.graph {
         GraphKind::All => vec![GraphKind::Ring, GraphKind::Expander, GraphKind::Complete],

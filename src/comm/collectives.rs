@@ -46,25 +46,38 @@ pub fn max_f32(comm: &SimpleCommunicator, v: &mut [f32]) {
     all_reduce(comm, &send, v, SystemOperation::max());
 }
 
-fn scalar_u64(comm: &SimpleCommunicator, x: u64, op: SystemOperation) -> u64 {
-    let mut out = [0u64];
-    all_reduce(comm, &[x], &mut out, op);
-    out[0]
+/// Minimum or maximum of one `u64` over all ranks, reduced as a signed `i64`.
+///
+/// MPI's own MIN/MAX on unsigned types cannot be trusted: Debian's MPICH 4.0.2 compares every
+/// unsigned type as signed (measured here at 2 ranks: MIN(0, u64::MAX) = u64::MAX, and likewise
+/// for MPI_UINT8_T and MPI_UINT32_T; pmodels/mpich#6083, fixed after 4.0.2), and Open MPI
+/// 4.1.2-4.1.4 does the same for MPI_UNSIGNED_LONG (open-mpi/ompi#10276, #10525). `agree` uses
+/// u64::MAX for "no failure", so under MPICH a read error on one rank was reduced away: the
+/// failing rank returned its error while the others went on into the next collective, and the
+/// job hung until --wait-timeout. Flipping the top bit maps u64 order onto i64 order exactly,
+/// and signed MIN/MAX are right in both MPIs.
+fn min_max_u64(comm: &SimpleCommunicator, x: u64, op: SystemOperation) -> u64 {
+    const TOP: u64 = 1 << 63;
+    let mut out = [0i64];
+    all_reduce(comm, &[(x ^ TOP) as i64], &mut out, op);
+    out[0] as u64 ^ TOP
 }
 
 /// Maximum of one `u64` over all ranks.
 pub fn max_u64(comm: &SimpleCommunicator, x: u64) -> u64 {
-    scalar_u64(comm, x, SystemOperation::max())
+    min_max_u64(comm, x, SystemOperation::max())
 }
 
 /// Minimum of one `u64` over all ranks.
 pub fn min_u64(comm: &SimpleCommunicator, x: u64) -> u64 {
-    scalar_u64(comm, x, SystemOperation::min())
+    min_max_u64(comm, x, SystemOperation::min())
 }
 
-/// Sum of one `u64` over all ranks.
+/// Sum of one `u64` over all ranks (wrapping; addition is the same for signed and unsigned).
 pub fn sum_u64(comm: &SimpleCommunicator, x: u64) -> u64 {
-    scalar_u64(comm, x, SystemOperation::sum())
+    let mut out = [0u64];
+    all_reduce(comm, &[x], &mut out, SystemOperation::sum());
+    out[0]
 }
 
 /// Mean and maximum over ranks of each value.

@@ -90,6 +90,8 @@ impl StopVote {
                 (&*send as *const u64).cast(),
                 (&mut *recv as *mut u64).cast(),
                 1,
+                // Flags are 0 or 1: unsigned MAX is right even where MPI compares it as signed
+                // (MPICH 4.0.2; see collectives::max_u64).
                 ffi::RSMPI_UINT64_T,
                 ffi::RSMPI_MAX,
                 self.comm.as_raw(),
