@@ -425,8 +425,16 @@ impl TrainConfig {
             "--sync bosen pushes parts of a clock's update early, which DynSGD's per-version bookkeeping does not define: use --apply consgd (the default for bosen) or plain"
         );
         anyhow::ensure!(
-            self.send_log.is_none() || self.emulate_bandwidth.is_some() || self.sync == SyncKind::Bosen,
-            "--send-log records paced sends: it needs --emulate-bandwidth or --sync bosen"
+            self.bosen.bandwidth_mbps.is_none() || matches!(self.sync, SyncKind::Bosen | SyncKind::Asap),
+            "--bandwidth-mbps is a budget of --sync bosen and --sync asap; to make every mode's link slower use --emulate-bandwidth"
+        );
+        anyhow::ensure!(
+            !self.bosen.fp16 || self.sync == SyncKind::Bosen,
+            "--fp16 applies to --sync bosen (its pushes are updates, whose rounding error stays in the buffer)"
+        );
+        anyhow::ensure!(
+            self.send_log.is_none() || self.emulate_bandwidth.is_some() || self.bosen.bandwidth_mbps.is_some() || self.sync == SyncKind::Bosen,
+            "--send-log records paced sends: it needs --emulate-bandwidth, --bandwidth-mbps or --sync bosen"
         );
         anyhow::ensure!(
             self.model != ModelKind::Mlp || (1..=2).contains(&self.hidden.len()),

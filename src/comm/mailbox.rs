@@ -385,6 +385,80 @@ impl Mailboxes {
         self.notify(j)
     }
 
+    /// Mailboxes for variable-length byte messages of at most `max_body` bytes
+    /// ([`Mailboxes::send_bytes_to`], [`Mailboxes::read_bytes`]): the slot holds
+    /// `[round | length | body ... | round]`, the footer at the slot's fixed end.
+    pub fn for_bytes(
+        comm: &SimpleCommunicator,
+        in_neighbours: &[Vec<usize>],
+        max_body: usize,
+    ) -> MailboxResult<Mailboxes> {
+        Mailboxes::new(comm, in_neighbours, (WORD as usize + max_body).div_ceil(4))
+    }
+
+    /// Largest body [`Mailboxes::send_bytes_to`] takes.
+    pub fn max_body_bytes(&self) -> usize {
+        self.layouts[self.me].slot_stride - 3 * WORD as usize
+    }
+
+    /// The NOTIFY half for a variable-length message to out-neighbour `j`: puts
+    /// `[round | body.len() | body]` at the start of our slot there and `round` as the footer at
+    /// the slot's end, completes both, then notifies. Only the body and three words travel, so a
+    /// short message costs little however large the slot. Call [`Mailboxes::wait_ack`] first.
+    /// Returns the bytes put (notify word included).
+    pub fn send_bytes_to(&mut self, j: usize, round: u64, body: &[u8]) -> MailboxResult<u64> {
+        assert!(
+            body.len() <= self.max_body_bytes(),
+            "message of {} bytes exceeds the slot's {}",
+            body.len(),
+            self.max_body_bytes()
+        );
+        let t = self.out_nb[j];
+        let lay = self.layouts[t];
+        let base = lay.slot(self.slot_at[j]);
+        let target = t as i32;
+        self.stage.clear();
+        self.stage.extend_from_slice(&round.to_ne_bytes());
+        self.stage.extend_from_slice(&(body.len() as u64).to_ne_bytes());
+        self.stage.extend_from_slice(body);
+        let bytes = self.stage.len() as u64 + WORD;
+        self.pace(bytes);
+        self.win.put(target, base, &self.stage)?;
+        self.win
+            .put(target, base + lay.slot_stride - WORD as usize, &[round])?;
+        self.win.flush(target)?;
+        self.sends[j] += 1;
+        self.bytes_sent += bytes;
+        self.notify(j)?;
+        Ok(bytes + WORD)
+    }
+
+    /// Reads the variable-length message in slot `i` (of `in_neighbours()[i]`) into `out` as
+    /// footer, length, body, header, and reports whether it was consistent (`out` is meaningful
+    /// only then).
+    pub fn read_bytes(&mut self, i: usize, out: &mut Vec<u8>) -> MailboxResult<SlotRead> {
+        let lay = self.layouts[self.me];
+        let base = lay.slot(i);
+        self.win.sync()?;
+        let footer = self.win.load_u64(base + lay.slot_stride - WORD as usize);
+        let len = self.win.load_u64(base + WORD as usize) as usize;
+        if len > self.max_body_bytes() {
+            // Only a write in progress can show a length the sender could not have put.
+            return Ok(SlotRead::Torn(self.win.load_u64(base), footer));
+        }
+        out.resize(len, 0);
+        self.win.read_local(base + 2 * WORD as usize, out);
+        let header = self.win.load_u64(base);
+        Ok(if header == 0 && footer == 0 {
+            SlotRead::Empty
+        } else if header == footer {
+            self.bytes_received += 3 * WORD + len as u64;
+            SlotRead::Consistent(header)
+        } else {
+            SlotRead::Torn(header, footer)
+        })
+    }
+
     /// Reads the ack word of out-neighbour `j`, counting newly seen acks as received bytes.
     fn acks(&mut self, j: usize) -> MailboxResult<u64> {
         let off = self.layouts[self.me].ack(j);

@@ -84,6 +84,72 @@ impl Pacer {
     }
 }
 
+/// A token bucket over one rank's outgoing bytes, for senders that choose what to send from what
+/// the budget allows now instead of waiting for it (`--sync asap --bandwidth-mbps`: each round
+/// sends only the rows that fit). Credit accrues at the rate up to `capacity`; a send spends it
+/// and may overdraw it (the protocol's few mandatory bytes), which later sends then repay. Over
+/// any window of T seconds the bytes spent are at most `capacity + rate * T` plus one overdraw.
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    bytes_per_second: f64,
+    capacity: f64,
+    tokens: f64,
+    at: Instant,
+    start: Instant,
+    log: Option<Vec<(f64, u64)>>,
+}
+
+impl TokenBucket {
+    /// A full bucket of `capacity` bytes refilled at `megabits_per_second` (10^6 bits).
+    pub fn new(megabits_per_second: f64, capacity: u64) -> Self {
+        assert!(megabits_per_second > 0.0 && megabits_per_second.is_finite(), "rate must be positive");
+        let now = Instant::now();
+        TokenBucket {
+            bytes_per_second: megabits_per_second * 1e6 / 8.0,
+            capacity: capacity as f64,
+            tokens: capacity as f64,
+            at: now,
+            start: now,
+            log: None,
+        }
+    }
+
+    /// Keeps a log of every spend (see [`TokenBucket::log`]).
+    pub fn record(mut self) -> Self {
+        self.log = Some(Vec::new());
+        self
+    }
+
+    /// The rate in bytes per second.
+    pub fn bytes_per_second(&self) -> f64 {
+        self.bytes_per_second
+    }
+
+    /// Bytes that may be sent at `now` (0 while an overdraw is being repaid).
+    pub fn available_at(&mut self, now: Instant) -> u64 {
+        if now > self.at {
+            let earned = (now - self.at).as_secs_f64() * self.bytes_per_second;
+            self.tokens = (self.tokens + earned).min(self.capacity);
+            self.at = now;
+        }
+        self.tokens.max(0.0) as u64
+    }
+
+    /// Spends `bytes` sent at `now` (possibly more than available: an overdraw).
+    pub fn spend_at(&mut self, bytes: u64, now: Instant) {
+        self.available_at(now);
+        self.tokens -= bytes as f64;
+        if let Some(log) = &mut self.log {
+            log.push(((now - self.start).as_secs_f64(), bytes));
+        }
+    }
+
+    /// The spends so far: (seconds since the bucket was made, bytes).
+    pub fn log(&self) -> &[(f64, u64)] {
+        self.log.as_deref().unwrap_or(&[])
+    }
+}
+
 /// Sleeps until `t` (no-op when it has passed); returns the time slept.
 pub fn sleep_until(t: Instant) -> Duration {
     let now = Instant::now();
@@ -134,6 +200,40 @@ mod tests {
         let (s3, _) = p.reserve_at(10, later);
         assert_eq!(s3, later);
         assert_eq!(p.log().len(), 3);
+    }
+
+    #[test]
+    fn the_token_bucket_earns_at_its_rate_up_to_its_capacity_and_repays_overdraws() {
+        // 8 Mbit/s = 1e6 bytes/s, capacity 5000 bytes.
+        let mut b = TokenBucket::new(8.0, 5000).record();
+        let t0 = b.at;
+        assert_eq!(b.available_at(t0), 5000);
+        b.spend_at(4000, t0);
+        assert_eq!(b.available_at(t0), 1000);
+        // 2 ms earn 2000 bytes.
+        assert_eq!(b.available_at(t0 + Duration::from_millis(2)), 3000);
+        // Never more than the capacity, however long idle.
+        assert_eq!(b.available_at(t0 + Duration::from_secs(10)), 5000);
+        // An overdraw leaves nothing until repaid: 5000 + 1000 spent, 1 ms earns the 1000 back.
+        let t1 = t0 + Duration::from_secs(10);
+        b.spend_at(6000, t1);
+        assert_eq!(b.available_at(t1), 0);
+        assert_eq!(b.available_at(t1 + Duration::from_micros(500)), 0);
+        assert_eq!(b.available_at(t1 + Duration::from_millis(3)), 2000);
+        assert_eq!(b.log().len(), 2);
+        // Spending everything available as fast as possible stays within rate * T + capacity.
+        let mut b = TokenBucket::new(8.0, 5000).record();
+        let t0 = b.at;
+        for i in 0..20_000u32 {
+            let now = t0 + Duration::from_micros(100) * i;
+            let a = b.available_at(now);
+            if a > 0 {
+                b.spend_at(a, now);
+            }
+        }
+        let peak = peak_rate(b.log(), 1.0);
+        assert!(peak <= 1e6 + 5000.0 + 1.0, "{peak}");
+        assert!(peak >= 1e6 - 1000.0, "{peak}");
     }
 
     #[test]

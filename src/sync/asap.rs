@@ -9,14 +9,20 @@
 //! - `none`: fully asynchronous: put, reduce whatever intact buffers are there, never block.
 //!
 //! The per-reduce count of consistent inputs is kept as a histogram (ASAP Fig. 8).
+//!
+//! With `--bandwidth-mbps` (NOTIFY-ACK only) each message carries only the rows that fit the
+//! rank's budget, most significant first, and the rest stays in per-edge residuals: see
+//! [`super::edge_budget`].
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-use super::{average_replicas, Aggregate, CommStats, ModeMetric, SyncContext, SyncMode};
-use crate::comm::mailbox::{Mailboxes, SlotRead};
+use super::edge_budget::{EdgeBudget, EdgeBudgetOptions};
+use super::{average_replicas, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
+use crate::comm::mailbox::{Mailboxes, SlotRead, WORD};
+use crate::comm::pace::TokenBucket;
 
 /// Options of `--sync asap`.
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -87,12 +93,33 @@ pub struct StochasticReduce {
     last_round: u64,
     acc: Vec<f32>,
     incoming: Vec<f32>,
+    /// `--bandwidth-mbps`: the budget and the per-edge state it needs.
+    budget: Option<Budgeted>,
 }
+
+/// A budgeted asap's bucket, edge state and message buffer.
+struct Budgeted {
+    bucket: TokenBucket,
+    edges: EdgeBudget,
+    body: Vec<u8>,
+}
+
+/// Share of a second's budget the bucket may hold: over any 1 s window a rank then sends at most
+/// 4 % above its budget (plus the few protocol bytes of one overdraw), inside the 5 % the budget
+/// test allows. At least one row must fit, or the largest row could never go out.
+const BUCKET_SECONDS: f64 = 0.04;
 
 impl StochasticReduce {
     /// Builds the mode from the run's options: the graph (its spectral gap computed and logged),
     /// then the mailboxes. Returns the graph report for the metrics' start line too.
-    pub fn build(ctx: &SyncContext, opts: &AsapOptions) -> anyhow::Result<(Self, serde_json::Value)> {
+    /// With `budget`, every rank's edges spend at most that bandwidth (`init`: the model every
+    /// rank starts from, which the per-edge mirrors start at).
+    pub fn build(
+        ctx: &SyncContext,
+        opts: &AsapOptions,
+        init: &[f32],
+        budget: Option<EdgeBudgetOptions>,
+    ) -> anyhow::Result<(Self, serde_json::Value)> {
         let n = ctx.comm.size() as usize;
         let (graph, report) = crate::graph::graph_for_training(&opts.graph, n, ctx.seed)?;
         let cfg = AsapConfig {
@@ -101,8 +128,29 @@ impl StochasticReduce {
             wait_timeout: ctx.wait_timeout,
             stop_sending_after: ctx.stop_sending_after,
         };
-        let info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "report": report});
-        let mut mode = StochasticReduce::new(ctx.comm, cfg, ctx.n_params())?;
+        let mut info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "report": report});
+        let mut mode = match budget {
+            None => StochasticReduce::new(ctx.comm, cfg, ctx.n_params())?,
+            Some(b) => {
+                if opts.notify != NotifyMode::NotifyAck {
+                    bail!(
+                        "--bandwidth-mbps on --sync asap needs --notify notify-ack: a budgeted edge \
+                         sends each row once, and barrier/none can overwrite a message before it is read"
+                    );
+                }
+                let mail = Mailboxes::for_bytes(ctx.comm, &cfg.in_neighbours, EdgeBudget::max_body_bytes(&ctx.layout))
+                    .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
+                let (d_out, d_in) = (mail.out_neighbours().len(), mail.in_neighbours().len());
+                let edges = EdgeBudget::new(ctx.layout.clone(), init, d_out, d_in, &b, ctx.seed ^ ctx.comm.rank() as u64);
+                let rate = b.mbps * 1e6 / 8.0;
+                let capacity = ((rate * BUCKET_SECONDS) as u64).max(edges.largest_row_message());
+                let bucket = TokenBucket::new(b.mbps, capacity);
+                let bucket = if ctx.record_sends { bucket.record() } else { bucket };
+                info["budget"] = serde_json::json!({"mbps": b.mbps, "queue_size": b.queue_size,
+                    "priority": b.priority, "bucket_bytes": capacity});
+                StochasticReduce::with_mailboxes(ctx.comm, cfg, ctx.n_params(), mail, Some(Budgeted { bucket, edges, body: Vec::new() }))?
+            }
+        };
         mode.mail.set_pacer(ctx.pacer(None));
         Ok((mode, info))
     }
@@ -110,11 +158,21 @@ impl StochasticReduce {
     /// Collectively sets up the mailboxes for `cfg.in_neighbours` over `comm` for a model of
     /// `n_params` f32s.
     pub fn new(comm: &SimpleCommunicator, cfg: AsapConfig, n_params: usize) -> anyhow::Result<Self> {
+        let mail = Mailboxes::new(comm, &cfg.in_neighbours, n_params)
+            .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
+        StochasticReduce::with_mailboxes(comm, cfg, n_params, mail, None)
+    }
+
+    fn with_mailboxes(
+        comm: &SimpleCommunicator,
+        cfg: AsapConfig,
+        n_params: usize,
+        mail: Mailboxes,
+        budget: Option<Budgeted>,
+    ) -> anyhow::Result<Self> {
         if cfg.wait_timeout.is_zero() {
             bail!("--wait-timeout must be positive");
         }
-        let mail = Mailboxes::new(comm, &cfg.in_neighbours, n_params)
-            .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
         let in_degree = mail.in_neighbours().len();
         Ok(StochasticReduce {
             comm: comm.duplicate(),
@@ -130,6 +188,7 @@ impl StochasticReduce {
             incoming: vec![0.0; n_params],
             mail,
             cfg,
+            budget,
         })
     }
 
@@ -255,6 +314,91 @@ impl StochasticReduce {
         Ok(())
     }
 
+    /// NOTIFY-ACK with a budget: each out-edge gets an equal share of what the bucket holds when
+    /// its turn comes, and its message carries the rows that fit; the reduce uses every
+    /// in-neighbour's cached model, fresh rows and old ones.
+    fn sync_budgeted(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        let timeout = self.cfg.wait_timeout;
+        let b = self.budget.as_mut().expect("called with a budget");
+        if !matches!(self.cfg.stop_sending_after, Some((r, last)) if r == self.rank && round > last) {
+            let d_out = self.mail.out_neighbours().len();
+            for j in 0..d_out {
+                let t = Instant::now();
+                self.mail.wait_ack(j, round, timeout)?;
+                let t2 = Instant::now();
+                self.stats.wait_seconds += (t2 - t).as_secs_f64();
+                let share = b.bucket.available_at(t2) / (d_out - j) as u64;
+                b.edges.compose(j, round, params, share, &mut b.body);
+                let bytes = self.mail.send_bytes_to(j, round, &b.body)?;
+                b.bucket.spend_at(bytes, Instant::now());
+                self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+            }
+        }
+        let t = Instant::now();
+        if let Some(p) = self.mail.pacer() {
+            std::thread::sleep(p.latency());
+        }
+        self.mail.wait_notifications(round, timeout)?;
+        let t2 = Instant::now();
+        self.stats.wait_seconds += (t2 - t).as_secs_f64();
+        let d = self.mail.in_neighbours().len();
+        for i in 0..d {
+            let read = self.mail.read_bytes(i, &mut b.body)?;
+            if read != SlotRead::Consistent(round) {
+                self.torn += 1;
+                bail!(
+                    "rank {}: round {round}: the message from rank {} was inconsistent after its \
+                     NOTIFY ({read:?}); NOTIFY-ACK must never see this (try another osc component, \
+                     e.g. OMPI_MCA_osc=ucx)",
+                    self.rank,
+                    self.mail.in_neighbours()[i]
+                );
+            }
+            b.edges.absorb(i, round, &b.body).with_context(|| {
+                format!("rank {}: round {round}: message from rank {}", self.rank, self.mail.in_neighbours()[i])
+            })?;
+            self.last_used[i] = round;
+        }
+        self.acc.copy_from_slice(params);
+        b.edges.add_caches(&mut self.acc, round);
+        let denom = (1 + d) as f32;
+        for (p, a) in params.iter_mut().zip(&self.acc) {
+            *p = *a / denom;
+        }
+        self.histogram[d] += 1;
+        for i in 0..d {
+            self.mail.ack(i)?;
+            b.bucket.spend_at(WORD, Instant::now());
+        }
+        if let Some(p) = self.mail.pacer() {
+            std::thread::sleep(p.latency());
+        }
+        self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// One more NOTIFY-ACK round after training, outside the budget and the byte counts: each
+    /// rank sends every out-neighbour its mirror, and each receiver counts the rows in which its
+    /// cache differs (`edge_mismatched_rows`, 0 unless the protocol lost an update).
+    fn check_mirrors(&mut self) -> anyhow::Result<()> {
+        let timeout = self.cfg.wait_timeout;
+        let round = self.last_round + 1;
+        let b = self.budget.as_mut().expect("called with a budget");
+        for j in 0..self.mail.out_neighbours().len() {
+            self.mail.wait_ack(j, round, timeout)?;
+            b.edges.mirror_message(j, &mut b.body);
+            self.mail.send_bytes_to(j, round, &b.body)?;
+        }
+        self.mail.wait_notifications(round, timeout)?;
+        for i in 0..self.mail.in_neighbours().len() {
+            let read = self.mail.read_bytes(i, &mut b.body)?;
+            anyhow::ensure!(read == SlotRead::Consistent(round), "rank {}: the mirror check message from rank {} was {read:?}", self.rank, self.mail.in_neighbours()[i]);
+            b.edges.mismatched += b.edges.mismatched_rows(i, &b.body)?;
+            self.mail.ack(i)?;
+        }
+        Ok(())
+    }
+
     fn sync_barrier(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
         let t = Instant::now();
         if self.sending(round) {
@@ -337,6 +481,7 @@ impl SyncMode for StochasticReduce {
         }
         let (sent0, recv0) = (self.mail.bytes_sent(), self.mail.bytes_received());
         match self.cfg.notify {
+            _ if self.budget.is_some() => self.sync_budgeted(params, round)?,
             NotifyMode::NotifyAck => self.sync_notify_ack(params, round)?,
             NotifyMode::Barrier => self.sync_barrier(params, round)?,
             NotifyMode::None => self.sync_none(params, round)?,
@@ -355,6 +500,9 @@ impl SyncMode for StochasticReduce {
                 params.len(),
                 self.n_params
             );
+        }
+        if self.budget.is_some() {
+            self.check_mirrors()?;
         }
         let t = Instant::now();
         // Drain: under NOTIFY-ACK every message must be consumed before the window goes away.
@@ -375,16 +523,50 @@ impl SyncMode for StochasticReduce {
     }
 
     fn send_log(&self) -> Vec<(f64, u64)> {
-        self.mail.pacer().map_or(Vec::new(), |p| p.log().to_vec())
+        match &self.budget {
+            // Everything this rank puts goes through the bucket (messages, NOTIFY and ACK words).
+            Some(b) => b.bucket.log().to_vec(),
+            None => self.mail.pacer().map_or(Vec::new(), |p| p.log().to_vec()),
+        }
+    }
+
+    fn save_state(&self) -> ModeState {
+        self.budget.as_ref().map_or(Vec::new(), |b| b.edges.save_state())
+    }
+
+    fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
+        match &mut self.budget {
+            Some(b) => b.edges.restore_state(state),
+            None => {
+                anyhow::ensure!(
+                    state.is_empty(),
+                    "the checkpoint holds per-edge state of a budgeted asap run: resume with its --bandwidth-mbps"
+                );
+                Ok(())
+            }
+        }
     }
 
     fn metrics(&self) -> Vec<ModeMetric> {
-        vec![
+        let mut m = vec![
             ModeMetric::array("consistency_histogram", Aggregate::Sum, self.histogram.iter().map(|&c| c as f64)),
             ModeMetric::number("torn", Aggregate::Sum, self.torn as f64),
             ModeMetric::number("stale", Aggregate::Sum, self.stale as f64),
             ModeMetric::number("in_degree", Aggregate::Max, self.mail.in_neighbours().len() as f64),
-        ]
+        ];
+        if let Some(b) = &self.budget {
+            let e = &b.edges;
+            let (sent, held) = e.rows_sent_and_held();
+            m.extend([
+                ModeMetric::array("row_pushes", Aggregate::Sum, e.row_sends().iter().map(|&c| c as f64)),
+                ModeMetric::array("row_consistency_histogram", Aggregate::Sum, e.row_consistency().iter().map(|&c| c as f64)),
+                ModeMetric::array("row_age_histogram", Aggregate::Sum, e.age_histogram().iter().map(|&c| c as f64)),
+                ModeMetric::number("rows_sent", Aggregate::Sum, sent as f64),
+                ModeMetric::number("rows_held", Aggregate::Sum, held as f64),
+                ModeMetric::number("edge_mismatched_rows", Aggregate::Sum, e.mismatched as f64),
+            ]);
+        }
+        m
     }
 }
 

@@ -52,13 +52,18 @@ pub struct RunIdentity {
 
 impl RunIdentity {
     pub fn new(cfg: &crate::config::TrainConfig, ranks: usize) -> Self {
-        let c = serde_json::json!({
+        let mut c = serde_json::json!({
             "data": cfg.data, "test_data": cfg.test_data, "format": cfg.format, "test_fraction": cfg.test_fraction,
             "scale": cfg.scale, "model": cfg.model, "hidden": cfg.hidden, "factors": cfg.factors, "classes": cfg.classes,
             "features": cfg.features, "lambda": cfg.lambda, "batch_size": cfg.batch_size, "lr": cfg.lr,
             "lr_schedule": cfg.lr_schedule, "lr_decay": cfg.lr_decay, "seed": cfg.seed, "sync": cfg.sync,
             "sync_every": cfg.sync_every, "asap": cfg.asap, "ssp": cfg.ssp, "straggler": cfg.straggler,
         });
+        // The budget steers bosen's and a budgeted asap's trajectory (added only there, so the
+        // other modes' identities stay what they were).
+        if cfg.sync == crate::config::SyncKind::Bosen || cfg.bosen.bandwidth_mbps.is_some() {
+            c["bosen"] = serde_json::json!(cfg.bosen);
+        }
         let config_id = format!("{:016x}", fnv1a(c.to_string().as_bytes()));
         let run_id = format!("{:016x}", fnv1a(format!("{config_id}/{ranks}").as_bytes()));
         RunIdentity { config_id, run_id }

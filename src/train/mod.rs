@@ -46,7 +46,12 @@ fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Res
         SyncKind::Allreduce => (Box::new(crate::sync::allreduce::ModelAverage::new(ctx)), json!(null)),
         SyncKind::None => (Box::new(crate::sync::independent::Independent::new(ctx)), json!(null)),
         SyncKind::Asap => {
-            let (mode, info) = crate::sync::asap::StochasticReduce::build(ctx, &cfg.asap)?;
+            let budget = cfg.bosen.bandwidth_mbps.map(|mbps| crate::sync::edge_budget::EdgeBudgetOptions {
+                mbps,
+                queue_size: cfg.bosen.queue_size,
+                priority: cfg.bosen.priority,
+            });
+            let (mode, info) = crate::sync::asap::StochasticReduce::build(ctx, &cfg.asap, init, budget)?;
             (Box::new(mode), info)
         }
         SyncKind::Ssp | SyncKind::Bosen => {
