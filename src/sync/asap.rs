@@ -146,8 +146,7 @@ impl StochasticReduce {
                 let capacity = ((rate * BUCKET_SECONDS) as u64).max(edges.largest_row_message());
                 let bucket = TokenBucket::new(b.mbps, capacity);
                 let bucket = if ctx.record_sends { bucket.record() } else { bucket };
-                info["budget"] = serde_json::json!({"mbps": b.mbps, "queue_size": b.queue_size,
-                    "priority": b.priority, "bucket_bytes": capacity});
+                info["budget"] = serde_json::json!({"mbps": b.mbps, "priority": b.priority, "bucket_bytes": capacity});
                 StochasticReduce::with_mailboxes(ctx.comm, cfg, ctx.n_params(), mail, Some(Budgeted { bucket, edges, body: Vec::new() }))?
             }
         };

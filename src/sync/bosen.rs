@@ -31,7 +31,7 @@ pub enum Priority {
 /// Options of `--sync bosen` (its SSP options are `--staleness` and `--apply`).
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
-#[command(next_help_heading = "Bosen managed communication (--sync bosen; --bandwidth-mbps, --queue-size, --priority also budget --sync asap)")]
+#[command(next_help_heading = "Bosen managed communication (--sync bosen; --bandwidth-mbps and --priority also budget --sync asap)")]
 pub struct BosenOptions {
     /// Per-rank bandwidth budget in Mbit/s (10^6 bits) for everything the rank sends. bosen:
     /// client and server together; spare budget between clocks sends the most significant
@@ -40,8 +40,9 @@ pub struct BosenOptions {
     /// edge residuals keep the rest for later; needs --notify notify-ack) [default: no budget].
     #[arg(long, value_name = "MBPS")]
     pub bandwidth_mbps: Option<f64>,
-    /// Most rows in one message (caps the burst of a send; bosen's end-of-clock pushes are split
-    /// into messages of at most this many rows too). Bosen's Table 3 uses 100-5000.
+    /// Most rows in one bosen message (caps the burst of a send; end-of-clock pushes are split
+    /// into messages of at most this many rows too). Bosen's Table 3 uses 100-5000. (asap's
+    /// one message per edge and round takes every row that fits the budget.)
     #[arg(long, value_name = "ROWS", default_value_t = 100)]
     pub queue_size: usize,
     /// Which buffered rows go first: random, round-robin, absolute (|delta|) or relative

@@ -27,11 +27,13 @@ use super::bosen::{pick, Picker, Priority};
 use super::ModeState;
 use crate::model::RowLayout;
 
-/// Options of the budget (from `--bandwidth-mbps`, `--queue-size`, `--priority`).
+/// Options of the budget (from `--bandwidth-mbps` and `--priority`). No row cap: bosen's
+/// `--queue-size` caps one of many messages per clock, while an edge carries one message per
+/// round, so a cap would bound the rows per round whatever the budget (at 100 rows, MF's 2,625
+/// rows reached a neighbour once every 26 rounds and the run missed its target).
 #[derive(Clone, Debug, PartialEq)]
 pub struct EdgeBudgetOptions {
     pub mbps: f64,
-    pub queue_size: usize,
     pub priority: Priority,
 }
 
@@ -45,7 +47,6 @@ pub const AGE_BINS: usize = 17;
 /// Per-edge mirrors and per-neighbour caches of one rank.
 pub struct EdgeBudget {
     layout: RowLayout,
-    queue_size: usize,
     /// Per out-edge: that receiver's copy of our model, as far as our messages told it.
     mirror: Vec<Vec<f32>>,
     /// Per out-edge, per row: the round the row last went out (0: never).
@@ -74,7 +75,6 @@ impl EdgeBudget {
     pub fn new(layout: RowLayout, init: &[f32], out_degree: usize, in_degree: usize, opts: &EdgeBudgetOptions, seed: u64) -> Self {
         let rows = layout.rows();
         EdgeBudget {
-            queue_size: opts.queue_size,
             mirror: vec![init.to_vec(); out_degree],
             sent_at: vec![vec![0; rows]; out_degree],
             pickers: (0..out_degree).map(|j| Picker::new(opts.priority, seed ^ (0x9e37_79b9 + j as u64))).collect(),
@@ -122,7 +122,7 @@ impl EdgeBudget {
                 })
             })
             .collect();
-        let order = pick(&mut self.pickers[j], &candidates, self.queue_size.min(candidates.len()), self.layout.rows());
+        let order = pick(&mut self.pickers[j], &candidates, candidates.len(), self.layout.rows());
         let mut budget = allowance.saturating_sub(MESSAGE_OVERHEAD);
         let mut chosen = Vec::new();
         for &r in &order {
@@ -287,7 +287,7 @@ mod tests {
     use super::*;
 
     fn opts(priority: Priority) -> EdgeBudgetOptions {
-        EdgeBudgetOptions { mbps: 1.0, queue_size: 100, priority }
+        EdgeBudgetOptions { mbps: 1.0, priority }
     }
 
     /// 4 rows of 3 parameters, one out-edge and one in-neighbour.

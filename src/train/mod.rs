@@ -48,7 +48,6 @@ fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Res
         SyncKind::Asap => {
             let budget = cfg.bosen.bandwidth_mbps.map(|mbps| crate::sync::edge_budget::EdgeBudgetOptions {
                 mbps,
-                queue_size: cfg.bosen.queue_size,
                 priority: cfg.bosen.priority,
             });
             let (mode, info) = crate::sync::asap::StochasticReduce::build(ctx, &cfg.asap, init, budget)?;
