@@ -24,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHAT=${1:-mlr}
-BIN=target/release/asap-train
+BIN=${BIN:-target/release/asap-train}
 out=runs/bosen-$WHAT
 rm -rf "$out"; mkdir -p "$out"
 rows=()

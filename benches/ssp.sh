@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHAT=${1:-stragglers}
-BIN=target/release/asap-train
+BIN=${BIN:-target/release/asap-train}
 out=runs/ssp-$WHAT
 rm -rf "$out"; mkdir -p "$out"
 rows=()

@@ -218,6 +218,27 @@ struct RunReport {
     bytes_sent: u64,
 }
 
+/// The transport's own speed, measured in the same run as the reduces: every rank puts `len`
+/// f32s into the next rank's window and flushes, `rounds` times (after one warm-up); returns the
+/// slowest rank's mean microseconds per put + flush.
+fn raw_put_flush_us(world: &SimpleCommunicator, len: usize, rounds: u64) -> anyhow::Result<f64> {
+    let n = world.size();
+    let win = Window::allocate(world, 4 * len.max(1))?;
+    let data = vec![1f32; len];
+    let next = (world.rank() + 1) % n;
+    win.put(next, 0, &data)?;
+    win.flush(next)?;
+    world.barrier();
+    let start = Instant::now();
+    for _ in 0..rounds.max(1) {
+        win.put(next, 0, &data)?;
+        win.flush(next)?;
+    }
+    let us = start.elapsed().as_secs_f64() / rounds.max(1) as f64 * 1e6;
+    world.barrier();
+    Ok(all_max(world, us))
+}
+
 fn all_max(world: &SimpleCommunicator, x: f64) -> f64 {
     let mut out = 0f64;
     world.all_reduce_into(&x, &mut out, SystemOperation::max());
@@ -371,17 +392,29 @@ fn main() {
         ModeChoice::Barrier => vec![NotifyMode::Barrier],
         ModeChoice::None => vec![NotifyMode::None],
     };
+    let raw_us = match raw_put_flush_us(&world, args.len, args.rounds) {
+        Ok(us) => us,
+        Err(e) => abort_job(&format!("rma-check: raw put baseline: {e:#}"), 3),
+    };
+    if world.rank() == 0 && n > 1 {
+        println!(
+            "rma-check: raw put+flush of len={} to the next rank: {raw_us:.1} us ({:.0} MB/s)",
+            args.len,
+            4.0 * args.len as f64 / raw_us
+        );
+    }
     for &g in &graphs {
         for &m in &modes {
             match run(&world, g, m, &args) {
                 Ok(r) if world.rank() == 0 => println!(
                     "rma-check: ok graph={g:?} n={n} notify={m:?} rounds={} len={} \
-                     round_latency_us={:.1} consistency_histogram={:?} torn={} stale={} \
+                     round_latency_us={:.1} payload_vs_raw_put={:.2} consistency_histogram={:?} torn={} stale={} \
                      distance_before_finish={:.3e} final={} max_comm_s={:.4} max_wait_s={:.4} \
                      max_bytes_sent={}",
                     args.rounds,
                     args.len,
                     r.latency_us,
+                    raw_us / r.latency_us,
                     r.histogram,
                     r.torn,
                     r.stale,

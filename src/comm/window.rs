@@ -459,6 +459,25 @@ impl Window {
     }
 }
 
+impl Window {
+    /// Lends `len` elements of the local window at `offset` to `f` as a plain slice (bulk,
+    /// vectorisable reads instead of [`Window::read_local`]'s volatile element copies). Only for
+    /// memory that no rank writes while `f` runs, which the caller's protocol must guarantee
+    /// (NOTIFY-ACK: a slot between its NOTIFY and our ACK); panics if out of bounds or misaligned.
+    pub fn quiescent_local<T: RmaElement, R>(&self, offset: usize, len: usize, f: impl FnOnce(&[T]) -> R) -> R {
+        let size = std::mem::size_of::<T>();
+        self.check_local(offset, len * size, size);
+        // Remote writes completed before the caller's MPI_Win_sync are visible from here on.
+        std::sync::atomic::fence(Ordering::Acquire);
+        // SAFETY: in bounds and aligned (checked above); every bit pattern is a valid T (sealed
+        // RmaElement); the window memory outlives this call, and by the caller's protocol no
+        // remote put targets this range while the shared slice exists, so nothing mutates
+        // memory behind the reference.
+        let slice = unsafe { std::slice::from_raw_parts(self.base.add(offset) as *const T, len) };
+        f(slice)
+    }
+}
+
 impl Drop for Window {
     fn drop(&mut self) {
         // Freeing after MPI_Finalize is undefined; the OS reclaims the memory then anyway.

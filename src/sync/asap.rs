@@ -287,7 +287,8 @@ impl StochasticReduce {
         self.acc.copy_from_slice(params);
         let d = self.mail.in_neighbours().len();
         for i in 0..d {
-            let read = self.mail.read_slot(i, &mut self.incoming)?;
+            // Summed straight from the window: between NOTIFY and ACK nobody writes the slot.
+            let read = self.mail.add_notified_slot(i, round, &mut self.acc)?;
             if read != SlotRead::Consistent(round) {
                 self.torn += 1;
                 bail!(
@@ -298,9 +299,6 @@ impl StochasticReduce {
                     self.rank,
                     self.mail.in_neighbours()[i]
                 );
-            }
-            for (a, x) in self.acc.iter_mut().zip(&self.incoming) {
-                *a += *x;
             }
             self.last_used[i] = round;
         }
