@@ -428,6 +428,21 @@ impl TrainConfig {
             self.bosen.bandwidth_mbps.is_none() || matches!(self.sync, SyncKind::Bosen | SyncKind::Asap),
             "--bandwidth-mbps is a budget of --sync bosen and --sync asap; to make every mode's link slower use --emulate-bandwidth"
         );
+        if let Some(s) = self.ssp.staleness {
+            anyhow::ensure!(
+                matches!(self.sync, SyncKind::Ssp | SyncKind::Bosen | SyncKind::Asap),
+                "--staleness applies to --sync ssp, bosen and asap (for --sync async use --barrier ssp:S)"
+            );
+            anyhow::ensure!(
+                self.sync != SyncKind::Asap || s == 0 || self.asap.notify == crate::sync::asap::NotifyMode::NotifyAck,
+                "--staleness on --sync asap bounds NOTIFY-ACK: it needs --notify notify-ack"
+            );
+            anyhow::ensure!(
+                self.sync != SyncKind::Asap || s == 0 || self.bosen.bandwidth_mbps.is_none(),
+                "--staleness and --bandwidth-mbps cannot be combined on --sync asap: a budgeted edge must deliver every message, while bounded staleness skips older ones"
+            );
+            anyhow::ensure!(s <= 1000, "--staleness {s} is too large (at most 1000: each step of it costs a model-sized slot per edge under asap)");
+        }
         anyhow::ensure!(
             !self.bosen.fp16 || self.sync == SyncKind::Bosen,
             "--fp16 applies to --sync bosen (its pushes are updates, whose rounding error stays in the buffer)"
@@ -526,13 +541,13 @@ mod tests {
         let flags = Cmd::from_arg_matches(&m).unwrap().c;
         let c = TrainConfig::merge(Some(&t), flags, Some(&m)).unwrap();
         assert_eq!(c.epochs, 10, "a flag equal to the default still beats the file");
-        assert_eq!((c.batch_size, c.factors, c.ssp.staleness), (64, 7, 5));
+        assert_eq!((c.batch_size, c.factors, c.ssp.staleness), (64, 7, Some(5)));
         assert_eq!(c.asap.graph, "exponential");
         std::fs::write(&t, "epochs = 3\nlr = \"fast\"\n").unwrap();
         let e = TrainConfig::from_file(&t).unwrap_err().to_string();
         assert!(e.contains("c.toml:2:1") && e.contains("lr"), "{e}");
         // Defaults come from the flags' declarations.
-        assert_eq!(TrainConfig::default().ssp.staleness, 3);
+        assert_eq!(TrainConfig::default().ssp.ssp_staleness(), 3);
         assert_eq!(TrainConfig::default().batch_size, 32);
     }
 }

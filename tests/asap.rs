@@ -1,6 +1,6 @@
 //! `--sync asap` end to end under real mpirun: convergence with NOTIFY-ACK (every reduce
-//! consistent), the barrier and fully asynchronous variants, graph refusal, and the timeout when a
-//! rank stops sending.
+//! consistent), bounded-staleness NOTIFY-ACK, the barrier and fully asynchronous variants, graph
+//! refusal, and the timeout when a rank stops sending.
 
 mod common;
 use common::*;
@@ -106,4 +106,35 @@ fn shipped_graph_files_have_the_gap_they_claim_and_train() {
         // Out-degree 2 everywhere, so in-degree 2: all 20 reduces on every rank used both inputs.
         assert_eq!(hist.last().copied(), Some(20.0 * n as f64), "{n} ranks: histogram {hist:?}");
     }
+}
+
+/// `--staleness 2` with a straggler: every reduce still uses every in-neighbour's consistent
+/// message (0 torn), the recorded ages cover every message reduced and stay within 2, some are
+/// stale (the straggler's receivers go on without waiting), and the model trains.
+#[test]
+fn bounded_staleness_notify_ack_trains_and_records_the_ages_used() {
+    let dir = scratch("asap-stale");
+    let m = dir.join("m.jsonl");
+    asap(4, &["--graph", "ring", "--staleness", "2", "--straggler", "0:3"], &m).expect_ok();
+    let sm = summary(&m);
+    let sync = &sm["sync_metrics"];
+    let rounds = sm["rounds"].as_f64().unwrap();
+    assert_eq!(sync["torn"].as_f64(), Some(0.0), "{sync}");
+    let hist: Vec<f64> = sync["consistency_histogram"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(hist, [0.0, 4.0 * rounds], "{sync}");
+    let ages: Vec<f64> = sync["staleness_histogram"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(ages.len(), 3, "ages 0..=2: {sync}");
+    assert_eq!(ages.iter().sum::<f64>(), 4.0 * rounds, "one age per message reduced: {sync}");
+    assert!(ages[1] + ages[2] > 0.0, "a 3x straggler's receiver should reduce older messages: {sync}");
+    assert!(sm["final_metric"].as_f64().unwrap() > 0.7, "{sm}");
+}
+
+#[test]
+fn staleness_misuse_is_refused_with_the_fix() {
+    let dir = scratch("asap-stale-misuse");
+    let m = dir.join("m.jsonl");
+    asap(2, &["--staleness", "2", "--notify", "barrier"], &m).expect_failure(&["needs --notify notify-ack"]);
+    asap(2, &["--staleness", "2", "--bandwidth-mbps", "10"], &m).expect_failure(&["cannot be combined"]);
+    let data = t10k();
+    mpirun(2, &["train", "--data", &data, "--sync", "allreduce", "--staleness", "1"], 60).expect_failure(&["--staleness applies to"]);
 }

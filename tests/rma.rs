@@ -182,3 +182,24 @@ fn a_rank_that_stops_sending_makes_its_receivers_time_out() {
         o.stdout
     );
 }
+
+/// Bounded-staleness NOTIFY-ACK: with a straggler, receivers reduce older messages, but never one
+/// more than S rounds old. The ages are read from the reduced values (every payload is its
+/// round number), not from the library's own counters; S = 0 must see only fresh messages.
+#[test]
+fn bounded_staleness_never_uses_a_message_older_than_s() {
+    for s in [0u64, 2] {
+        let s_arg = s.to_string();
+        let args = ["--staleness", &s_arg, "--rounds", "300", "--slow-rank-us", "1000"];
+        let out = expect_ok(4, &args, 1);
+        let seen: u64 = out
+            .lines()
+            .find_map(|l| l.split("max_staleness_seen=").nth(1))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no max_staleness_seen in\n{out}"));
+        assert!(seen <= s, "S = {s}: saw a message {seen} rounds old");
+        if s > 0 {
+            assert!(seen >= 1, "S = {s}: a 1 ms straggler should make its receiver use older messages\n{out}");
+        }
+    }
+}

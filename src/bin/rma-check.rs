@@ -68,6 +68,16 @@ struct Args {
     /// Require every value within this distance of the global mean before `finish`.
     #[arg(long)]
     expect_converge: Option<f64>,
+    /// Bounded-staleness NOTIFY-ACK check instead of the runs above (ring only): every rank's
+    /// payload is its round number, so after a reduce the value tells which round the
+    /// in-neighbour's message came from, independently of the library's own accounting. Fails
+    /// if any reduce used a message more than S rounds old.
+    #[arg(long, value_name = "S")]
+    staleness: Option<u64>,
+    /// With --staleness: rank 0 sleeps this long before every round (a straggler whose
+    /// receivers then use stale messages).
+    #[arg(long, default_value_t = 0)]
+    slow_rank_us: u64,
 }
 
 fn parse_fault(s: &str) -> Result<(usize, u64), String> {
@@ -239,6 +249,43 @@ fn raw_put_flush_us(world: &SimpleCommunicator, len: usize, rounds: u64) -> anyh
     Ok(all_max(world, us))
 }
 
+/// `--staleness S`: ring NOTIFY-ACK with payload = round number; returns the largest staleness
+/// any reduce of any rank used, measured from the values.
+fn run_staleness(world: &SimpleCommunicator, s: u64, args: &Args) -> anyhow::Result<u64> {
+    let n = world.size() as usize;
+    let me = world.rank() as usize;
+    let cfg = AsapConfig {
+        in_neighbours: graph(GraphKind::Ring, n),
+        notify: NotifyMode::NotifyAck,
+        wait_timeout: Duration::from_millis(args.wait_timeout_ms),
+        stop_sending_after: None,
+        staleness: s,
+    };
+    let mut sr = StochasticReduce::new(world, cfg, args.len)?;
+    let mut params = vec![0f32; args.len];
+    let mut worst = 0u64;
+    for round in 1..=args.rounds {
+        if me == 0 && args.slow_rank_us > 0 {
+            std::thread::sleep(Duration::from_micros(args.slow_rank_us));
+        }
+        params.iter_mut().for_each(|p| *p = round as f32);
+        sr.sync(&mut params, round)?;
+        // Ring: (own round + the in-neighbour's message round) / 2.
+        let theirs = 2.0 * params[0] as f64 - round as f64;
+        if theirs.fract() != 0.0 || theirs < 1.0 || params.iter().any(|&p| p != params[0]) {
+            fail(format!("rank {me} round {round}: reduced value {} is no average of two whole rounds", params[0]));
+        }
+        let age = round.saturating_sub(theirs as u64);
+        // Newer messages are fine (a sender may run ahead, by at most S per hop of the graph).
+        if age > s {
+            fail(format!("rank {me} round {round}: used the message of round {theirs}, older than --staleness {s}"));
+        }
+        worst = worst.max(age);
+    }
+    sr.finish(&mut params)?;
+    Ok(all_max(world, worst as f64) as u64)
+}
+
 fn all_max(world: &SimpleCommunicator, x: f64) -> f64 {
     let mut out = 0f64;
     world.all_reduce_into(&x, &mut out, SystemOperation::max());
@@ -259,6 +306,7 @@ fn run(
         notify: mode,
         wait_timeout: Duration::from_millis(args.wait_timeout_ms),
         stop_sending_after: args.stop_sending,
+        staleness: 0,
     };
     let mut sr = StochasticReduce::new(world, cfg, args.len)?;
     let mut params = initial(me, args.len);
@@ -381,6 +429,17 @@ fn main() {
     }
     if world.rank() == 0 {
         println!("rma-check: window and collectives self-tests ok (n={n})");
+    }
+    if let Some(s) = args.staleness {
+        match run_staleness(&world, s, &args) {
+            Ok(worst) if world.rank() == 0 => println!(
+                "rma-check: ok staleness={s} n={n} rounds={} slow_rank_us={} max_staleness_seen={worst}",
+                args.rounds, args.slow_rank_us
+            ),
+            Ok(_) => {}
+            Err(e) => abort_job(&format!("rma-check: error: {e:#}"), 3),
+        }
+        return;
     }
     let graphs = match args.graph {
         GraphKind::All => vec![GraphKind::Ring, GraphKind::Expander, GraphKind::Complete],

@@ -4,8 +4,10 @@
 //! - one notify word per in-neighbour: that sender's message count, put after its data is
 //!   remotely complete,
 //! - one ack word per out-neighbour: that receiver's count of our messages it consumed,
-//! - one receive slot per in-neighbour: `[header round u64 | payload f32 x len | footer round u64]`
-//!   (payload padded to 8 bytes).
+//! - `depth` receive slots per in-neighbour: `[header round u64 | payload f32 x len | footer round
+//!   u64]` (payload padded to 8 bytes); message number m of a sender goes to its slot
+//!   `(m - 1) mod depth`. Depth 1 is ASAP's protocol; a depth of s + 1 lets a sender run up to s
+//!   messages ahead of what its receiver has read (bounded-staleness NOTIFY-ACK).
 //!
 //! In-neighbour and out-neighbour lists are sorted and deduplicated, and self-loops dropped, so
 //! every rank derives every other rank's layout (and its own slot index there) from the same
@@ -131,6 +133,7 @@ struct Layout {
     in_degree: usize,
     out_degree: usize,
     slot_stride: usize,
+    depth: usize,
 }
 
 impl Layout {
@@ -140,11 +143,16 @@ impl Layout {
     fn ack(&self, j: usize) -> usize {
         8 * (self.in_degree + j)
     }
-    fn slot(&self, i: usize) -> usize {
-        8 * (self.in_degree + self.out_degree) + i * self.slot_stride
+    /// Slot `k` (of `depth`) of in-neighbour `i`.
+    fn slot(&self, i: usize, k: usize) -> usize {
+        8 * (self.in_degree + self.out_degree) + (i * self.depth + k) * self.slot_stride
+    }
+    /// Slot of message number `m` (from 1) of in-neighbour `i`.
+    fn message(&self, i: usize, m: u64) -> usize {
+        self.slot(i, ((m.max(1) - 1) % self.depth as u64) as usize)
     }
     fn bytes(&self) -> usize {
-        self.slot(self.in_degree)
+        self.slot(self.in_degree, 0)
     }
 }
 
@@ -219,6 +227,17 @@ impl Mailboxes {
         in_neighbours: &[Vec<usize>],
         payload_len: usize,
     ) -> MailboxResult<Mailboxes> {
+        Mailboxes::with_depth(comm, in_neighbours, payload_len, 1)
+    }
+
+    /// [`Mailboxes::new`] with `depth` slots per in-neighbour (at least 1).
+    pub fn with_depth(
+        comm: &SimpleCommunicator,
+        in_neighbours: &[Vec<usize>],
+        payload_len: usize,
+        depth: usize,
+    ) -> MailboxResult<Mailboxes> {
+        let depth = depth.max(1);
         let n = comm.size() as usize;
         let me = comm.rank() as usize;
         if in_neighbours.len() != n {
@@ -234,6 +253,7 @@ impl Mailboxes {
                 in_degree: ins[r].len(),
                 out_degree: outs[r].len(),
                 slot_stride,
+                depth,
             })
             .collect();
         let in_nb = ins[me].clone();
@@ -337,7 +357,7 @@ impl Mailboxes {
         );
         let t = self.out_nb[j];
         let lay = self.layouts[t];
-        let base = lay.slot(self.slot_at[j]);
+        let base = lay.message(self.slot_at[j], self.sends[j] + 1);
         let target = t as i32;
         let body = lay.slot_stride - 16;
         // Straight from the caller's slice: no staging copy. (Copying the payload byte by byte
@@ -410,7 +430,7 @@ impl Mailboxes {
         );
         let t = self.out_nb[j];
         let lay = self.layouts[t];
-        let base = lay.slot(self.slot_at[j]);
+        let base = lay.message(self.slot_at[j], self.sends[j] + 1);
         let target = t as i32;
         let bytes = 3 * WORD + body.len() as u64;
         self.pace(bytes);
@@ -430,7 +450,7 @@ impl Mailboxes {
     /// only then).
     pub fn read_bytes(&mut self, i: usize, out: &mut Vec<u8>) -> MailboxResult<SlotRead> {
         let lay = self.layouts[self.me];
-        let base = lay.slot(i);
+        let base = lay.message(i, self.consumed[i] + 1);
         self.win.sync()?;
         let footer = self.win.load_u64(base + lay.slot_stride - WORD as usize);
         let len = self.win.load_u64(base + WORD as usize) as usize;
@@ -466,14 +486,16 @@ impl Mailboxes {
         self.win.load_u64(self.layouts[self.me].notify(i))
     }
 
-    /// Waits until out-neighbour `j` (index into `out_neighbours()`) acknowledged every message
-    /// we sent it, i.e. our slot there may be overwritten. `round` labels the error.
+    /// Waits until out-neighbour `j` (index into `out_neighbours()`) acknowledged enough of our
+    /// messages that the slot of the next one is free: all of them at depth 1, all but the last
+    /// `depth - 1` otherwise. `round` labels the error.
     pub fn wait_ack(&mut self, j: usize, round: u64, timeout: Duration) -> MailboxResult<()> {
         let start = Instant::now();
         let mut backoff = Backoff::default();
+        let need = (self.sends[j] + 1).saturating_sub(self.layouts[self.me].depth as u64);
         loop {
             let acks = self.acks(j)?;
-            if acks >= self.sends[j] {
+            if acks >= need {
                 return Ok(());
             }
             if start.elapsed() > timeout {
@@ -592,7 +614,7 @@ impl Mailboxes {
             "output length differs from the mailbox's"
         );
         let lay = self.layouts[self.me];
-        let base = lay.slot(i);
+        let base = lay.slot(i, 0);
         let body = lay.slot_stride - 16;
         // Make remote writes completed so far visible to local loads (MPI unified model).
         self.win.sync()?;
@@ -609,47 +631,89 @@ impl Mailboxes {
         })
     }
 
-    /// Adds slot `i`'s payload to `acc` in place (no copy), if the slot holds `round` intact;
-    /// returns what the slot held. Only for NOTIFY-ACK, between the NOTIFY of in-neighbour `i`'s
-    /// message and our ACK of it: then the sender does not write the slot (it waits for the ACK),
-    /// which is what lets the payload be read as plain memory.
-    pub fn add_notified_slot(&mut self, i: usize, round: u64, acc: &mut [f32]) -> MailboxResult<SlotRead> {
+    /// Adds the payload of in-neighbour `i`'s message number `m` to `acc` in place (no copy) and
+    /// returns what its slot held (the payload is added only when consistent). Only for a message
+    /// that has been notified and not yet acknowledged (`consumed < m <= notified`): the sender
+    /// writes its slot again only with message `m + depth`, which needs our ACK of `m`, so the
+    /// payload can be read as plain memory.
+    pub fn add_message(&mut self, i: usize, m: u64, acc: &mut [f32]) -> MailboxResult<SlotRead> {
         assert_eq!(acc.len(), self.len, "accumulator length differs from the mailbox's");
         self.win.sync()?;
         assert!(
-            self.notifications(i) > self.consumed[i],
-            "add_notified_slot on slot {i} without an unacknowledged NOTIFY"
+            self.consumed[i] < m && m <= self.notifications(i),
+            "add_message: message {m} of slot {i} is not notified and unacknowledged"
         );
         let lay = self.layouts[self.me];
-        let base = lay.slot(i);
+        let base = lay.message(i, m);
         let body = lay.slot_stride - 16;
         let header = self.win.load_u64(base);
         let footer = self.win.load_u64(base + 8 + body);
-        if header != footer || header != round {
-            return Ok(if header == footer { SlotRead::Consistent(header) } else { SlotRead::Torn(header, footer) });
+        if header != footer {
+            return Ok(SlotRead::Torn(header, footer));
         }
-        // SAFETY (of the protocol, which `quiescent_local` relies on): the NOTIFY counted above
-        // was published by the sender after its data was remotely complete, and the sender does
-        // not put to this slot again until it sees our ACK, which we send only after this call.
+        // SAFETY (of the protocol, which `quiescent_local` relies on): message m was notified
+        // after its data was remotely complete, and its slot is not written again before our
+        // ACK of m, which comes after this call.
         self.win.quiescent_local(base + 8, self.len, |slot: &[f32]| {
             for (a, x) in acc.iter_mut().zip(slot) {
                 *a += *x;
             }
         });
         self.bytes_received += lay.slot_stride as u64;
-        Ok(SlotRead::Consistent(round))
+        Ok(SlotRead::Consistent(header))
+    }
+
+    /// [`Mailboxes::add_message`] for the next message of in-neighbour `i` (depth 1, after
+    /// [`Mailboxes::wait_notifications`]).
+    pub fn add_notified_slot(&mut self, i: usize, acc: &mut [f32]) -> MailboxResult<SlotRead> {
+        self.add_message(i, self.consumed[i] + 1, acc)
+    }
+
+    /// Newest message number in-neighbour `i` has notified (after `win.sync()` in a wait).
+    pub fn notified(&self, i: usize) -> u64 {
+        self.notifications(i)
+    }
+
+    /// Waits until every in-neighbour has notified at least `count` messages. `round` labels the
+    /// error.
+    pub fn wait_notified(&mut self, count: u64, round: u64, timeout: Duration) -> MailboxResult<()> {
+        let start = Instant::now();
+        let mut backoff = Backoff::default();
+        loop {
+            self.win.sync()?;
+            let missing: Vec<usize> =
+                (0..self.in_nb.len()).filter(|&i| self.notifications(i) < count).map(|i| self.in_nb[i]).collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(self.timeout(round, "NOTIFY", missing, start, timeout));
+            }
+            self.win.progress()?;
+            backoff.pause();
+        }
+    }
+
+    /// Acknowledges in-neighbour `i`'s messages up to number `m` (cumulative: a receiver that
+    /// skips older messages acknowledges them with the newer one). Never moves backwards.
+    pub fn ack_upto(&mut self, i: usize, m: u64) -> MailboxResult<()> {
+        if m <= self.consumed[i] {
+            return Ok(());
+        }
+        let s = self.in_nb[i];
+        let off = self.layouts[s].ack(self.ack_at[i]);
+        self.bytes_received += WORD * (m - self.consumed[i] - 1); // the skipped NOTIFYs
+        self.consumed[i] = m;
+        self.win.put(s as i32, off, &[m])?;
+        self.win.flush(s as i32)?;
+        self.bytes_sent += WORD;
+        Ok(())
     }
 
     /// ACKs in-neighbour `i`: its message is consumed, it may overwrite the slot. Publishes our
     /// consumed count in our ack word at the sender (we are its only writer).
     pub fn ack(&mut self, i: usize) -> MailboxResult<()> {
-        let s = self.in_nb[i];
-        let off = self.layouts[s].ack(self.ack_at[i]);
-        self.consumed[i] += 1;
-        self.win.put(s as i32, off, &[self.consumed[i]])?;
-        self.win.flush(s as i32)?;
-        self.bytes_sent += WORD;
-        Ok(())
+        self.ack_upto(i, self.consumed[i] + 1)
     }
 }
 
@@ -677,11 +741,18 @@ mod tests {
             in_degree: 3,
             out_degree: 2,
             slot_stride: 16 + (4 * 7usize).div_ceil(8) * 8,
+            depth: 1,
         };
         assert_eq!(lay.notify(2) + 8, lay.ack(0));
-        assert_eq!(lay.ack(1) + 8, lay.slot(0));
+        assert_eq!(lay.ack(1) + 8, lay.slot(0, 0));
         assert_eq!(lay.slot_stride, 48); // 8 header + 28 payload padded to 32 + 8 footer
-        assert!((0..=3).all(|i| lay.slot(i).is_multiple_of(8)));
-        assert_eq!(lay.bytes(), lay.slot(3));
+        assert!((0..=3).all(|i| lay.slot(i, 0).is_multiple_of(8)));
+        assert_eq!(lay.bytes(), lay.slot(3, 0));
+        // Depth 3: message m of in-neighbour i lands in slot (m - 1) mod 3, slots back to back.
+        let deep = Layout { depth: 3, ..lay };
+        assert_eq!(deep.message(1, 1), deep.slot(1, 0));
+        assert_eq!(deep.message(1, 5), deep.slot(1, 1));
+        assert_eq!(deep.slot(0, 2) + 48, deep.slot(1, 0));
+        assert_eq!(deep.bytes(), deep.slot(2, 2) + 48);
     }
 }

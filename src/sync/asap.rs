@@ -72,6 +72,9 @@ pub struct AsapConfig {
     pub wait_timeout: Duration,
     /// Fault injection for tests: `(rank, round)`: that rank sends nothing after that round.
     pub stop_sending_after: Option<(usize, u64)>,
+    /// Bounded-staleness NOTIFY-ACK (`--staleness S`, notify-ack only): reduce each
+    /// in-neighbour's newest message no older than S rounds; S = 0 is ASAP's protocol.
+    pub staleness: u64,
 }
 
 /// ASAP stochastic reduce over RMA mailboxes. Collective: every rank constructs it with the same
@@ -86,6 +89,10 @@ pub struct StochasticReduce {
     stats: CommStats,
     /// `histogram[k]`: reduces that used k consistent in-neighbour models.
     histogram: Vec<u64>,
+    /// `--staleness S > 0`: `[a]` messages reduced `a` rounds after they were sent (a <= S), and
+    /// how many were from a round ahead of the receiver's.
+    staleness_used: Vec<u64>,
+    ahead: u64,
     torn: u64,
     stale: u64,
     /// Per in-neighbour: newest round already reduced (for `none`).
@@ -119,6 +126,7 @@ impl StochasticReduce {
         opts: &AsapOptions,
         init: &[f32],
         budget: Option<EdgeBudgetOptions>,
+        staleness: u64,
     ) -> anyhow::Result<(Self, serde_json::Value)> {
         let n = ctx.comm.size() as usize;
         let (graph, report) = crate::graph::graph_for_training(&opts.graph, n, ctx.seed)?;
@@ -127,8 +135,12 @@ impl StochasticReduce {
             notify: opts.notify,
             wait_timeout: ctx.wait_timeout,
             stop_sending_after: ctx.stop_sending_after,
+            staleness,
         };
-        let mut info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "report": report});
+        if staleness > 0 && (opts.notify != NotifyMode::NotifyAck || budget.is_some()) {
+            bail!("--staleness on --sync asap needs --notify notify-ack and no --bandwidth-mbps");
+        }
+        let mut info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "staleness": staleness, "report": report});
         let mut mode = match budget {
             None => StochasticReduce::new(ctx.comm, cfg, ctx.n_params())?,
             Some(b) => {
@@ -157,7 +169,9 @@ impl StochasticReduce {
     /// Collectively sets up the mailboxes for `cfg.in_neighbours` over `comm` for a model of
     /// `n_params` f32s.
     pub fn new(comm: &SimpleCommunicator, cfg: AsapConfig, n_params: usize) -> anyhow::Result<Self> {
-        let mail = Mailboxes::new(comm, &cfg.in_neighbours, n_params)
+        // One slot per message that may be in flight on an edge: S + 1.
+        let depth = cfg.staleness as usize + 1;
+        let mail = Mailboxes::with_depth(comm, &cfg.in_neighbours, n_params, depth)
             .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
         StochasticReduce::with_mailboxes(comm, cfg, n_params, mail, None)
     }
@@ -179,6 +193,8 @@ impl StochasticReduce {
             n_params,
             stats: CommStats::default(),
             histogram: vec![0; in_degree + 1],
+            staleness_used: vec![0; cfg.staleness as usize + 1],
+            ahead: 0,
             torn: 0,
             stale: 0,
             last_used: vec![0; in_degree],
@@ -288,7 +304,7 @@ impl StochasticReduce {
         let d = self.mail.in_neighbours().len();
         for i in 0..d {
             // Summed straight from the window: between NOTIFY and ACK nobody writes the slot.
-            let read = self.mail.add_notified_slot(i, round, &mut self.acc)?;
+            let read = self.mail.add_notified_slot(i, &mut self.acc)?;
             if read != SlotRead::Consistent(round) {
                 self.torn += 1;
                 bail!(
@@ -396,6 +412,63 @@ impl StochasticReduce {
         Ok(())
     }
 
+    /// Bounded-staleness NOTIFY-ACK (S = `cfg.staleness` > 0), with S + 1 slots per edge:
+    /// - a sender writes its message k into slot (k - 1) mod (S + 1) once the receiver has
+    ///   acknowledged message k - S - 1, the one that slot held;
+    /// - at its k-th round a receiver waits until every in-neighbour has notified at least
+    ///   k - S messages, reduces each one's newest, and acknowledges the older ones. It keeps the
+    ///   newest unacknowledged, since the next round may reduce it again; that is also what
+    ///   keeps its slot from being overwritten while it may be read.
+    ///
+    /// So no rank runs more than S messages ahead of what its receivers have read, and no reduce
+    /// uses a message older than S rounds.
+    fn sync_stale(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        let timeout = self.cfg.wait_timeout;
+        let s = self.cfg.staleness;
+        let k = self.stats.rounds + 1;
+        if self.sending(round) {
+            for j in 0..self.mail.out_neighbours().len() {
+                let t = Instant::now();
+                self.mail.wait_ack(j, round, timeout)?;
+                let t2 = Instant::now();
+                self.stats.wait_seconds += (t2 - t).as_secs_f64();
+                self.mail.send_to(j, round, params)?;
+                self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+            }
+        }
+        let t = Instant::now();
+        self.emulated_latency();
+        self.mail.wait_notified(k.saturating_sub(s).max(1), round, timeout)?;
+        let t2 = Instant::now();
+        self.stats.wait_seconds += (t2 - t).as_secs_f64();
+        self.acc.copy_from_slice(params);
+        let d = self.mail.in_neighbours().len();
+        for i in 0..d {
+            let m = self.mail.notified(i);
+            let read = self.mail.add_message(i, m, &mut self.acc)?;
+            let SlotRead::Consistent(h) = read else {
+                self.torn += 1;
+                bail!(
+                    "rank {}: round {round}: message {m} from rank {} was inconsistent after its \
+                     NOTIFY ({read:?}); bounded-staleness NOTIFY-ACK must never see this",
+                    self.rank,
+                    self.mail.in_neighbours()[i]
+                );
+            };
+            if round.saturating_sub(h) > s {
+                bail!("rank {}: round {round}: the newest message of rank {} is from round {h}, older than --staleness {s}", self.rank, self.mail.in_neighbours()[i]);
+            }
+            self.staleness_used[round.saturating_sub(h) as usize] += 1;
+            self.ahead += u64::from(h > round);
+            self.last_used[i] = h;
+            self.mail.ack_upto(i, m - 1)?;
+        }
+        self.reduce_into(params, d);
+        self.emulated_latency();
+        self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+        Ok(())
+    }
+
     fn sync_barrier(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
         let t = Instant::now();
         if self.sending(round) {
@@ -462,6 +535,11 @@ impl SyncMode for StochasticReduce {
         self.cfg.notify == NotifyMode::Barrier
     }
 
+    fn round_lead(&self) -> u64 {
+        // A rank may run up to S messages ahead of what its receivers have read.
+        self.cfg.staleness
+    }
+
     fn sync(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
         if params.len() != self.n_params {
             bail!(
@@ -479,6 +557,7 @@ impl SyncMode for StochasticReduce {
         let (sent0, recv0) = (self.mail.bytes_sent(), self.mail.bytes_received());
         match self.cfg.notify {
             _ if self.budget.is_some() => self.sync_budgeted(params, round)?,
+            NotifyMode::NotifyAck if self.cfg.staleness > 0 => self.sync_stale(params, round)?,
             NotifyMode::NotifyAck => self.sync_notify_ack(params, round)?,
             NotifyMode::Barrier => self.sync_barrier(params, round)?,
             NotifyMode::None => self.sync_none(params, round)?,
@@ -505,6 +584,15 @@ impl SyncMode for StochasticReduce {
         // Drain: under NOTIFY-ACK every message must be consumed before the window goes away.
         if self.cfg.notify == NotifyMode::NotifyAck {
             let r0 = self.mail.bytes_received();
+            if self.cfg.staleness > 0 {
+                // Every rank sent one message per round: acknowledge what the reduces skipped
+                // or kept for reuse.
+                let k = self.stats.rounds;
+                self.mail.wait_notified(k, self.last_round, self.cfg.wait_timeout)?;
+                for i in 0..self.mail.in_neighbours().len() {
+                    self.mail.ack_upto(i, k)?;
+                }
+            }
             self.mail.wait_acks(self.last_round, self.cfg.wait_timeout)?;
             self.stats.bytes_received += self.mail.bytes_received() - r0;
         }
@@ -551,6 +639,12 @@ impl SyncMode for StochasticReduce {
             ModeMetric::number("stale", Aggregate::Sum, self.stale as f64),
             ModeMetric::number("in_degree", Aggregate::Max, self.mail.in_neighbours().len() as f64),
         ];
+        if self.cfg.staleness > 0 {
+            m.extend([
+                ModeMetric::array("staleness_histogram", Aggregate::Sum, self.staleness_used.iter().map(|&c| c as f64)),
+                ModeMetric::number("messages_from_ahead", Aggregate::Sum, self.ahead as f64),
+            ]);
+        }
         if let Some(b) = &self.budget {
             let e = &b.edges;
             let (sent, held) = e.rows_sent_and_held();

@@ -55,10 +55,13 @@ pub enum ApplyRule {
 #[serde(default)]
 #[command(next_help_heading = "SSP (--sync ssp)")]
 pub struct SspOptions {
-    /// Staleness bound S: a worker at clock c reads only rows holding every update of clocks
-    /// <= c-S-1 (waiting otherwise). 0 is BSP.
-    #[arg(long, value_name = "S", default_value_t = 3)]
-    pub staleness: u64,
+    /// Staleness bound S. ssp/bosen: a worker at clock c reads only rows holding every update of
+    /// clocks <= c-S-1 (waiting otherwise); 0 is BSP [default: 3]. asap (notify-ack): a rank
+    /// reduces each in-neighbour's newest message no older than S rounds and runs at most S
+    /// messages ahead of what its receivers have read (S + 1 slots per edge); 0 is ASAP's
+    /// NOTIFY-ACK [default: 0].
+    #[arg(long, value_name = "S")]
+    pub staleness: Option<u64>,
     /// Server-side rule: plain (add updates), consgd (scale by 1/M), dynsgd (scale by
     /// 1/staleness per model version; not with bosen, whose early partial pushes DynSGD's
     /// per-version bookkeeping does not define). [default: dynsgd for ssp, consgd for bosen]
@@ -70,6 +73,13 @@ impl SspOptions {
     /// The apply rule in force for `--sync ssp` (`bosen` false) or `--sync bosen`.
     pub fn apply_rule(&self, bosen: bool) -> ApplyRule {
         self.apply.unwrap_or(if bosen { ApplyRule::Consgd } else { ApplyRule::Dynsgd })
+    }
+}
+
+impl SspOptions {
+    /// The staleness bound of ssp and bosen (`--staleness`, default 3).
+    pub fn ssp_staleness(&self) -> u64 {
+        self.staleness.unwrap_or(3)
     }
 }
 
@@ -617,7 +627,7 @@ impl StaleSynchronous {
             .collect();
         let mine = shards[rank].clone();
         let mut server = (!mine.is_empty())
-            .then(|| ShardServer::new(mine.clone(), &init[mine.clone()], local_offsets[rank].clone(), n, opts.apply_rule(bosen.is_some()), opts.staleness));
+            .then(|| ShardServer::new(mine.clone(), &init[mine.clone()], local_offsets[rank].clone(), n, opts.apply_rule(bosen.is_some()), opts.ssp_staleness()));
         let n_rows = ctx.layout.rows();
         if bosen.is_some() && opts.apply_rule(true) == ApplyRule::Dynsgd {
             bail!("--sync bosen pushes parts of a clock's update early, which DynSGD's per-version bookkeeping does not define: use --apply consgd (the default for bosen) or plain");
@@ -667,7 +677,7 @@ impl StaleSynchronous {
         Ok(StaleSynchronous {
             post: Postbox::new(ctx.comm).with_pacer(ctx.pacer(budget)),
             rank,
-            staleness: opts.staleness,
+            staleness: opts.ssp_staleness(),
             wait_timeout: ctx.wait_timeout,
             stop_sending_after: ctx.stop_sending_after,
             awaiting: vec![false; n],
@@ -683,7 +693,7 @@ impl StaleSynchronous {
             last_round: 0,
             manage,
             stats: CommStats::default(),
-            staleness_histogram: vec![0; opts.staleness as usize + 2],
+            staleness_histogram: vec![0; opts.ssp_staleness() as usize + 2],
             blocked_reads: 0,
         })
     }

@@ -59,6 +59,12 @@ impl RunIdentity {
             "lr_schedule": cfg.lr_schedule, "lr_decay": cfg.lr_decay, "seed": cfg.seed, "sync": cfg.sync,
             "sync_every": cfg.sync_every, "asap": cfg.asap, "ssp": cfg.ssp, "straggler": cfg.straggler,
         });
+        // `--staleness` resolved (asap's default is 0, the others' 3), so the default and the
+        // same value given explicitly are the same run.
+        c["ssp"]["staleness"] = serde_json::json!(match cfg.sync {
+            crate::config::SyncKind::Asap => cfg.ssp.staleness.unwrap_or(0),
+            _ => cfg.ssp.ssp_staleness(),
+        });
         // The budget steers bosen's and a budgeted asap's trajectory (added only there, so the
         // other modes' identities stay what they were).
         if cfg.sync == crate::config::SyncKind::Bosen || cfg.bosen.bandwidth_mbps.is_some() {

@@ -50,13 +50,14 @@ fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Res
                 mbps,
                 priority: cfg.bosen.priority,
             });
-            let (mode, info) = crate::sync::asap::StochasticReduce::build(ctx, &cfg.asap, init, budget)?;
+            let staleness = cfg.ssp.staleness.unwrap_or(0);
+            let (mode, info) = crate::sync::asap::StochasticReduce::build(ctx, &cfg.asap, init, budget, staleness)?;
             (Box::new(mode), info)
         }
         SyncKind::Ssp | SyncKind::Bosen => {
             let bosen = cfg.sync == SyncKind::Bosen;
             let shards = crate::sync::ssp::shard_ranges(&ctx.layout, ctx.comm.size() as usize);
-            let mut info = json!({"staleness": cfg.ssp.staleness, "apply": cfg.ssp.apply_rule(bosen),
+            let mut info = json!({"staleness": cfg.ssp.ssp_staleness(), "apply": cfg.ssp.apply_rule(bosen),
                                   "shard_params": shards.iter().map(|r| r.len()).collect::<Vec<_>>()});
             let setup = bosen.then(|| {
                 info["bosen"] = json!(cfg.bosen);
