@@ -68,6 +68,16 @@ pub enum TargetOn {
     MeanRank,
 }
 
+/// How an emulated straggler spends its extra time (`--straggler-wait`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum StragglerWait {
+    /// Sleep: the core is free for other ranks (an oversubscribed rank behaves so).
+    Sleep,
+    /// Spin: the core stays busy (a slow machine or a shared node does not give it away).
+    Busy,
+}
+
 /// Feature scaling applied to dense inputs before training (statistics from the training set,
 /// combined over all ranks, applied to train and test alike).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -183,6 +193,11 @@ pub struct TrainConfig {
     /// of the ranks straggle, 80 % of them 1.5-2.5x, the rest 2.5-10x (seeded, rank 0 never).
     #[arg(long, value_name = "FORM", help_heading = "Synchronisation")]
     pub straggler: Option<String>,
+    /// How a --straggler spends its extra time: sleep (frees the core: on an oversubscribed
+    /// machine the other ranks then run faster) or busy (spins, as a slow machine would; the
+    /// others keep their share of the cores).
+    #[arg(long, value_enum, default_value_t = StragglerWait::Sleep, help_heading = "Synchronisation")]
+    pub straggler_wait: StragglerWait,
     /// Emulate a slow network on one machine: every rank's sends leave at most at MBPS Mbit/s
     /// (all modes; see docs/sync-modes.md for what the emulation models and what it does not).
     #[arg(long, value_name = "MBPS", help_heading = "Synchronisation")]

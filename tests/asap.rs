@@ -138,3 +138,18 @@ fn staleness_misuse_is_refused_with_the_fix() {
     let data = t10k();
     mpirun(2, &["train", "--data", &data, "--sync", "allreduce", "--staleness", "1"], 60).expect_failure(&["--staleness applies to"]);
 }
+
+/// `--straggler-wait busy`: only the slowed rank pays extra time (so the mean over 4 ranks is a
+/// quarter of the max), about (factor - 1) x its compute, spinning instead of sleeping.
+#[test]
+fn a_busy_waiting_straggler_is_slowed_alone() {
+    let dir = scratch("asap-busy-straggler");
+    let m = dir.join("m.jsonl");
+    asap(4, &["--straggler", "0:3", "--straggler-wait", "busy"], &m).expect_ok();
+    let c = &summary(&m)["counters"];
+    let (mean, max) = (c["straggler_sleep_seconds"]["mean"].as_f64().unwrap(), c["straggler_sleep_seconds"]["max"].as_f64().unwrap());
+    assert!(max > 0.0, "{c}");
+    assert!((4.0 * mean - max).abs() < 1e-9, "only rank 0 straggles: {c}");
+    let compute = c["compute_seconds"]["max"].as_f64().unwrap();
+    assert!(max > 1.0 * compute && max < 3.0 * compute, "3x slower: about twice its compute extra: {c}");
+}

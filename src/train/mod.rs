@@ -541,10 +541,21 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
                 );
             }
             if slow > 1.0 {
-                // Sleep in chunks of >= 1 ms: the OS cannot sleep for a few microseconds.
+                use crate::config::StragglerWait;
                 run.clock.straggle_debt += (slow - 1.0) * dt;
-                if run.clock.straggle_debt > 1e-3 {
-                    std::thread::sleep(Duration::from_secs_f64(run.clock.straggle_debt));
+                // A sleep is paid in chunks of >= 1 ms (the OS cannot sleep for microseconds);
+                // a spin after every step.
+                if cfg.straggler_wait == StragglerWait::Busy || run.clock.straggle_debt > 1e-3 {
+                    let pause = Duration::from_secs_f64(run.clock.straggle_debt);
+                    match cfg.straggler_wait {
+                        StragglerWait::Sleep => std::thread::sleep(pause),
+                        StragglerWait::Busy => {
+                            let until = Instant::now() + pause;
+                            while Instant::now() < until {
+                                std::hint::spin_loop();
+                            }
+                        }
+                    }
                     run.clock.straggle += run.clock.straggle_debt;
                     run.clock.straggle_debt = 0.0;
                 }
