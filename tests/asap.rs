@@ -153,3 +153,19 @@ fn a_busy_waiting_straggler_is_slowed_alone() {
     let compute = c["compute_seconds"]["max"].as_f64().unwrap();
     assert!(max > 1.0 * compute && max < 3.0 * compute, "3x slower: about twice its compute extra: {c}");
 }
+
+/// `--graph one-peer-exponential` trains with one in-neighbour per round (the histogram's
+/// column 1 holds every reduce) and is refused with the options it cannot combine with.
+#[test]
+fn one_peer_exponential_trains_with_one_neighbour_per_round() {
+    let dir = scratch("asap-one-peer");
+    let m = dir.join("m.jsonl");
+    asap(4, &["--graph", "one-peer-exponential"], &m).expect_ok();
+    let sm = summary(&m);
+    let hist: Vec<f64> = sm["sync_metrics"]["consistency_histogram"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let rounds = sm["rounds"].as_f64().unwrap();
+    assert_eq!(hist[1], 4.0 * rounds, "{hist:?}");
+    assert_eq!(hist.iter().sum::<f64>(), 4.0 * rounds, "{hist:?}");
+    assert!(sm["final_metric"].as_f64().unwrap() > 0.75, "{sm}");
+    asap(2, &["--graph", "one-peer-exponential", "--staleness", "1"], &m).expect_failure(&["changes every round"]);
+}

@@ -203,3 +203,15 @@ fn bounded_staleness_never_uses_a_message_older_than_s() {
         }
     }
 }
+
+/// One-peer exponential graph: each round one send per rank, and after every period of log2 N
+/// rounds every rank holds the exact global mean (checked bit for bit by rma-check against the
+/// mean it computes itself).
+#[test]
+fn one_peer_exponential_averages_exactly_every_period() {
+    for n in [2usize, 8] {
+        let out = expect_ok(n, &["--one-peer", "--rounds", "12", "--len", "1000"], 1);
+        let periods = 12 / n.trailing_zeros() as usize;
+        assert!(out.contains(&format!("exact_mean_after_each_of={periods}_periods")), "{out}");
+    }
+}

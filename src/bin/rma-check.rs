@@ -78,6 +78,11 @@ struct Args {
     /// receivers then use stale messages).
     #[arg(long, default_value_t = 0)]
     slow_rank_us: u64,
+    /// One-peer exponential check instead of the runs above (N a power of two): round k pairs
+    /// i with i - 2^((k-1) mod log2 N), so after log2 N rounds every rank holds the exact global
+    /// mean (dyadic values: bit for bit), and again after every further period.
+    #[arg(long)]
+    one_peer: bool,
 }
 
 fn parse_fault(s: &str) -> Result<(usize, u64), String> {
@@ -249,6 +254,41 @@ fn raw_put_flush_us(world: &SimpleCommunicator, len: usize, rounds: u64) -> anyh
     Ok(all_max(world, us))
 }
 
+/// `--one-peer`: every rank must hold the exact global mean after each period of log2 N rounds.
+fn run_one_peer(world: &SimpleCommunicator, args: &Args) -> anyhow::Result<u64> {
+    let n = world.size() as usize;
+    let me = world.rank() as usize;
+    if !n.is_power_of_two() || n < 2 {
+        anyhow::bail!("--one-peer needs a power of two ranks >= 2, got {n}");
+    }
+    let tau = n.trailing_zeros() as u64;
+    // Our own formula for the period's edges: i hears from i - 2^k.
+    let ins = (0..n).map(|i| (0..tau).map(|k| (i + n - (1 << k)) % n).collect()).collect();
+    let cfg = AsapConfig {
+        in_neighbours: ins,
+        notify: NotifyMode::NotifyAck,
+        wait_timeout: Duration::from_millis(args.wait_timeout_ms),
+        stop_sending_after: None,
+        staleness: 0,
+        one_peer: true,
+    };
+    let mut sr = StochasticReduce::new(world, cfg, args.len)?;
+    let mut params = initial(me, args.len);
+    let mean = |k: usize| (n - 1) as f32 / 2.0 + (k % 3) as f32;
+    let mut periods = 0;
+    for round in 1..=args.rounds {
+        sr.sync(&mut params, round)?;
+        if round % tau == 0 {
+            if let Some((k, v)) = params.iter().enumerate().find(|&(k, &v)| v != mean(k)) {
+                fail(format!("rank {me} round {round}: value {k} is {v}, not the global mean {}", mean(k)));
+            }
+            periods += 1;
+        }
+    }
+    sr.finish(&mut params)?;
+    Ok(periods)
+}
+
 /// `--staleness S`: ring NOTIFY-ACK with payload = round number; returns the largest staleness
 /// any reduce of any rank used, measured from the values.
 fn run_staleness(world: &SimpleCommunicator, s: u64, args: &Args) -> anyhow::Result<u64> {
@@ -260,6 +300,7 @@ fn run_staleness(world: &SimpleCommunicator, s: u64, args: &Args) -> anyhow::Res
         wait_timeout: Duration::from_millis(args.wait_timeout_ms),
         stop_sending_after: None,
         staleness: s,
+        one_peer: false,
     };
     let mut sr = StochasticReduce::new(world, cfg, args.len)?;
     let mut params = vec![0f32; args.len];
@@ -307,6 +348,7 @@ fn run(
         wait_timeout: Duration::from_millis(args.wait_timeout_ms),
         stop_sending_after: args.stop_sending,
         staleness: 0,
+        one_peer: false,
     };
     let mut sr = StochasticReduce::new(world, cfg, args.len)?;
     let mut params = initial(me, args.len);
@@ -429,6 +471,16 @@ fn main() {
     }
     if world.rank() == 0 {
         println!("rma-check: window and collectives self-tests ok (n={n})");
+    }
+    if args.one_peer {
+        match run_one_peer(&world, &args) {
+            Ok(periods) if world.rank() == 0 => {
+                println!("rma-check: ok one-peer n={n} rounds={} exact_mean_after_each_of={periods}_periods", args.rounds)
+            }
+            Ok(_) => {}
+            Err(e) => abort_job(&format!("rma-check: error: {e:#}"), 3),
+        }
+        return;
     }
     if let Some(s) = args.staleness {
         match run_staleness(&world, s, &args) {

@@ -674,6 +674,25 @@ impl Mailboxes {
         self.notifications(i)
     }
 
+    /// Waits until in-neighbour `i` has sent one more NOTIFY than we consumed (time-varying
+    /// graphs: only this round's in-neighbour). `round` labels the error.
+    pub fn wait_one(&mut self, i: usize, round: u64, timeout: Duration) -> MailboxResult<()> {
+        let start = Instant::now();
+        let mut backoff = Backoff::default();
+        loop {
+            self.win.sync()?;
+            if self.notifications(i) > self.consumed[i] {
+                self.bytes_received += WORD;
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(self.timeout(round, "NOTIFY", vec![self.in_nb[i]], start, timeout));
+            }
+            self.win.progress()?;
+            backoff.pause();
+        }
+    }
+
     /// Waits until every in-neighbour has notified at least `count` messages. `round` labels the
     /// error.
     pub fn wait_notified(&mut self, count: u64, round: u64, timeout: Duration) -> MailboxResult<()> {

@@ -291,8 +291,10 @@ pub fn generate(spec: &str, n: usize, seed: u64) -> anyhow::Result<Graph> {
             return Ok(Graph::from_edges(n, edges, spec).with_cayley(Cayley::new(vec![rows, cols], shifts)));
         }
         ONE_PEER_EXPONENTIAL => anyhow::bail!(
-            "{ONE_PEER_EXPONENTIAL} changes every round: `asap-train graph mix` simulates it and \
-             `asap-train graph gap` reports the gap of one period, but training needs a static graph"
+            "{ONE_PEER_EXPONENTIAL} changes every round: `asap-train graph mix` simulates it, \
+             `asap-train graph gap` reports the gap of one period, and `train --sync asap --graph \
+             {ONE_PEER_EXPONENTIAL}` trains on it (with --notify notify-ack), but this command \
+             needs a static graph"
         ),
         s if s.starts_with("random:") => {
             let d: usize = s[7..].parse().map_err(|_| anyhow::anyhow!("random:D needs an out-degree D, got {s:?}"))?;
@@ -388,6 +390,34 @@ pub fn auto_kind(n: usize) -> (String, String) {
             ),
         ),
     }
+}
+
+/// The one-peer exponential graph for training on `n` ranks: in round k (from 1) rank i sends
+/// only to i + 2^((k - 1) mod tau) and receives only from i - 2^((k - 1) mod tau),
+/// tau = ceil(log2 n). Returns every rank's in-neighbours over a whole period (the mailboxes
+/// need a slot per edge ever used), and the report of the product over one period.
+pub fn one_peer_for_training(n: usize) -> (Vec<Vec<usize>>, GraphReport) {
+    let tau = spectral::one_peer_period(n);
+    let ins = (0..n).map(|i| if n > 1 { (0..tau).map(|k| (i + n - (1 << k) % n) % n).collect() } else { Vec::new() }).collect();
+    let r = spectral::one_peer_report(n, 1e-3);
+    log::info!(
+        "communication graph {ONE_PEER_EXPONENTIAL} on {n} ranks: one send per rank per round, period {tau} rounds, \
+         spectral gap of one period's product {:.5} (exact averaging every period when {n} is a power of two)",
+        r.spectral_gap
+    );
+    (ins, r)
+}
+
+/// The in-neighbour of `rank` in round `round` (from 1) of the one-peer exponential graph.
+pub fn one_peer_source(rank: usize, n: usize, round: u64) -> usize {
+    let k = ((round - 1) % spectral::one_peer_period(n) as u64) as u32;
+    (rank + n - (1usize << k) % n) % n
+}
+
+/// The out-neighbour of `rank` in round `round` of the one-peer exponential graph.
+pub fn one_peer_target(rank: usize, n: usize, round: u64) -> usize {
+    let k = ((round - 1) % spectral::one_peer_period(n) as u64) as u32;
+    (rank + (1usize << k)) % n
 }
 
 /// The graph training uses: built for the actual number of ranks, analysed and logged; refused

@@ -32,7 +32,7 @@ pub struct AsapOptions {
     /// Communication graph: auto (root-expander while it mixes within 32 rounds, about 16 ranks
     /// or fewer; a seeded random 4-regular graph above; the choice and reason are logged),
     /// root-expander, exponential, ring, complete, chain, line, star, hypercube, torus, random:D
-    /// (D-regular, seeded) or file:PATH (see graphs/).
+    /// (D-regular, seeded), one-peer-exponential (time-varying: one send per round; notify-ack only) or file:PATH (see graphs/).
     #[arg(long, value_name = "GRAPH", default_value = "auto")]
     pub graph: String,
     /// Synchronisation: notify-ack (one-sided NOTIFY-ACK), barrier (put, MPI_Barrier, reduce
@@ -75,6 +75,9 @@ pub struct AsapConfig {
     /// Bounded-staleness NOTIFY-ACK (`--staleness S`, notify-ack only): reduce each
     /// in-neighbour's newest message no older than S rounds; S = 0 is ASAP's protocol.
     pub staleness: u64,
+    /// One-peer exponential graph: `in_neighbours` lists every edge of a period, and each round
+    /// uses only one in- and one out-edge (see [`crate::graph::one_peer_source`]).
+    pub one_peer: bool,
 }
 
 /// ASAP stochastic reduce over RMA mailboxes. Collective: every rank constructs it with the same
@@ -129,9 +132,22 @@ impl StochasticReduce {
         staleness: u64,
     ) -> anyhow::Result<(Self, serde_json::Value)> {
         let n = ctx.comm.size() as usize;
-        let (graph, report) = crate::graph::graph_for_training(&opts.graph, n, ctx.seed)?;
+        let one_peer = opts.graph == crate::graph::ONE_PEER_EXPONENTIAL;
+        let (in_neighbours, report) = if one_peer {
+            if opts.notify != NotifyMode::NotifyAck || budget.is_some() || staleness > 0 {
+                bail!(
+                    "--graph {} changes every round: it runs with --notify notify-ack, without --bandwidth-mbps and --staleness",
+                    crate::graph::ONE_PEER_EXPONENTIAL
+                );
+            }
+            crate::graph::one_peer_for_training(n)
+        } else {
+            let (graph, report) = crate::graph::graph_for_training(&opts.graph, n, ctx.seed)?;
+            ((0..n).map(|i| graph.in_neighbours(i).to_vec()).collect(), report)
+        };
         let cfg = AsapConfig {
-            in_neighbours: (0..n).map(|i| graph.in_neighbours(i).to_vec()).collect(),
+            in_neighbours,
+            one_peer,
             notify: opts.notify,
             wait_timeout: ctx.wait_timeout,
             stop_sending_after: ctx.stop_sending_after,
@@ -281,6 +297,50 @@ impl StochasticReduce {
             *p = *a / denom;
         }
         self.histogram[used] += 1;
+    }
+
+    /// NOTIFY-ACK on the one-peer exponential graph: this round's single out-edge and in-edge,
+    /// each edge's messages counted on their own (an edge is used once per period).
+    fn sync_one_peer(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        let timeout = self.cfg.wait_timeout;
+        let n = self.cfg.in_neighbours.len();
+        if n == 1 {
+            self.histogram[0] += 1;
+            return Ok(());
+        }
+        let to = crate::graph::one_peer_target(self.rank, n, round);
+        let from = crate::graph::one_peer_source(self.rank, n, round);
+        let j = self.mail.out_neighbours().binary_search(&to).expect("a period's edges are all in the mailboxes");
+        let i = self.mail.in_neighbours().binary_search(&from).expect("a period's edges are all in the mailboxes");
+        if self.sending(round) {
+            let t = Instant::now();
+            self.mail.wait_ack(j, round, timeout)?;
+            let t2 = Instant::now();
+            self.stats.wait_seconds += (t2 - t).as_secs_f64();
+            self.mail.send_to(j, round, params)?;
+            self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+        }
+        let t = Instant::now();
+        self.emulated_latency();
+        self.mail.wait_one(i, round, timeout)?;
+        let t2 = Instant::now();
+        self.stats.wait_seconds += (t2 - t).as_secs_f64();
+        self.acc.copy_from_slice(params);
+        let read = self.mail.add_notified_slot(i, &mut self.acc)?;
+        if read != SlotRead::Consistent(round) {
+            self.torn += 1;
+            bail!("rank {}: round {round}: the message from rank {from} was {read:?} after its NOTIFY", self.rank);
+        }
+        self.last_used[i] = round;
+        let denom = 2.0f32;
+        for (p, a) in params.iter_mut().zip(&self.acc) {
+            *p = *a / denom;
+        }
+        self.histogram[1] += 1;
+        self.mail.ack(i)?;
+        self.emulated_latency();
+        self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+        Ok(())
     }
 
     fn sync_notify_ack(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
@@ -558,6 +618,7 @@ impl SyncMode for StochasticReduce {
         match self.cfg.notify {
             _ if self.budget.is_some() => self.sync_budgeted(params, round)?,
             NotifyMode::NotifyAck if self.cfg.staleness > 0 => self.sync_stale(params, round)?,
+            NotifyMode::NotifyAck if self.cfg.one_peer => self.sync_one_peer(params, round)?,
             NotifyMode::NotifyAck => self.sync_notify_ack(params, round)?,
             NotifyMode::Barrier => self.sync_barrier(params, round)?,
             NotifyMode::None => self.sync_none(params, round)?,
