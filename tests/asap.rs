@@ -169,3 +169,16 @@ fn one_peer_exponential_trains_with_one_neighbour_per_round() {
     assert!(sm["final_metric"].as_f64().unwrap() > 0.75, "{sm}");
     asap(2, &["--graph", "one-peer-exponential", "--staleness", "1"], &m).expect_failure(&["changes every round"]);
 }
+
+/// `--notify push-sum` trains without waiting: the weights still sum to N at the end (no mass
+/// lost or counted twice, to float precision) and the model is sensible.
+#[test]
+fn push_sum_trains_and_keeps_the_weights_summing_to_n() {
+    let dir = scratch("asap-push-sum");
+    let m = dir.join("m.jsonl");
+    asap(4, &["--notify", "push-sum"], &m).expect_ok();
+    let sm = summary(&m);
+    let w = sm["sync_metrics"]["push_sum_weight_sum"].as_f64().unwrap();
+    assert!((w - 4.0).abs() < 1e-9, "weights sum to {w}: {sm}");
+    assert!(sm["final_metric"].as_f64().unwrap() > 0.7, "{sm}");
+}

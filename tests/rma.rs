@@ -215,3 +215,13 @@ fn one_peer_exponential_averages_exactly_every_period() {
         assert!(out.contains(&format!("exact_mean_after_each_of={periods}_periods")), "{out}");
     }
 }
+
+/// Push-sum conserves mass: rank 0 adds 1 to every value each round (a straggling rank 0), and
+/// after `finish` every rank holds exactly what the inputs predict, (sum of the initial values +
+/// rounds) / N, computed by rma-check from the inputs alone.
+#[test]
+fn push_sum_conserves_mass() {
+    for n in [2usize, 8] {
+        expect_ok(n, &["--push-sum", "--rounds", "300", "--len", "1000", "--slow-rank-us", "200"], 1);
+    }
+}

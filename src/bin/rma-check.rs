@@ -83,6 +83,11 @@ struct Args {
     /// mean (dyadic values: bit for bit), and again after every further period.
     #[arg(long)]
     one_peer: bool,
+    /// Push-sum mass check instead of the runs above (expander graph): rank 0 adds 1 to every
+    /// value before each of --rounds rounds, so after `finish` every rank must hold
+    /// (sum of the initial values + rounds) / N, and the weights must sum to N.
+    #[arg(long)]
+    push_sum: bool,
 }
 
 fn parse_fault(s: &str) -> Result<(usize, u64), String> {
@@ -252,6 +257,37 @@ fn raw_put_flush_us(world: &SimpleCommunicator, len: usize, rounds: u64) -> anyh
     let us = start.elapsed().as_secs_f64() / rounds.max(1) as f64 * 1e6;
     world.barrier();
     Ok(all_max(world, us))
+}
+
+/// `--push-sum`: returns the largest deviation of any final value from the mass-conservation
+/// prediction.
+fn run_push_sum(world: &SimpleCommunicator, args: &Args) -> anyhow::Result<f64> {
+    let n = world.size() as usize;
+    let me = world.rank() as usize;
+    let cfg = AsapConfig {
+        in_neighbours: graph(GraphKind::Expander, n),
+        notify: NotifyMode::PushSum,
+        wait_timeout: Duration::from_millis(args.wait_timeout_ms),
+        stop_sending_after: None,
+        staleness: 0,
+        one_peer: false,
+    };
+    let mut sr = StochasticReduce::new(world, cfg, args.len)?;
+    let mut params = initial(me, args.len);
+    for round in 1..=args.rounds {
+        if me == 0 {
+            params.iter_mut().for_each(|p| *p += 1.0);
+        }
+        sr.sync(&mut params, round)?;
+        if args.slow_rank_us > 0 && me == 0 {
+            std::thread::sleep(Duration::from_micros(args.slow_rank_us));
+        }
+    }
+    sr.finish(&mut params)?;
+    // The prediction from the inputs alone: mean over ranks of r + (k mod 3), plus rounds / N.
+    let want = |k: usize| (n - 1) as f64 / 2.0 + (k % 3) as f64 + args.rounds as f64 / n as f64;
+    let worst = params.iter().enumerate().map(|(k, &v)| (v as f64 - want(k)).abs()).fold(0.0, f64::max);
+    Ok(all_max(world, worst))
 }
 
 /// `--one-peer`: every rank must hold the exact global mean after each period of log2 N rounds.
@@ -471,6 +507,18 @@ fn main() {
     }
     if world.rank() == 0 {
         println!("rma-check: window and collectives self-tests ok (n={n})");
+    }
+    if args.push_sum {
+        match run_push_sum(&world, &args) {
+            // f32 values of size up to n + rounds / n: a few ulps of that, far below one share.
+            Ok(dev) if dev > 1e-5 * (n as f64 + args.rounds as f64 / n as f64) => {
+                abort_job(&format!("rma-check: push-sum lost or duplicated mass: final values off by {dev:.3e}"), 3)
+            }
+            Ok(dev) if world.rank() == 0 => println!("rma-check: ok push-sum n={n} rounds={} max_deviation={dev:.3e}", args.rounds),
+            Ok(_) => {}
+            Err(e) => abort_job(&format!("rma-check: error: {e:#}"), 3),
+        }
+        return;
     }
     if args.one_peer {
         match run_one_peer(&world, &args) {

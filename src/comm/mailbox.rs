@@ -32,7 +32,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::collective::CommunicatorCollectives;
 
 use super::pace::Pacer;
-use super::window::{RmaError, Window};
+use super::window::{RmaElement, RmaError, Window};
 
 /// Bytes of one protocol word (header, footer, notify or ack counter).
 pub const WORD: u64 = 8;
@@ -336,24 +336,24 @@ impl Mailboxes {
     /// remotely, WITHOUT waiting for acks (the caller decides: [`Mailboxes::wait_acks`]).
     /// `ordered` writes header, payload, footer as three remotely completed steps, so that readers
     /// detect any overlap (needed when no ACK protects the slot); otherwise one put.
-    pub fn post(&mut self, round: u64, payload: &[f32], ordered: bool) -> MailboxResult<()> {
+    pub fn post<T: RmaElement>(&mut self, round: u64, payload: &[T], ordered: bool) -> MailboxResult<()> {
         for j in 0..self.out_nb.len() {
             self.post_to(j, round, payload, ordered)?;
         }
         Ok(())
     }
 
-    fn post_to(
+    fn post_to<T: RmaElement>(
         &mut self,
         j: usize,
         round: u64,
-        payload: &[f32],
+        payload: &[T],
         ordered: bool,
     ) -> MailboxResult<()> {
         assert_eq!(
-            payload.len(),
-            self.len,
-            "payload length differs from the mailbox's"
+            std::mem::size_of_val(payload),
+            4 * self.len,
+            "payload size differs from the mailbox's"
         );
         let t = self.out_nb[j];
         let lay = self.layouts[t];
@@ -607,11 +607,11 @@ impl Mailboxes {
 
     /// Copies slot `i` (of `in_neighbours()[i]`) into `out` as footer, payload, header and reports
     /// whether it was consistent. `out` is only meaningful for [`SlotRead::Consistent`].
-    pub fn read_slot(&mut self, i: usize, out: &mut [f32]) -> MailboxResult<SlotRead> {
+    pub fn read_slot<T: RmaElement>(&mut self, i: usize, out: &mut [T]) -> MailboxResult<SlotRead> {
         assert_eq!(
-            out.len(),
-            self.len,
-            "output length differs from the mailbox's"
+            std::mem::size_of_val(out),
+            4 * self.len,
+            "output size differs from the mailbox's"
         );
         let lay = self.layouts[self.me];
         let base = lay.slot(i, 0);
@@ -672,6 +672,34 @@ impl Mailboxes {
     /// Newest message number in-neighbour `i` has notified (after `win.sync()` in a wait).
     pub fn notified(&self, i: usize) -> u64 {
         self.notifications(i)
+    }
+
+    /// The value out-neighbour `j` last published in our ack word with [`Mailboxes::publish_ack`]
+    /// (a receiver's own progress mark, e.g. the newest round it folded in); counted as a
+    /// received word when it changed.
+    pub fn ack_word(&mut self, j: usize) -> MailboxResult<u64> {
+        self.win.sync()?;
+        let v = self.win.load_u64(self.layouts[self.me].ack(j));
+        if v != self.acks_seen[j] {
+            self.bytes_received += WORD;
+            self.acks_seen[j] = v;
+        }
+        Ok(v)
+    }
+
+    /// Publishes `value` (non-decreasing) in our ack word at in-neighbour `i`, for protocols
+    /// whose acknowledgement is a progress mark rather than a message count.
+    pub fn publish_ack(&mut self, i: usize, value: u64) -> MailboxResult<()> {
+        if value <= self.consumed[i] {
+            return Ok(());
+        }
+        let s = self.in_nb[i];
+        let off = self.layouts[s].ack(self.ack_at[i]);
+        self.consumed[i] = value;
+        self.win.put(s as i32, off, &[value])?;
+        self.win.flush(s as i32)?;
+        self.bytes_sent += WORD;
+        Ok(())
     }
 
     /// Waits until in-neighbour `i` has sent one more NOTIFY than we consumed (time-varying

@@ -6,7 +6,9 @@
 //! - `notify-ack`: wait for every in-neighbour's NOTIFY, reduce all, ACK (ASAP §4); a sender
 //!   waits for the ACK of its previous message before overwriting the slot;
 //! - `barrier`: BSP: put, MPI_Barrier, reduce the slots that hold this round intact;
-//! - `none`: fully asynchronous: put, reduce whatever intact buffers are there, never block.
+//! - `none`: fully asynchronous: put, reduce whatever intact buffers are there, never block;
+//! - `push-sum`: asynchronous push-sum ([`super::push_sum`]): push (share of x, share of w) as
+//!   running totals, fold in what arrived, never block; mass is conserved.
 //!
 //! The per-reduce count of consistent inputs is kept as a histogram (ASAP Fig. 8).
 //!
@@ -20,6 +22,7 @@ use anyhow::{bail, Context};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::edge_budget::{EdgeBudget, EdgeBudgetOptions};
+use super::push_sum::PushSum;
 use super::{average_replicas, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::mailbox::{Mailboxes, SlotRead, WORD};
 use crate::comm::pace::TokenBucket;
@@ -36,7 +39,9 @@ pub struct AsapOptions {
     #[arg(long, value_name = "GRAPH", default_value = "auto")]
     pub graph: String,
     /// Synchronisation: notify-ack (one-sided NOTIFY-ACK), barrier (put, MPI_Barrier, reduce
-    /// what is consistent) or none (fully asynchronous).
+    /// what is consistent), none (fully asynchronous: average whatever intact models are there)
+    /// or push-sum (asynchronous push-sum: shares of the model and a weight, nothing waits,
+    /// nothing is double-counted; the model is x / weight).
     #[arg(long, value_enum, default_value_t = NotifyMode::NotifyAck)]
     pub notify: NotifyMode,
 }
@@ -59,6 +64,8 @@ pub enum NotifyMode {
     Barrier,
     /// No synchronisation; reduce whatever intact buffers are present.
     None,
+    /// Asynchronous push-sum: mass-conserving, never blocks.
+    PushSum,
 }
 
 /// Configuration of [`StochasticReduce`].
@@ -105,6 +112,16 @@ pub struct StochasticReduce {
     incoming: Vec<f32>,
     /// `--bandwidth-mbps`: the budget and the per-edge state it needs.
     budget: Option<Budgeted>,
+    /// `--notify push-sum`: numerator, weight and running totals.
+    push: Option<PushSum>,
+    /// `--notify push-sum`: one slot's totals `[x..., w]`.
+    totals: Vec<f64>,
+    /// `--notify push-sum`: the weights' sum over ranks at the end (N when mass is conserved).
+    weight_sum: f64,
+    /// `--notify push-sum`: the round of our last push, and rounds that pushed nothing because
+    /// an out-neighbour had not folded the previous share yet.
+    pushed_round: u64,
+    held_pushes: u64,
 }
 
 /// A budgeted asap's bucket, edge state and message buffer.
@@ -185,9 +202,11 @@ impl StochasticReduce {
     /// Collectively sets up the mailboxes for `cfg.in_neighbours` over `comm` for a model of
     /// `n_params` f32s.
     pub fn new(comm: &SimpleCommunicator, cfg: AsapConfig, n_params: usize) -> anyhow::Result<Self> {
-        // One slot per message that may be in flight on an edge: S + 1.
+        // One slot per message that may be in flight on an edge: S + 1. Push-sum's slots hold
+        // f64 running totals of the model and the weight.
         let depth = cfg.staleness as usize + 1;
-        let mail = Mailboxes::with_depth(comm, &cfg.in_neighbours, n_params, depth)
+        let slot_len = if cfg.notify == NotifyMode::PushSum { 2 * (n_params + 1) } else { n_params };
+        let mail = Mailboxes::with_depth(comm, &cfg.in_neighbours, slot_len, depth)
             .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
         StochasticReduce::with_mailboxes(comm, cfg, n_params, mail, None)
     }
@@ -217,6 +236,11 @@ impl StochasticReduce {
             last_round: 0,
             acc: vec![0.0; n_params],
             incoming: vec![0.0; n_params],
+            push: (cfg.notify == NotifyMode::PushSum).then(|| PushSum::new(in_degree)),
+            totals: Vec::new(),
+            weight_sum: 0.0,
+            pushed_round: 0,
+            held_pushes: 0,
             mail,
             cfg,
             budget,
@@ -529,6 +553,81 @@ impl StochasticReduce {
         Ok(())
     }
 
+    /// Push-sum: the loop's steps into x, keep a share, put the running totals to every
+    /// out-neighbour (header, payload, footer as ordered steps, so a read that overlaps shows as
+    /// torn), fold in every intact total that changed, and hand back x / w. Nothing waits.
+    ///
+    /// Flow control: a rank pushes a new share only when every out-neighbour has folded its last
+    /// one (each receiver publishes the newest round it folded in its ack word); otherwise it
+    /// keeps all its mass this round. Without this, a rank whose in-neighbours are descheduled
+    /// keeps halving its weight while nothing comes in, the step on x / w grows as 1 / w, and MLR
+    /// at lr 0.3 diverged within one epoch on 2 and 8 oversubscribed ranks.
+    fn sync_push_sum(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        let t = Instant::now();
+        let p = self.push.as_mut().expect("push-sum state");
+        p.take_update(params);
+        let d_out = self.mail.out_neighbours().len();
+        let mut all_folded = true;
+        for j in 0..d_out {
+            all_folded &= self.mail.ack_word(j)? >= self.pushed_round;
+        }
+        let sending = !matches!(self.cfg.stop_sending_after, Some((r, last)) if r == self.rank && round > last);
+        if all_folded && sending {
+            let totals = self.push.as_mut().expect("push-sum state").share(d_out);
+            self.mail.post(round, totals, true)?;
+            self.pushed_round = round;
+        } else {
+            self.held_pushes += 1;
+        }
+        let folded = self.fold_push_sum()?;
+        self.histogram[folded] += 1;
+        self.push.as_mut().expect("push-sum state").estimate(params);
+        self.stats.comm_seconds += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Folds every in-neighbour's intact running totals into the push-sum state; returns how many
+    /// brought something new. Torn reads are counted and retried next time.
+    fn fold_push_sum(&mut self) -> anyhow::Result<usize> {
+        let p = self.push.as_mut().expect("push-sum state");
+        self.totals.resize(p.numerator().len() + 1, 0.0);
+        let mut folded = 0;
+        for i in 0..self.mail.in_neighbours().len() {
+            match self.mail.read_slot(i, &mut self.totals)? {
+                SlotRead::Consistent(h) => {
+                    folded += usize::from(p.fold(i, &self.totals)?);
+                    self.last_used[i] = h;
+                    self.mail.publish_ack(i, h)?;
+                }
+                SlotRead::Torn(..) => self.torn += 1,
+                SlotRead::Empty => {}
+            }
+        }
+        Ok(folded)
+    }
+
+    /// The end of push-sum, after the barrier that follows every rank's last put: fold the last
+    /// totals (nothing is in flight any more), then the model is sum_i x_i / sum_i w_i, the
+    /// average of the initial models and every update (one allreduce of x and w, counted as
+    /// final-model traffic like every mode's). The weight sum is kept for the metrics: N when
+    /// no mass was lost.
+    fn finish_push_sum(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
+        let t = Instant::now();
+        self.fold_push_sum()?;
+        let p = self.push.as_ref().expect("push-sum state");
+        let mut sums: Vec<f64> = p.numerator().to_vec();
+        sums.push(p.weight());
+        crate::comm::collectives::sum_f64(&self.comm, &mut sums);
+        let w = *sums.last().expect("the weight");
+        for (q, x) in params.iter_mut().zip(&sums) {
+            *q = (x / w) as f32;
+        }
+        self.weight_sum = w;
+        self.stats.final_bytes += super::ring_allreduce_bytes(self.comm.size() as usize, 2 * sums.len());
+        self.stats.final_seconds += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
     fn sync_barrier(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
         let t = Instant::now();
         if self.sending(round) {
@@ -622,6 +721,7 @@ impl SyncMode for StochasticReduce {
             NotifyMode::NotifyAck => self.sync_notify_ack(params, round)?,
             NotifyMode::Barrier => self.sync_barrier(params, round)?,
             NotifyMode::None => self.sync_none(params, round)?,
+            NotifyMode::PushSum => self.sync_push_sum(params, round)?,
         }
         self.stats.bytes_sent += self.mail.bytes_sent() - sent0;
         self.stats.bytes_received += self.mail.bytes_received() - recv0;
@@ -660,7 +760,23 @@ impl SyncMode for StochasticReduce {
         self.mail.window().flush_all()?;
         self.mail.barrier(self.last_round, self.cfg.wait_timeout)?;
         self.stats.wait_seconds += t.elapsed().as_secs_f64();
+        if self.push.is_some() {
+            return self.finish_push_sum(params);
+        }
         average_replicas(&self.comm, params, &mut self.stats);
+        Ok(())
+    }
+
+    fn quiesce(&mut self, params: &mut [f32], _round: u64) -> anyhow::Result<()> {
+        if self.push.is_some() {
+            // Nothing in flight at a checkpoint: every total put is folded before the cut.
+            self.mail.window().flush_all()?;
+            self.mail.barrier(self.last_round, self.cfg.wait_timeout)?;
+            self.fold_push_sum()?;
+            self.push.as_mut().expect("push-sum state").estimate(params);
+            // Nobody may put a new total before every rank has read the last ones.
+            self.mail.barrier(self.last_round, self.cfg.wait_timeout)?;
+        }
         Ok(())
     }
 
@@ -677,10 +793,17 @@ impl SyncMode for StochasticReduce {
     }
 
     fn save_state(&self) -> ModeState {
-        self.budget.as_ref().map_or(Vec::new(), |b| b.edges.save_state())
+        match (&self.budget, &self.push) {
+            (Some(b), _) => b.edges.save_state(),
+            (None, Some(p)) => p.save_state(),
+            (None, None) => Vec::new(),
+        }
     }
 
     fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
+        if let Some(p) = &mut self.push {
+            return p.restore_state(state, self.n_params);
+        }
         match &mut self.budget {
             Some(b) => b.edges.restore_state(state),
             None => {
@@ -700,6 +823,13 @@ impl SyncMode for StochasticReduce {
             ModeMetric::number("stale", Aggregate::Sum, self.stale as f64),
             ModeMetric::number("in_degree", Aggregate::Max, self.mail.in_neighbours().len() as f64),
         ];
+        if self.push.is_some() {
+            m.extend([
+                ModeMetric::number("push_sum_weight_sum", Aggregate::Max, self.weight_sum),
+                ModeMetric::number("push_sum_held_pushes", Aggregate::Sum, self.held_pushes as f64),
+                ModeMetric::number("push_sum_weight", Aggregate::Max, self.push.as_ref().map_or(0.0, |p| p.weight())),
+            ]);
+        }
         if self.cfg.staleness > 0 {
             m.extend([
                 ModeMetric::array("staleness_histogram", Aggregate::Sum, self.staleness_used.iter().map(|&c| c as f64)),

@@ -26,6 +26,7 @@ pub mod async_mode;
 pub mod bosen;
 pub mod edge_budget;
 pub mod independent;
+pub mod push_sum;
 pub mod ssp;
 
 /// Communication counters every mode keeps the same way; the training loop reports them per rank

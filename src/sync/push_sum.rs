@@ -1,0 +1,212 @@
+//! The arithmetic of asynchronous push-sum (`--sync asap --notify push-sum`; Kempe et al.,
+//! as used by SGP and Bluefog's one-sided mode), kept apart from the transport in
+//! [`super::asap`].
+//!
+//! Each rank holds a numerator x and a weight w; its model (the estimate) is z = x / w.
+//! - **Update:** the loop's local steps change z, and the change goes into x unscaled (SGP:
+//!   x <- x - lr * grad f(z)).
+//! - **Push:** every round the rank keeps 1/(d+1) of (x, w) and sends the same share to each of
+//!   its d out-neighbours, without waiting for anybody.
+//! - **Fold:** a receiver adds whatever arrived since it last looked.
+//!
+//! Shares travel as *running totals*: per out-edge the sum of every share sent so far, which the
+//! sender overwrites in its slot at the receiver. The receiver adds the difference from the total
+//! it folded last. A message that is overwritten before it is read is not lost, because the next
+//! total contains it. A torn read is skipped and retried next round. Nothing is counted twice,
+//! because only differences are added. So mass is conserved:
+//! `sum_i x_i + in flight = sum_i x_i(0) + every update`, and `sum_i w_i + in flight = N`.
+//! Totals are f64, so their differences keep float precision over long runs (an f32 total would
+//! lose the share's low bits once it is large); this doubles the bytes of a message.
+
+use anyhow::ensure;
+
+use super::ModeState;
+
+/// One rank's push-sum state.
+#[derive(Clone, Debug, Default)]
+pub struct PushSum {
+    x: Vec<f64>,
+    w: f64,
+    /// The estimate last handed to the training loop (its steps since are the update).
+    z_prev: Vec<f32>,
+    /// Running totals `[x..., w]` of the shares sent on each out-edge (all edges get the same).
+    sent: Vec<f64>,
+    /// Per in-neighbour: the running totals folded so far.
+    seen: Vec<Vec<f64>>,
+}
+
+impl PushSum {
+    /// State for `in_degree` in-neighbours; x and w are set at the first [`PushSum::take_update`]
+    /// from the model the loop starts with (weight 1).
+    pub fn new(in_degree: usize) -> Self {
+        PushSum { seen: vec![Vec::new(); in_degree], ..Default::default() }
+    }
+
+    /// Moves the loop's steps since the last estimate into x (the first call starts x at the
+    /// model, w at 1).
+    pub fn take_update(&mut self, params: &[f32]) {
+        if self.x.is_empty() {
+            self.x = params.iter().map(|&p| p as f64).collect();
+            self.w = 1.0;
+            self.z_prev = params.to_vec();
+            self.sent = vec![0.0; params.len() + 1];
+            return;
+        }
+        for ((x, &p), &z) in self.x.iter_mut().zip(params).zip(&self.z_prev) {
+            *x += (p - z) as f64;
+        }
+    }
+
+    /// Keeps 1/(d+1) of (x, w) and adds the same share to the running totals sent to each of the
+    /// `out_degree` = d out-neighbours; returns the totals to put in their slots.
+    pub fn share(&mut self, out_degree: usize) -> &[f64] {
+        if out_degree == 0 {
+            return &self.sent;
+        }
+        let keep = 1.0 / (out_degree + 1) as f64;
+        let n = self.x.len();
+        for (x, t) in self.x.iter_mut().zip(&mut self.sent[..n]) {
+            *x *= keep;
+            *t += *x;
+        }
+        self.w *= keep;
+        self.sent[n] += self.w;
+        &self.sent
+    }
+
+    /// Folds in-neighbour `i`'s running totals `[x..., w]`: adds what arrived since the last fold.
+    /// Returns whether anything new had arrived.
+    pub fn fold(&mut self, i: usize, totals: &[f64]) -> anyhow::Result<bool> {
+        let n = self.x.len();
+        ensure!(totals.len() == n + 1, "push-sum totals of {} values for a model of {n}", totals.len());
+        let seen = &mut self.seen[i];
+        if seen.is_empty() {
+            seen.resize(n + 1, 0.0);
+        }
+        if seen.as_slice() == totals {
+            return Ok(false);
+        }
+        for ((x, &t), s) in self.x.iter_mut().zip(&totals[..n]).zip(&seen[..n]) {
+            *x += t - s;
+        }
+        self.w += totals[n] - seen[n];
+        seen.copy_from_slice(totals);
+        Ok(true)
+    }
+
+    /// Writes the estimate x / w into `params` and remembers it.
+    pub fn estimate(&mut self, params: &mut [f32]) {
+        let inv = 1.0 / self.w;
+        for (p, &x) in params.iter_mut().zip(&self.x) {
+            *p = (x * inv) as f32;
+        }
+        self.z_prev.copy_from_slice(params);
+    }
+
+    /// The weight w.
+    pub fn weight(&self) -> f64 {
+        self.w
+    }
+
+    /// The numerator x.
+    pub fn numerator(&self) -> &[f64] {
+        &self.x
+    }
+
+    /// x and w, for a checkpoint taken after a drain (nothing in flight): the running totals
+    /// start again at zero with the fresh mailboxes of the resumed run.
+    pub fn save_state(&self) -> ModeState {
+        vec![("push_sum_x".into(), self.x.clone()), ("push_sum_w".into(), vec![self.w])]
+    }
+
+    /// Restores what [`PushSum::save_state`] wrote; `params` is the model the checkpoint holds.
+    pub fn restore_state(&mut self, state: ModeState, params_len: usize) -> anyhow::Result<()> {
+        let mut x = None;
+        let mut w = None;
+        for (name, v) in state {
+            match name.as_str() {
+                "push_sum_x" => x = Some(v),
+                "push_sum_w" => w = v.first().copied(),
+                other => anyhow::bail!("the checkpoint holds {other}, which --notify push-sum does not use"),
+            }
+        }
+        let (x, w) = x.zip(w).ok_or_else(|| anyhow::anyhow!("the checkpoint has no push-sum state: resume with --notify push-sum"))?;
+        ensure!(x.len() == params_len, "the checkpoint's push-sum numerator has {} values, the model {params_len}", x.len());
+        self.z_prev = x.iter().map(|&v| (v / w) as f32).collect();
+        self.sent = vec![0.0; x.len() + 1];
+        self.seen.iter_mut().for_each(Vec::clear);
+        self.x = x;
+        self.w = w;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    /// Three ranks on a directed ring with updates every round, a random half of the reads
+    /// missed (a late or torn message) and every total overwritten before it is read: after a
+    /// last fold of everything, the numerators add up to the initial models plus every update
+    /// and the weights to N, to float precision.
+    #[test]
+    fn mass_is_conserved_whatever_is_read_late() {
+        let n = 3;
+        let mut ranks: Vec<PushSum> = (0..n).map(|_| PushSum::new(1)).collect();
+        let mut params: Vec<Vec<f32>> = (0..n).map(|r| vec![r as f32, 1.0 + r as f32]).collect();
+        let mut slots: Vec<Vec<f64>> = vec![vec![0.0; 3]; n]; // slot r: what rank r - 1 last put
+        let mut updates = [0f64; 2];
+        let mut rng = Rng::new(5);
+        for round in 0..500 {
+            for r in 0..n {
+                // A local step: rank r moves its model by a small known amount.
+                let u = [0.01 * (r as f32 + 1.0), -0.003 * round as f32 / 100.0];
+                for k in 0..2 {
+                    let before = params[r][k];
+                    params[r][k] += u[k];
+                    // The update is what the f32 step really changed.
+                    updates[k] += (params[r][k] - before) as f64;
+                }
+                ranks[r].take_update(&params[r]);
+                slots[(r + 1) % n] = ranks[r].share(1).to_vec();
+            }
+            for r in 0..n {
+                if rng.below(2) == 0 {
+                    ranks[r].fold(0, &slots[r].clone()).unwrap();
+                }
+                ranks[r].estimate(&mut params[r]);
+            }
+        }
+        for r in 0..n {
+            ranks[r].fold(0, &slots[r].clone()).unwrap();
+        }
+        let w: f64 = ranks.iter().map(|p| p.weight()).sum();
+        assert!((w - n as f64).abs() < 1e-12, "weights sum to {w}");
+        for k in 0..2 {
+            let x: f64 = ranks.iter().map(|p| p.numerator()[k]).sum();
+            let want = (0..n).map(|r| r as f64 + k as f64).sum::<f64>() + updates[k];
+            assert!((x - want).abs() < 1e-9, "coordinate {k}: mass {x}, expected {want}");
+        }
+        // And every rank's estimate is close to the common average.
+        let mean = |k: usize| ranks.iter().map(|p| p.numerator()[k]).sum::<f64>() / n as f64;
+        for p in &ranks {
+            assert!((p.numerator()[0] / p.weight() - mean(0)).abs() < 0.5, "estimate {} (x {} w {}) mean {}", p.numerator()[0] / p.weight(), p.numerator()[0], p.weight(), mean(0));
+        }
+    }
+
+    #[test]
+    fn a_fold_of_unchanged_totals_adds_nothing_and_state_round_trips() {
+        let mut p = PushSum::new(1);
+        p.take_update(&[1.0, 2.0]);
+        let totals = vec![0.5, 1.0, 0.5];
+        assert!(p.fold(0, &totals).unwrap());
+        assert!(!p.fold(0, &totals).unwrap());
+        assert_eq!((p.numerator(), p.weight()), (&[1.5, 3.0][..], 1.5));
+        let mut q = PushSum::new(1);
+        q.restore_state(p.save_state(), 2).unwrap();
+        assert_eq!((q.numerator(), q.weight()), (p.numerator(), p.weight()));
+        assert!(q.fold(0, &[1.0, 1.0]).is_err(), "a total of the wrong length is refused");
+        assert!(PushSum::new(1).restore_state(vec![], 2).is_err());
+    }
+}
