@@ -182,3 +182,18 @@ fn push_sum_trains_and_keeps_the_weights_summing_to_n() {
     assert!((w - 4.0).abs() < 1e-9, "weights sum to {w}: {sm}");
     assert!(sm["final_metric"].as_f64().unwrap() > 0.7, "{sm}");
 }
+
+/// `--overlap`: every round is still reduced with every in-neighbour's consistent message (the
+/// reduce just happens one sync later, `finish` completing the last), and the model trains.
+#[test]
+fn overlapped_rounds_are_all_reduced_and_train() {
+    let dir = scratch("asap-overlap");
+    let m = dir.join("m.jsonl");
+    asap(4, &["--graph", "ring", "--overlap"], &m).expect_ok();
+    let sm = summary(&m);
+    let hist: Vec<f64> = sm["sync_metrics"]["consistency_histogram"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(hist, [0.0, 4.0 * sm["rounds"].as_f64().unwrap()], "{sm}");
+    assert_eq!(sm["sync_metrics"]["torn"].as_f64(), Some(0.0));
+    assert!(sm["final_metric"].as_f64().unwrap() > 0.75, "{sm}");
+    asap(2, &["--overlap", "--notify", "none"], &m).expect_failure(&["--overlap runs with --notify notify-ack"]);
+}

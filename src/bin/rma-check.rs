@@ -271,6 +271,7 @@ fn run_push_sum(world: &SimpleCommunicator, args: &Args) -> anyhow::Result<f64> 
         stop_sending_after: None,
         staleness: 0,
         one_peer: false,
+        overlap: false,
     };
     let mut sr = StochasticReduce::new(world, cfg, args.len)?;
     let mut params = initial(me, args.len);
@@ -307,6 +308,7 @@ fn run_one_peer(world: &SimpleCommunicator, args: &Args) -> anyhow::Result<u64> 
         stop_sending_after: None,
         staleness: 0,
         one_peer: true,
+        overlap: false,
     };
     let mut sr = StochasticReduce::new(world, cfg, args.len)?;
     let mut params = initial(me, args.len);
@@ -337,6 +339,7 @@ fn run_staleness(world: &SimpleCommunicator, s: u64, args: &Args) -> anyhow::Res
         stop_sending_after: None,
         staleness: s,
         one_peer: false,
+        overlap: false,
     };
     let mut sr = StochasticReduce::new(world, cfg, args.len)?;
     let mut params = vec![0f32; args.len];
@@ -385,6 +388,7 @@ fn run(
         stop_sending_after: args.stop_sending,
         staleness: 0,
         one_peer: false,
+        overlap: false,
     };
     let mut sr = StochasticReduce::new(world, cfg, args.len)?;
     let mut params = initial(me, args.len);

@@ -44,6 +44,11 @@ pub struct AsapOptions {
     /// nothing is double-counted; the model is x / weight).
     #[arg(long, value_enum, default_value_t = NotifyMode::NotifyAck)]
     pub notify: NotifyMode,
+    /// Overlap communication with computation (notify-ack): a round's models are sent, the next
+    /// local steps run while they travel, and the round is reduced at the next sync, keeping the
+    /// local progress made meanwhile (w <- average + (w - w_sent)).
+    #[arg(long)]
+    pub overlap: bool,
 }
 
 impl Default for AsapOptions {
@@ -85,6 +90,8 @@ pub struct AsapConfig {
     /// One-peer exponential graph: `in_neighbours` lists every edge of a period, and each round
     /// uses only one in- and one out-edge (see [`crate::graph::one_peer_source`]).
     pub one_peer: bool,
+    /// `--overlap`: reduce each round at the next sync, keeping the steps made meanwhile.
+    pub overlap: bool,
 }
 
 /// ASAP stochastic reduce over RMA mailboxes. Collective: every rank constructs it with the same
@@ -118,6 +125,9 @@ pub struct StochasticReduce {
     totals: Vec<f64>,
     /// `--notify push-sum`: the weights' sum over ranks at the end (N when mass is conserved).
     weight_sum: f64,
+    /// `--overlap`: the round sent but not yet reduced, and the model as sent then.
+    pending: Option<u64>,
+    sent_model: Vec<f32>,
     /// `--notify push-sum`: the round of our last push, and rounds that pushed nothing because
     /// an out-neighbour had not folded the previous share yet.
     pushed_round: u64,
@@ -165,11 +175,15 @@ impl StochasticReduce {
         let cfg = AsapConfig {
             in_neighbours,
             one_peer,
+            overlap: opts.overlap,
             notify: opts.notify,
             wait_timeout: ctx.wait_timeout,
             stop_sending_after: ctx.stop_sending_after,
             staleness,
         };
+        if opts.overlap && (opts.notify != NotifyMode::NotifyAck || budget.is_some() || staleness > 0 || one_peer) {
+            bail!("--overlap runs with --notify notify-ack on a static graph, without --bandwidth-mbps and --staleness");
+        }
         if staleness > 0 && (opts.notify != NotifyMode::NotifyAck || budget.is_some()) {
             bail!("--staleness on --sync asap needs --notify notify-ack and no --bandwidth-mbps");
         }
@@ -241,6 +255,8 @@ impl StochasticReduce {
             weight_sum: 0.0,
             pushed_round: 0,
             held_pushes: 0,
+            pending: None,
+            sent_model: Vec::new(),
             mail,
             cfg,
             budget,
@@ -362,6 +378,59 @@ impl StochasticReduce {
         }
         self.histogram[1] += 1;
         self.mail.ack(i)?;
+        self.emulated_latency();
+        self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// `--overlap`: complete the pending round's reduce with the models its senders sent, keeping
+    /// the steps made since (SGP's overlap: w <- avg(w_sent, in-neighbours) + (w - w_sent)), then
+    /// send this round's model and return at once; the next sync (or `finish`) reduces it.
+    fn sync_overlap(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        self.complete_pending(params)?;
+        let timeout = self.cfg.wait_timeout;
+        if self.sending(round) {
+            for j in 0..self.mail.out_neighbours().len() {
+                let t = Instant::now();
+                self.mail.wait_ack(j, round, timeout)?;
+                let t2 = Instant::now();
+                self.stats.wait_seconds += (t2 - t).as_secs_f64();
+                self.mail.send_to(j, round, params)?;
+                self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+            }
+        }
+        self.sent_model.clear();
+        self.sent_model.extend_from_slice(params);
+        self.pending = Some(round);
+        Ok(())
+    }
+
+    /// Reduces the pending overlapped round into `params` (no-op when none is pending).
+    fn complete_pending(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
+        let Some(round) = self.pending.take() else { return Ok(()) };
+        let t = Instant::now();
+        self.emulated_latency();
+        self.mail.wait_notifications(round, self.cfg.wait_timeout)?;
+        let t2 = Instant::now();
+        self.stats.wait_seconds += (t2 - t).as_secs_f64();
+        self.acc.copy_from_slice(&self.sent_model);
+        let d = self.mail.in_neighbours().len();
+        for i in 0..d {
+            let read = self.mail.add_notified_slot(i, &mut self.acc)?;
+            if read != SlotRead::Consistent(round) {
+                self.torn += 1;
+                bail!("rank {}: round {round}: the buffer from rank {} was {read:?} after its NOTIFY", self.rank, self.mail.in_neighbours()[i]);
+            }
+            self.last_used[i] = round;
+        }
+        let denom = (1 + d) as f32;
+        for ((p, a), s) in params.iter_mut().zip(&self.acc).zip(&self.sent_model) {
+            *p = *a / denom + (*p - *s);
+        }
+        self.histogram[d] += 1;
+        for i in 0..d {
+            self.mail.ack(i)?;
+        }
         self.emulated_latency();
         self.stats.comm_seconds += t2.elapsed().as_secs_f64();
         Ok(())
@@ -718,6 +787,7 @@ impl SyncMode for StochasticReduce {
             _ if self.budget.is_some() => self.sync_budgeted(params, round)?,
             NotifyMode::NotifyAck if self.cfg.staleness > 0 => self.sync_stale(params, round)?,
             NotifyMode::NotifyAck if self.cfg.one_peer => self.sync_one_peer(params, round)?,
+            NotifyMode::NotifyAck if self.cfg.overlap => self.sync_overlap(params, round)?,
             NotifyMode::NotifyAck => self.sync_notify_ack(params, round)?,
             NotifyMode::Barrier => self.sync_barrier(params, round)?,
             NotifyMode::None => self.sync_none(params, round)?,
@@ -741,6 +811,10 @@ impl SyncMode for StochasticReduce {
         if self.budget.is_some() {
             self.check_mirrors()?;
         }
+        let (s0, r0) = (self.mail.bytes_sent(), self.mail.bytes_received());
+        self.complete_pending(params)?;
+        self.stats.bytes_sent += self.mail.bytes_sent() - s0;
+        self.stats.bytes_received += self.mail.bytes_received() - r0;
         let t = Instant::now();
         // Drain: under NOTIFY-ACK every message must be consumed before the window goes away.
         if self.cfg.notify == NotifyMode::NotifyAck {
@@ -768,6 +842,8 @@ impl SyncMode for StochasticReduce {
     }
 
     fn quiesce(&mut self, params: &mut [f32], _round: u64) -> anyhow::Result<()> {
+        // --overlap: a checkpoint holds no half-done round.
+        self.complete_pending(params)?;
         if self.push.is_some() {
             // Nothing in flight at a checkpoint: every total put is folded before the cut.
             self.mail.window().flush_all()?;
