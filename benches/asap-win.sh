@@ -41,6 +41,9 @@ for S in 1 2 4; do
     run "asap-root-staleness$S" --sync asap --graph root-expander --staleness $S
 done
 run asap-exponential-staleness2 --sync asap --graph exponential --staleness 2
+run asap-root-overlap --sync asap --graph root-expander --overlap
+run asap-exponential-overlap --sync asap --graph exponential --overlap
+run asap-root-push-sum --sync asap --graph root-expander --notify push-sum
 run asap-root-notify-none --sync asap --graph root-expander --notify none
 python3 - "$out" "$TARGET" "${rows[@]}" <<'PY'
 import json, sys

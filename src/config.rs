@@ -118,6 +118,13 @@ pub struct TrainConfig {
     /// the test set, when there is no --test-data.
     #[arg(long, value_name = "F", default_value_t = 0.0, help_heading = "Data")]
     pub test_fraction: f64,
+    /// How training examples are spread over the ranks: iid (contiguous shards of the file, as
+    /// read), by-label:K (each rank holds K classes) or dirichlet:ALPHA (each class spread over
+    /// the ranks by Dirichlet(ALPHA) shares; 0.5 is strongly skewed). Seeded; classification
+    /// labels only. Each rank reads its own part of the file and the rows then move in one
+    /// all-to-all (docs/training.md).
+    #[arg(long, value_name = "SPEC", default_value = "iid", help_heading = "Data")]
+    pub partition: String,
     /// Feature scaling (statistics of the whole training set, over all ranks): auto = standard
     /// (zero mean, unit variance) for dense data, none for sparse.
     #[arg(long, value_enum, default_value_t = Scaling::Auto, help_heading = "Data")]
@@ -403,6 +410,7 @@ impl TrainConfig {
             "--resume and --auto-resume need --checkpoint-dir DIR (the directory holding the checkpoints)"
         );
         anyhow::ensure!(self.stop_check_every >= 1, "--stop-check-every must be at least 1");
+        self.partition.parse::<crate::data::partition::Partition>().map_err(anyhow::Error::msg)?;
         if self.async_mode.optimizer == crate::sync::async_mode::OptimizerKind::Saga {
             anyhow::ensure!(self.sync == SyncKind::Async, "--optimizer saga needs --sync async (its coordinator keeps the mean of the stored gradients)");
             anyhow::ensure!(

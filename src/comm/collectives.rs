@@ -235,3 +235,47 @@ pub fn gather_varcount<T: Equivalence + Default + Clone>(comm: &SimpleCommunicat
     }
     out
 }
+
+/// Sends `out[r]` to rank r and returns what every rank sent this one, in rank order (an
+/// all-to-all of byte buffers of any length; counts are exchanged first). Errors when a buffer
+/// exceeds what one MPI count can address.
+pub fn all_to_all_bytes(comm: &SimpleCommunicator, out: &[Vec<u8>]) -> anyhow::Result<Vec<Vec<u8>>> {
+    let n = comm.size() as usize;
+    assert_eq!(out.len(), n, "one buffer per rank");
+    let total: usize = out.iter().map(Vec::len).sum();
+    let fits = max_u64(comm, u64::from(total > i32::MAX as usize)) == 0;
+    anyhow::ensure!(fits, "an all-to-all of more than 2 GiB per rank: use more ranks");
+    let send_counts: Vec<i32> = out.iter().map(|b| b.len() as i32).collect();
+    let mut recv_counts = vec![0i32; n];
+    let armed = deadline::armed();
+    if armed {
+        deadline::enter();
+        mpi::request::scope(|sc| deadline::wait(comm.immediate_all_to_all_into(sc, &send_counts[..], &mut recv_counts[..]), "an all-to-all"));
+    } else {
+        comm.all_to_all_into(&send_counts[..], &mut recv_counts[..]);
+    }
+    let recv_total: i64 = recv_counts.iter().map(|&c| c as i64).sum();
+    anyhow::ensure!(recv_total <= i32::MAX as i64, "an all-to-all receiving more than 2 GiB on one rank: use more ranks");
+    let displs = |c: &[i32]| -> Vec<i32> { c.iter().scan(0, |acc, &x| { let d = *acc; *acc += x; Some(d) }).collect() };
+    let send: Vec<u8> = out.concat();
+    let mut recv = vec![0u8; recv_total as usize];
+    {
+        let (sd, rd) = (displs(&send_counts), displs(&recv_counts));
+        let part = mpi::datatype::Partition::new(&send[..], &send_counts[..], &sd[..]);
+        let mut part_mut = PartitionMut::new(&mut recv[..], &recv_counts[..], &rd[..]);
+        if armed {
+            deadline::enter();
+            mpi::request::scope(|sc| deadline::wait(comm.immediate_all_to_all_varcount_into(sc, &part, &mut part_mut), "an all-to-all"));
+        } else {
+            comm.all_to_all_varcount_into(&part, &mut part_mut);
+        }
+    }
+    let mut res = Vec::with_capacity(n);
+    let mut rest = &recv[..];
+    for &c in &recv_counts {
+        let (head, tail) = rest.split_at(c as usize);
+        res.push(head.to_vec());
+        rest = tail;
+    }
+    Ok(res)
+}

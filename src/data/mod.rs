@@ -134,6 +134,7 @@ impl DataError {
 pub mod command;
 pub mod h5;
 pub mod idx;
+pub mod partition;
 pub mod synth;
 pub mod text;
 

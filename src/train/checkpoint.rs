@@ -65,6 +65,9 @@ impl RunIdentity {
             crate::config::SyncKind::Asap => cfg.ssp.staleness.unwrap_or(0),
             _ => cfg.ssp.ssp_staleness(),
         });
+        if cfg.partition != "iid" {
+            c["partition"] = serde_json::json!(cfg.partition);
+        }
         // The budget steers bosen's and a budgeted asap's trajectory (added only there, so the
         // other modes' identities stay what they were).
         if cfg.sync == crate::config::SyncKind::Bosen || cfg.bosen.bandwidth_mbps.is_some() {

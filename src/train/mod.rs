@@ -484,8 +484,10 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         run_id,
         shards,
     };
+    let class_counts = (cfg.partition != "iid").then(|| setup::class_counts(&run.shards.train, comm));
     let start = json!({
         "event": "start",
+        "class_counts_per_rank": class_counts,
         "ranks": n,
         "config": cfg,
         "model_spec": run.model.spec(),

@@ -115,6 +115,7 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
         Some(t) => (data::threshold_labels(train, t), test.map(|d| data::threshold_labels(d, t))),
         None => (train, test),
     };
+    let train = partition(cfg, train, comm)?;
     let total_train = collectives::sum_u64(comm, train.len() as u64);
     let total_test = collectives::sum_u64(comm, test.as_ref().map_or(0, |t| t.len() as u64));
     let empty = collectives::sum_u64(comm, train.is_empty() as u64);
@@ -130,6 +131,41 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
         );
     }
     Ok(Shards { train, test, total_train, total_test })
+}
+
+/// `--partition`: moves every training example to the rank its class and the seed choose, in
+/// one all-to-all (each rank read only its contiguous part of the file before).
+fn partition(cfg: &TrainConfig, train: Dataset, comm: &SimpleCommunicator) -> anyhow::Result<Dataset> {
+    use crate::data::partition::{class_of, class_shares, decode_rows, destination, encode_rows, Partition};
+    let p: Partition = cfg.partition.parse().map_err(anyhow::Error::msg)?;
+    if p == Partition::Iid {
+        return Ok(train);
+    }
+    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
+    let classes: anyhow::Result<Vec<usize>> =
+        train.labels.iter().map(|&l| class_of(l, &cfg.data).map_err(anyhow::Error::msg)).collect();
+    let classes = agree(comm, classes)?;
+    let n_classes = collectives::max_u64(comm, classes.iter().max().map_or(0, |&c| c as u64 + 1)) as usize;
+    let shares = agree(comm, class_shares(p, n_classes, n, cfg.seed).map_err(anyhow::Error::msg))?;
+    // A global position per example: its row in the file, or (rank, local row) once a held-out
+    // split has made the shard non-contiguous.
+    let global = |i: usize| if train.first_row == usize::MAX { ((rank as u64) << 40) + i as u64 } else { (train.first_row + i) as u64 };
+    let dest: Vec<usize> = classes.iter().enumerate().map(|(i, &c)| destination(&shares, c, global(i), cfg.seed)).collect();
+    let out = agree(comm, encode_rows(&train, &dest, n).map_err(anyhow::Error::msg))?;
+    let parts = collectives::all_to_all_bytes(comm, &out)?;
+    drop(out);
+    agree(comm, decode_rows(&train, &parts).map_err(anyhow::Error::msg))
+}
+
+/// Every rank's count of training examples per class, at rank 0 (empty elsewhere): what a
+/// `--partition` gave each rank, for the metrics' start line.
+pub fn class_counts(d: &Dataset, comm: &SimpleCommunicator) -> Vec<Vec<u64>> {
+    let class = |l: f32| if l < 0.0 { 0 } else { l as usize };
+    let c = collectives::max_u64(comm, d.labels.iter().map(|&l| class(l) as u64 + 1).max().unwrap_or(0)) as usize;
+    let mut mine = vec![0u64; c];
+    d.labels.iter().for_each(|&l| mine[class(l)] += 1);
+    let all = collectives::gather(comm, 0, &mine);
+    if c == 0 { Vec::new() } else { all.chunks(c).map(<[u64]>::to_vec).collect() }
 }
 
 /// Largest feature dimension, label range and MF id ranges over all ranks and both sets, checked
