@@ -353,12 +353,7 @@ impl StochasticReduce {
         let j = self.mail.out_neighbours().binary_search(&to).expect("a period's edges are all in the mailboxes");
         let i = self.mail.in_neighbours().binary_search(&from).expect("a period's edges are all in the mailboxes");
         if self.sending(round) {
-            let t = Instant::now();
-            self.mail.wait_ack(j, round, timeout)?;
-            let t2 = Instant::now();
-            self.stats.wait_seconds += (t2 - t).as_secs_f64();
-            self.mail.send_to(j, round, params)?;
-            self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+            self.send_one(j, params, round)?;
         }
         let t = Instant::now();
         self.emulated_latency();
@@ -388,17 +383,7 @@ impl StochasticReduce {
     /// send this round's model and return at once; the next sync (or `finish`) reduces it.
     fn sync_overlap(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
         self.complete_pending(params)?;
-        let timeout = self.cfg.wait_timeout;
-        if self.sending(round) {
-            for j in 0..self.mail.out_neighbours().len() {
-                let t = Instant::now();
-                self.mail.wait_ack(j, round, timeout)?;
-                let t2 = Instant::now();
-                self.stats.wait_seconds += (t2 - t).as_secs_f64();
-                self.mail.send_to(j, round, params)?;
-                self.stats.comm_seconds += t2.elapsed().as_secs_f64();
-            }
-        }
+        self.send_all(params, round)?;
         self.sent_model.clear();
         self.sent_model.extend_from_slice(params);
         self.pending = Some(round);
@@ -436,18 +421,30 @@ impl StochasticReduce {
         Ok(())
     }
 
-    fn sync_notify_ack(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
-        let timeout = self.cfg.wait_timeout;
+    /// Sends this round's model to out-neighbour `j` once its ACK frees the slot there.
+    fn send_one(&mut self, j: usize, params: &[f32], round: u64) -> anyhow::Result<()> {
+        let t = Instant::now();
+        self.mail.wait_ack(j, round, self.cfg.wait_timeout)?;
+        let t2 = Instant::now();
+        self.stats.wait_seconds += (t2 - t).as_secs_f64();
+        self.mail.send_to(j, round, params)?;
+        self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Sends this round's model to every out-neighbour (unless a fault injection stopped us).
+    fn send_all(&mut self, params: &[f32], round: u64) -> anyhow::Result<()> {
         if self.sending(round) {
             for j in 0..self.mail.out_neighbours().len() {
-                let t = Instant::now();
-                self.mail.wait_ack(j, round, timeout)?;
-                let t2 = Instant::now();
-                self.stats.wait_seconds += (t2 - t).as_secs_f64();
-                self.mail.send_to(j, round, params)?;
-                self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+                self.send_one(j, params, round)?;
             }
         }
+        Ok(())
+    }
+
+    fn sync_notify_ack(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        let timeout = self.cfg.wait_timeout;
+        self.send_all(params, round)?;
         let t = Instant::now();
         self.emulated_latency();
         self.mail.wait_notifications(round, timeout)?;
@@ -579,16 +576,7 @@ impl StochasticReduce {
         let timeout = self.cfg.wait_timeout;
         let s = self.cfg.staleness;
         let k = self.stats.rounds + 1;
-        if self.sending(round) {
-            for j in 0..self.mail.out_neighbours().len() {
-                let t = Instant::now();
-                self.mail.wait_ack(j, round, timeout)?;
-                let t2 = Instant::now();
-                self.stats.wait_seconds += (t2 - t).as_secs_f64();
-                self.mail.send_to(j, round, params)?;
-                self.stats.comm_seconds += t2.elapsed().as_secs_f64();
-            }
-        }
+        self.send_all(params, round)?;
         let t = Instant::now();
         self.emulated_latency();
         self.mail.wait_notified(k.saturating_sub(s).max(1), round, timeout)?;
