@@ -24,6 +24,7 @@ pub mod allreduce;
 pub mod asap;
 pub mod async_mode;
 pub mod bosen;
+pub mod gaia;
 pub mod independent;
 pub mod ssp;
 
