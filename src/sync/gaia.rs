@@ -103,41 +103,45 @@ pub enum Blocked {
 }
 
 /// What a mirror server knows of the other groups: the last clock whose updates arrived from
-/// each, and the newest clock each announced by a selective barrier.
+/// each, and the clocks each announced by a selective barrier whose values have not arrived.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MirrorClocks {
     me: usize,
     data: Vec<u64>,
-    announced: Vec<u64>,
+    announced: Vec<Vec<u64>>,
 }
 
 impl MirrorClocks {
     /// `groups` groups, this one `me`, every group at clock `clock`.
     pub fn new(groups: usize, me: usize, clock: u64) -> Self {
-        MirrorClocks { me, data: vec![clock; groups], announced: vec![clock; groups] }
+        MirrorClocks { me, data: vec![clock; groups], announced: vec![Vec::new(); groups] }
     }
 
     /// The updates of `clock` from `group` arrived (they arrive in clock order).
     pub fn data(&mut self, group: usize, clock: u64) {
         debug_assert!(clock > self.data[group], "mirror data out of order");
         self.data[group] = clock;
+        self.announced[group].retain(|&c| c > clock);
     }
 
     /// `group` announced significant updates of `clock`.
     pub fn barrier(&mut self, group: usize, clock: u64) {
-        self.announced[group] = self.announced[group].max(clock);
+        if clock > self.data[group] {
+            self.announced[group].push(clock);
+        }
     }
 
     /// What keeps this group from finishing clock `t` under data-centre staleness `ds`: every
-    /// other group must have delivered clocks <= t - ds, and every announced clock.
+    /// other group must have delivered clocks <= t - ds, and every announced clock <= t (a
+    /// group ahead announcing a later clock blocks nobody until they get there).
     pub fn blocking(&self, t: u64, ds: u64) -> Vec<Blocked> {
         let need = t.saturating_sub(ds);
         let mut out = Vec::new();
         for g in (0..self.data.len()).filter(|&g| g != self.me) {
             if self.data[g] < need {
                 out.push(Blocked::MirrorClock { group: g, have: self.data[g], need });
-            } else if self.announced[g] > self.data[g] {
-                out.push(Blocked::Barrier { group: g, clock: self.announced[g] });
+            } else if let Some(&clock) = self.announced[g].iter().filter(|&&c| c <= t).max() {
+                out.push(Blocked::Barrier { group: g, clock });
             }
         }
         out
@@ -759,6 +763,10 @@ mod tests {
         assert_eq!(c.blocking(3, 2), vec![Blocked::Barrier { group: 2, clock: 3 }]);
         c.data(2, 3);
         assert!(c.blocking(3, 2).is_empty());
+        // A barrier of a clock this group has not reached blocks nothing yet.
+        c.barrier(0, 6);
+        assert!(c.blocking(3, 2).is_empty());
+        assert_eq!(c.blocking(6, 5), vec![Blocked::Barrier { group: 0, clock: 6 }]);
         // DS = 0: every clock needs the others' same clock.
         assert_eq!(c.blocking(2, 0), vec![Blocked::MirrorClock { group: 0, have: 1, need: 2 }]);
         // One group never waits.
