@@ -70,7 +70,7 @@ MF=(--data datasets/out/movielens-train.ratings --test-data datasets/out/moviele
     --lambda 0.1 --lr-decay 0.9 --lr 1)
 case "$WHAT" in
 mlr) DATA=(--epochs 5 --eval-every 10); TARGET=(0.84 0) ;;
-mf) datasets/prepare.sh >/dev/null; DATA=("${MF[@]}" --epochs 20 --sync-every 22 --eval-every 1); TARGET=(0.91 1) ;;
+mf) datasets/prepare.sh >/dev/null; DATA=("${MF[@]}" --epochs 20 --sync-every 22 --eval-every 4); TARGET=(0.91 1) ;;
 emulate)
     datasets/prepare.sh >/dev/null
     E=("${MF[@]}" --epochs 4 --sync-every 50 --sync gaia --groups 2 --significance 0 --dc-staleness 0)

@@ -209,8 +209,12 @@ pub fn parse_groups(spec: &str, nranks: usize, hosts: &[String]) -> anyhow::Resu
     }
 }
 
-/// Mirror data: `[clock u64][n u64]` + n x (`index u32`, `value f32`), indexes within the shard.
+/// Mirror data: `[clock u64][n u64]` + n x (`index u32`, `value f32`), indexes within the shard;
+/// or, when that would be longer than the shard itself, `[clock u64][len | DENSE]` + `len` x
+/// `f32` (zero where nothing is sent).
 const TAG_DATA: i32 = 21;
+/// Marks a dense data message.
+const DENSE: u64 = 1 << 63;
 /// Selective barrier: `[clock u64][n u64]` + n x `index u32`.
 const TAG_BARRIER: i32 = 22;
 
@@ -398,10 +402,19 @@ impl Gaia {
                 }
                 self.counts.barriers_sent += 1;
             }
-            let data = encode(t, sig.len(), 8, |i, b| {
-                b.extend_from_slice(&sig[i].0.to_le_bytes());
-                b.extend_from_slice(&sig[i].1.to_le_bytes());
-            });
+            let len = m.acc.len();
+            let data = if 2 * sig.len() > len {
+                let mut dense = vec![0f32; len];
+                sig.iter().for_each(|&(j, v)| dense[j as usize] = v);
+                let mut b = encode(t, len, 4, |i, b| b.extend_from_slice(&dense[i].to_le_bytes()));
+                b[8..16].copy_from_slice(&(len as u64 | DENSE).to_le_bytes());
+                b
+            } else {
+                encode(t, sig.len(), 8, |i, b| {
+                    b.extend_from_slice(&sig[i].0.to_le_bytes());
+                    b.extend_from_slice(&sig[i].1.to_le_bytes());
+                })
+            };
             for g in (0..groups).filter(|&g| g != me) {
                 match m.pacer.as_mut() {
                     Some(p) => {
@@ -526,7 +539,10 @@ fn receive(m: &mut Mirror, counts: &mut Counts, t: u64) -> anyhow::Result<()> {
     }
     while let Some((g, b)) = m.postbox.try_receive(TAG_DATA) {
         let (clock, n) = header(&b)?;
-        anyhow::ensure!(b.len() == 16 + 8 * n, "a gaia data message from group {g} has {} bytes for {n} entries", b.len());
+        let dense = n as u64 & DENSE != 0;
+        let n = (n as u64 & !DENSE) as usize;
+        let want = if dense { 16 + 4 * m.incoming.len() } else { 16 + 8 * n };
+        anyhow::ensure!(b.len() == want, "a gaia data message from group {g} has {} bytes, expected {want}", b.len());
         m.early.push((clock, g, b));
     }
     // Messages of one group arrive in clock order; apply in that order.
@@ -537,6 +553,13 @@ fn receive(m: &mut Mirror, counts: &mut Counts, t: u64) -> anyhow::Result<()> {
             continue;
         }
         let (clock, g, b) = m.early.remove(i);
+        if header(&b)?.1 as u64 & DENSE != 0 {
+            for (x, e) in m.incoming.iter_mut().zip(b[16..].chunks_exact(4)) {
+                *x += f32::from_le_bytes(e.try_into().expect("4 bytes"));
+            }
+            m.clocks.data(g, clock);
+            continue;
+        }
         for e in b[16..].chunks_exact(8) {
             let j = u32::from_le_bytes(e[0..4].try_into().expect("4 bytes")) as usize;
             let v = f32::from_le_bytes(e[4..8].try_into().expect("4 bytes"));
