@@ -35,6 +35,9 @@ pub enum SyncKind {
     /// SSP plus Bosen's managed communication: a per-rank bandwidth budget spent between clocks
     /// on the most significant updates first (--bandwidth-mbps, --priority, --fp16).
     Bosen,
+    /// Groups of ranks as data centres (--groups): allreduce inside a group, only significant
+    /// updates between groups (--significance), bounded by the mirror clock (--dc-staleness).
+    Gaia,
     /// No exchange: independent replicas (with one rank, plain SGD).
     None,
 }
@@ -184,7 +187,8 @@ pub struct TrainConfig {
     /// (stochastic reduce with in-neighbours on --graph), ssp (stale synchronous parallel on
     /// rank-hosted parameter-server shards, --staleness), bosen (ssp with a bandwidth budget
     /// spent on the most significant updates first), async (coordinator and workers under a
-    /// barrier predicate, --barrier, --optimizer), none (independent replicas).
+    /// barrier predicate, --barrier, --optimizer), gaia (groups of ranks as data centres:
+    /// allreduce inside, significant updates between), none (independent replicas).
     #[arg(long, value_enum, default_value_t = SyncKind::Asap, help_heading = "Synchronisation")]
     pub sync: SyncKind,
     /// Local mini-batches between two exchanges (one round, or one clock for ssp).
@@ -235,6 +239,10 @@ pub struct TrainConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub bosen: crate::sync::bosen::BosenOptions,
+    /// Options of --sync gaia.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub gaia: crate::sync::gaia::GaiaOptions,
 
     // ---- output ----
     /// Evaluate every this many rounds (0 = once per epoch). Under asynchronous modes (asap,
@@ -376,6 +384,7 @@ impl TrainConfig {
             ("--wait-timeout", self.wait_timeout),
             ("--target", self.target.unwrap_or(0.0)),
             ("--label-threshold", self.label_threshold.unwrap_or(0.0) as f64),
+            ("--significance", self.gaia.significance),
         ];
         for (opt, v) in floats {
             anyhow::ensure!(v.is_finite(), "{opt} must be a finite number, got {v}");
@@ -433,6 +442,12 @@ impl TrainConfig {
             self.emulate_latency == 0.0 || self.emulate_bandwidth.is_some(),
             "--emulate-latency needs --emulate-bandwidth (the emulated link it belongs to)"
         );
+        anyhow::ensure!(
+            self.gaia.significance >= 0.0 && self.gaia.significance <= 1e6,
+            "--significance must be a fraction >= 0 (0.01 = 1 %), got {}",
+            self.gaia.significance
+        );
+        anyhow::ensure!(self.gaia.dc_staleness <= 1_000_000, "--dc-staleness must be at most 1000000 clocks, got {}", self.gaia.dc_staleness);
         anyhow::ensure!(self.bosen.queue_size >= 1, "--queue-size must be at least 1 row");
         anyhow::ensure!(self.bosen.max_snapshots >= 1, "--max-snapshots must be at least 1");
         anyhow::ensure!(

@@ -25,6 +25,7 @@ pub mod asap;
 pub mod async_mode;
 pub mod bosen;
 pub mod edge_budget;
+pub mod gaia;
 pub mod independent;
 pub mod push_sum;
 pub mod ssp;

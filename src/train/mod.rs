@@ -65,6 +65,10 @@ fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Res
             });
             (Box::new(crate::sync::ssp::StaleSynchronous::new(ctx, &cfg.ssp, init, setup)?), info)
         }
+        SyncKind::Gaia => {
+            let (mode, info) = crate::sync::gaia::Gaia::build(ctx, &cfg.gaia, init)?;
+            (Box::new(mode), info)
+        }
         SyncKind::Async => {
             let info = json!({"barrier": cfg.async_mode.barrier, "optimizer": cfg.async_mode.optimizer, "coordinator": 0});
             (Box::new(crate::sync::async_mode::CoordinatedAsync::new(ctx, &cfg.async_mode, init)?), info)

@@ -1,0 +1,826 @@
+//! `--sync gaia`: groups of ranks as data centres (Gaia, Hsieh et al., NSDI'17, §3.3-4.4).
+//! Inside a group the replicas are averaged every clock (BSP allreduce over the group's own
+//! communicator: the LAN); between groups only significant updates travel (Approximate
+//! Synchronous Parallel over the WAN).
+//!
+//! - **Groups** (`--groups`): consecutive blocks of ranks, one group per host, or a file mapping
+//!   ranks to groups ([`parse_groups`]).
+//! - **Mirror shards**: the parameter vector is split into P contiguous shards, P the size of the
+//!   smallest group; the rank with local index i < P of every group is the mirror server of shard
+//!   i, and talks only to the ranks with the same local index in the other groups (Gaia §3.2: a
+//!   server mirrors the servers of the same parameters in other data centres).
+//! - **A clock** (`sync(t)`): (1) the group averages its replicas; the group's update u is the
+//!   average minus the model the clock started from; its contribution to the global model is
+//!   s u with s = (ranks of the group) / (all ranks), so with every update exchanged the model is
+//!   exactly what allreduce over all ranks computes (the tests check that at `--significance 0`);
+//!   (2) each mirror server adds s u to its shard's accumulated update and sends the other groups
+//!   only the entries whose significance |acc / value| exceeds V / sqrt(t) ([`filter`]); the rest
+//!   stays accumulated (residuals), so nothing is lost; (3) it waits (serving) until every other
+//!   group's updates of clocks <= t - DS have arrived (the mirror clock, [`MirrorClocks`]) and
+//!   until the data of every selective barrier it has received are there; (4) the group sums what
+//!   its mirror servers received into the model (a second allreduce over the group).
+//! - **Selective barrier**: when a mirror server's previous updates have not left its link yet
+//!   (the significant updates arrive faster than the WAN carries them), it first sends the
+//!   indexes of the new significant updates as a small control message that is not queued behind
+//!   the data; the receiver's group does not start its next clock before those values have
+//!   arrived (our steps read every parameter of the replica, so blocking reads of those
+//!   parameters is blocking the clock).
+//! - **End**: every residual is sent (threshold 0), so every group ends with every update of
+//!   every group; then the replicas are averaged over all ranks.
+//!
+//! `--emulate-bandwidth` paces only the WAN messages here (the real set-up, `netlab/`, shapes
+//! only the links between groups).
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mpi::topology::{Color, Communicator, Key, SimpleCommunicator};
+
+use super::{average_replicas, ring_allreduce_bytes, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
+use crate::comm::collectives;
+use crate::comm::mailbox::Backoff;
+use crate::comm::pace::Pacer;
+use crate::comm::postbox::Postbox;
+
+/// Options of `--sync gaia`.
+#[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+#[command(next_help_heading = "Gaia across data centres (--sync gaia)")]
+pub struct GaiaOptions {
+    /// Groups of ranks ("data centres"): G (consecutive blocks of ranks), host (one group per
+    /// host name), auto (by host when the ranks run on several hosts, else 2 blocks), or a file
+    /// of `RANK GROUP` lines (groups numbered from 0).
+    #[arg(long, value_name = "G|host|auto|FILE", default_value = "auto")]
+    pub groups: String,
+    /// Initial significance threshold V (a fraction: 0.01 = 1 %): an accumulated update is sent
+    /// to the other groups when |update / value| exceeds V / sqrt(t) at clock t. 0 sends every
+    /// non-zero update.
+    #[arg(long, value_name = "V", default_value_t = 0.01)]
+    pub significance: f64,
+    /// Data-centre staleness DS (the mirror clock): a group starts clock t+1 only with every
+    /// other group's significant updates of clocks <= t - DS. 0 makes the groups meet every clock.
+    #[arg(long, value_name = "DS", default_value_t = 2)]
+    pub dc_staleness: u64,
+    /// Do not send selective barriers (the indexes of significant updates sent ahead of their
+    /// values when the link is backlogged).
+    #[arg(long)]
+    pub no_selective_barrier: bool,
+}
+
+impl Default for GaiaOptions {
+    fn default() -> Self {
+        super::option_defaults()
+    }
+}
+
+/// The significance threshold at clock `t` (counting from 1): V / sqrt(t) (Gaia §3.4).
+pub fn threshold(v: f64, t: u64) -> f64 {
+    v / (t.max(1) as f64).sqrt()
+}
+
+/// The significance filter: moves every entry of `acc` whose relative magnitude |acc / value|
+/// exceeds `thr` into `out` as (index, value) and zeroes it there; the rest stays accumulated.
+/// Where the value is 0 any non-zero update is significant. `thr = 0` sends every non-zero entry.
+pub fn filter(acc: &mut [f32], values: &[f32], thr: f64, out: &mut Vec<(u32, f32)>) {
+    for (j, (a, &w)) in acc.iter_mut().zip(values).enumerate() {
+        if *a != 0.0 && (*a as f64).abs() > thr * (w as f64).abs() {
+            out.push((j as u32, *a));
+            *a = 0.0;
+        }
+    }
+}
+
+/// Why a group may not start its next clock yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Blocked {
+    /// The group's updates of clock `need` have not arrived (it has sent `have` clocks).
+    MirrorClock { group: usize, have: u64, need: u64 },
+    /// The group announced significant updates of clock `clock` by a selective barrier and their
+    /// values have not arrived.
+    Barrier { group: usize, clock: u64 },
+}
+
+/// What a mirror server knows of the other groups: the last clock whose updates arrived from
+/// each, and the clocks each announced by a selective barrier whose values have not arrived.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MirrorClocks {
+    me: usize,
+    data: Vec<u64>,
+    announced: Vec<Vec<u64>>,
+}
+
+impl MirrorClocks {
+    /// `groups` groups, this one `me`, every group at clock `clock`.
+    pub fn new(groups: usize, me: usize, clock: u64) -> Self {
+        MirrorClocks { me, data: vec![clock; groups], announced: vec![Vec::new(); groups] }
+    }
+
+    /// The updates of `clock` from `group` arrived (they arrive in clock order).
+    pub fn data(&mut self, group: usize, clock: u64) {
+        debug_assert!(clock > self.data[group], "mirror data out of order");
+        self.data[group] = clock;
+        self.announced[group].retain(|&c| c > clock);
+    }
+
+    /// `group` announced significant updates of `clock`.
+    pub fn barrier(&mut self, group: usize, clock: u64) {
+        if clock > self.data[group] {
+            self.announced[group].push(clock);
+        }
+    }
+
+    /// What keeps this group from finishing clock `t` under data-centre staleness `ds`: every
+    /// other group must have delivered clocks <= t - ds, and every announced clock <= t (a
+    /// group ahead announcing a later clock blocks nobody until they get there).
+    pub fn blocking(&self, t: u64, ds: u64) -> Vec<Blocked> {
+        let need = t.saturating_sub(ds);
+        let mut out = Vec::new();
+        for g in (0..self.data.len()).filter(|&g| g != self.me) {
+            if self.data[g] < need {
+                out.push(Blocked::MirrorClock { group: g, have: self.data[g], need });
+            } else if let Some(&clock) = self.announced[g].iter().filter(|&&c| c <= t).max() {
+                out.push(Blocked::Barrier { group: g, clock });
+            }
+        }
+        out
+    }
+
+    /// The slowest other group's clock (t itself with one group).
+    pub fn slowest(&self, t: u64) -> u64 {
+        (0..self.data.len()).filter(|&g| g != self.me).map(|g| self.data[g]).min().unwrap_or(t)
+    }
+}
+
+/// The group of every rank, from `--groups`: a number G (consecutive, balanced blocks), `host`
+/// (one group per distinct name in `hosts`, in order of first appearance), `auto` (host when
+/// there are several, else 2 blocks, or 1 with one rank), or a file of `RANK GROUP` lines.
+pub fn parse_groups(spec: &str, nranks: usize, hosts: &[String]) -> anyhow::Result<Vec<usize>> {
+    let blocks = |g: usize| (0..nranks).map(|r| r * g / nranks).collect::<Vec<_>>();
+    let by_host = || {
+        let mut names: Vec<&String> = Vec::new();
+        hosts
+            .iter()
+            .map(|h| match names.iter().position(|n| *n == h) {
+                Some(i) => i,
+                None => {
+                    names.push(h);
+                    names.len() - 1
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    let distinct_hosts = by_host().into_iter().max().map_or(0, |m| m + 1);
+    match spec {
+        "auto" if distinct_hosts > 1 => Ok(by_host()),
+        "auto" => Ok(blocks(nranks.min(2))),
+        "host" => Ok(by_host()),
+        _ if spec.parse::<i64>().is_ok() => {
+            let g: i64 = spec.parse().expect("checked");
+            anyhow::ensure!(g >= 1 && g as usize <= nranks, "--groups {g}: the number of groups must be between 1 and the number of ranks ({nranks})");
+            Ok(blocks(g as usize))
+        }
+        path => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--groups {path:?} is neither a number, host nor auto, and cannot be read as a group file"))?;
+            let mut of = vec![None; nranks];
+            for (i, line) in text.lines().enumerate() {
+                let line = line.split('#').next().unwrap_or("").trim();
+                if line.is_empty() {
+                    continue;
+                }
+                let bad = || anyhow::anyhow!("{path}:{}: expected `RANK GROUP` (two whole numbers), got {line:?}", i + 1);
+                let mut it = line.split_whitespace();
+                let (Some(r), Some(g), None) = (it.next(), it.next(), it.next()) else { return Err(bad()) };
+                let (r, g): (usize, usize) = (r.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?);
+                anyhow::ensure!(r < nranks, "{path}:{}: rank {r} does not exist (the job has {nranks} ranks)", i + 1);
+                anyhow::ensure!(of[r].is_none(), "{path}:{}: rank {r} is given a group twice", i + 1);
+                of[r] = Some(g);
+            }
+            let missing: Vec<usize> = (0..nranks).filter(|&r| of[r].is_none()).collect();
+            anyhow::ensure!(missing.is_empty(), "{path}: no group for rank(s) {missing:?}");
+            let of: Vec<usize> = of.into_iter().map(|g| g.expect("checked")).collect();
+            let g = of.iter().max().expect("nranks >= 1") + 1;
+            let empty: Vec<usize> = (0..g).filter(|k| !of.contains(k)).collect();
+            anyhow::ensure!(empty.is_empty(), "{path}: groups are numbered 0..{}, but group(s) {empty:?} have no rank", g - 1);
+            Ok(of)
+        }
+    }
+}
+
+/// Mirror data: `[clock u64][n u64]` + n x (`index u32`, `value f32`), indexes within the shard;
+/// or, when that would be longer than the shard itself, `[clock u64][len | DENSE]` + `len` x
+/// `f32` (zero where nothing is sent).
+const TAG_DATA: i32 = 21;
+/// Marks a dense data message.
+const DENSE: u64 = 1 << 63;
+/// Selective barrier: `[clock u64][n u64]` + n x `index u32`.
+const TAG_BARRIER: i32 = 22;
+
+/// A message: the header, then `n` entries written by `entry`.
+fn encode(clock: u64, n: usize, width: usize, mut entry: impl FnMut(usize, &mut Vec<u8>)) -> Vec<u8> {
+    let mut b = Vec::with_capacity(16 + n * width);
+    b.extend_from_slice(&clock.to_le_bytes());
+    b.extend_from_slice(&(n as u64).to_le_bytes());
+    (0..n).for_each(|i| entry(i, &mut b));
+    b
+}
+
+fn header(b: &[u8]) -> anyhow::Result<(u64, usize)> {
+    anyhow::ensure!(b.len() >= 16, "a gaia message of {} bytes is too short", b.len());
+    let clock = u64::from_le_bytes(b[0..8].try_into().expect("8 bytes"));
+    let n = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")) as usize;
+    Ok((clock, n))
+}
+
+/// This rank's part in the exchange between groups (ranks with local index < P).
+struct Mirror {
+    /// One rank per group (its rank = the group), all with this rank's local index.
+    postbox: Postbox,
+    /// The parameters this rank mirrors.
+    shard: Range<usize>,
+    /// Accumulated update not sent yet (the residuals), over `shard`.
+    acc: Vec<f32>,
+    /// Updates received from other groups and not yet summed into the model, over `shard`.
+    incoming: Vec<f32>,
+    clocks: MirrorClocks,
+    /// `--emulate-bandwidth`: data messages wait here until the link would have sent them.
+    pacer: Option<Pacer>,
+    /// Paced data not handed to MPI yet: (due, clock, dest, bytes).
+    held: VecDeque<(Instant, u64, usize, Vec<u8>)>,
+    /// Data of clocks after the current one (from groups ahead of this one): (clock, group,
+    /// message), summed in when this group reaches that clock.
+    early: Vec<(u64, usize, Vec<u8>)>,
+}
+
+/// Counters of the mode (this rank's).
+#[derive(Clone, Debug, Default)]
+struct Counts {
+    updates: u64,
+    significant: u64,
+    wan_bytes: u64,
+    lan_bytes: u64,
+    barriers_sent: u64,
+    barriers_received: u64,
+    mirror_wait: f64,
+    barrier_wait: f64,
+    lag_max: u64,
+    final_disagreement: f64,
+}
+
+/// Groups averaging inside, exchanging significant updates between (see the module docs).
+pub struct Gaia {
+    opts: GaiaOptions,
+    world: SimpleCommunicator,
+    local: SimpleCommunicator,
+    group: usize,
+    local_index: usize,
+    groups: usize,
+    group_sizes: Vec<usize>,
+    /// World rank of local index i in group g: `members[g][i]`.
+    members: Vec<Vec<usize>>,
+    mirror: Option<Mirror>,
+    /// The group's model at the start of the clock (equal on every rank of the group).
+    base: Vec<f32>,
+    scratch: Vec<f32>,
+    sum: Vec<f32>,
+    stats: CommStats,
+    counts: Counts,
+    wait_timeout: Duration,
+    /// Clocks done (the `t` of the threshold).
+    clock: u64,
+}
+
+impl Gaia {
+    /// Collective over the world: splits it into groups and mirror communicators. Returns the
+    /// mode and what the metrics' start line records about it.
+    pub fn build(ctx: &SyncContext, opts: &GaiaOptions, init: &[f32]) -> anyhow::Result<(Self, serde_json::Value)> {
+        let world = ctx.comm.duplicate();
+        let n = world.size() as usize;
+        let rank = world.rank() as usize;
+        // Every rank learns every rank's host name (for --groups host/auto).
+        let me = mpi::environment::processor_name().unwrap_or_default();
+        let mut name = [0u8; 256];
+        let len = me.len().min(256);
+        name[..len].copy_from_slice(&me.as_bytes()[..len]);
+        let mut all = collectives::gather(&world, 0, &name[..]);
+        all.resize(256 * n, 0);
+        collectives::broadcast(&world, 0, &mut all);
+        let hosts: Vec<String> =
+            all.chunks(256).map(|c| String::from_utf8_lossy(c).trim_end_matches('\0').to_string()).collect();
+        anyhow::ensure!(opts.significance >= 0.0 && opts.significance.is_finite(), "--significance must be a number >= 0, got {}", opts.significance);
+        let of = collectives::agree(&world, parse_groups(&opts.groups, n, &hosts))?;
+        let groups = of.iter().max().expect("ranks") + 1;
+        let mut members = vec![Vec::new(); groups];
+        for (r, &g) in of.iter().enumerate() {
+            members[g].push(r);
+        }
+        let group = of[rank];
+        let local_index = members[group].iter().position(|&r| r == rank).expect("in its group");
+        let local = world.split_by_color_with_key(Color::with_value(group as i32), Key::from(rank as i32)).expect("every rank has a group");
+        let group_sizes: Vec<usize> = members.iter().map(|m| m.len()).collect();
+        let p = *group_sizes.iter().min().expect("groups");
+        let len = init.len();
+        let shard = |i: usize| (i * len / p)..((i + 1) * len / p);
+        let color = if local_index < p { Color::with_value(local_index as i32) } else { Color::undefined() };
+        let mirror_comm = world.split_by_color_with_key(color, Key::from(group as i32));
+        let mirror = mirror_comm.map(|c| {
+            debug_assert_eq!(c.rank() as usize, group);
+            let s = shard(local_index);
+            Mirror {
+                postbox: Postbox::new(&c),
+                acc: vec![0.0; s.len()],
+                incoming: vec![0.0; s.len()],
+                shard: s,
+                clocks: MirrorClocks::new(groups, group, 0),
+                pacer: ctx.pacer(None),
+                held: VecDeque::new(),
+                early: Vec::new(),
+            }
+        });
+        let info = serde_json::json!({
+            "groups": members, "mirror_shards": p, "significance": opts.significance,
+            "dc_staleness": opts.dc_staleness, "selective_barrier": !opts.no_selective_barrier,
+        });
+        if rank == 0 {
+            let sizes: Vec<String> = group_sizes.iter().map(|s| s.to_string()).collect();
+            eprintln!("asap-train: gaia: {groups} group(s) of {} ranks; {p} mirror shard(s) per group", sizes.join(", "));
+        }
+        let mode = Gaia {
+            opts: opts.clone(),
+            world,
+            local,
+            group,
+            local_index,
+            groups,
+            group_sizes,
+            members,
+            mirror,
+            base: init.to_vec(),
+            scratch: Vec::new(),
+            sum: vec![0.0; len],
+            stats: CommStats::default(),
+            counts: Counts::default(),
+            wait_timeout: ctx.wait_timeout,
+            clock: 0,
+        };
+        Ok((mode, info))
+    }
+
+    fn group_allreduce(&mut self, v: &mut [f32]) {
+        collectives::sum_f32(&self.local, v, &mut self.scratch);
+        let b = ring_allreduce_bytes(self.local.size() as usize, v.len());
+        self.counts.lan_bytes += b;
+        self.stats.bytes_sent += b;
+        self.stats.bytes_received += b;
+    }
+
+    /// The mirror server's side of clock `t`: filter with `thr` and send (None: send nothing),
+    /// then wait until the mirror clock (staleness `ds`) and the selective barriers allow the
+    /// clock to end.
+    fn exchange(&mut self, params: &[f32], t: u64, thr: Option<f64>, ds: u64) -> anyhow::Result<()> {
+        let groups = self.groups;
+        let me = self.group;
+        let barriers = !self.opts.no_selective_barrier;
+        let Some(m) = self.mirror.as_mut() else { return Ok(()) };
+        let mut sig = Vec::new();
+        if let Some(thr) = thr {
+            filter(&mut m.acc, &params[m.shard.clone()], thr, &mut sig);
+            self.counts.significant += sig.len() as u64;
+        }
+        if groups > 1 && thr.is_some() {
+            let tc = Instant::now();
+            release_due(m)?;
+            // Backlogged link: the values of this clock will be late; announce their indexes
+            // first, ahead of the queued data (a control message is never paced).
+            let backlogged = !m.held.is_empty() || m.postbox.progress_sends()? > 0;
+            if barriers && backlogged && !sig.is_empty() {
+                let msg = encode(t, sig.len(), 4, |i, b| b.extend_from_slice(&sig[i].0.to_le_bytes()));
+                for g in (0..groups).filter(|&g| g != me) {
+                    m.postbox.send(g, TAG_BARRIER, msg.clone())?;
+                }
+                self.counts.barriers_sent += 1;
+            }
+            let len = m.acc.len();
+            let data = if 2 * sig.len() > len {
+                let mut dense = vec![0f32; len];
+                sig.iter().for_each(|&(j, v)| dense[j as usize] = v);
+                let mut b = encode(t, len, 4, |i, b| b.extend_from_slice(&dense[i].to_le_bytes()));
+                b[8..16].copy_from_slice(&(len as u64 | DENSE).to_le_bytes());
+                b
+            } else {
+                encode(t, sig.len(), 8, |i, b| {
+                    b.extend_from_slice(&sig[i].0.to_le_bytes());
+                    b.extend_from_slice(&sig[i].1.to_le_bytes());
+                })
+            };
+            for g in (0..groups).filter(|&g| g != me) {
+                match m.pacer.as_mut() {
+                    Some(p) => {
+                        let (_, end) = p.reserve(data.len() as u64);
+                        m.held.push_back((end + p.latency(), t, g, data.clone()));
+                    }
+                    None => m.postbox.send(g, TAG_DATA, data.clone())?,
+                }
+            }
+            release_due(m)?;
+            self.stats.comm_seconds += tc.elapsed().as_secs_f64();
+        }
+        // Wait: the mirror clock and the barriers; and our own data older than DS clocks must be
+        // on its way (a receiver waits for it, possibly while we sit in a collective).
+        let start = Instant::now();
+        let mut backoff = Backoff::default();
+        let mut barrier_blocked = 0.0;
+        loop {
+            let t0 = Instant::now();
+            receive(m, &mut self.counts, t)?;
+            release_due(m)?;
+            m.postbox.progress_sends()?;
+            let blocked = m.clocks.blocking(t, ds);
+            let own_late = m.held.front().is_some_and(|h| h.1 + ds <= t);
+            if blocked.is_empty() && !own_late {
+                break;
+            }
+            if blocked.iter().all(|b| matches!(b, Blocked::Barrier { .. })) && !blocked.is_empty() {
+                barrier_blocked += t0.elapsed().as_secs_f64();
+            }
+            if start.elapsed() > self.wait_timeout {
+                let who: Vec<String> = blocked
+                    .iter()
+                    .map(|b| match *b {
+                        Blocked::MirrorClock { group, have, need } => format!(
+                            "group {group} (its mirror, rank {}) has delivered clock {have}, clock {need} is needed",
+                            self.members[group][self.local_index]
+                        ),
+                        Blocked::Barrier { group, clock } => format!("group {group} announced clock {clock} by a selective barrier, its values never came"),
+                    })
+                    .collect();
+                anyhow::bail!(
+                    "gaia: waited {:.1} s (--wait-timeout) at clock {t} for other data centres: {}{}",
+                    start.elapsed().as_secs_f64(),
+                    if who.is_empty() { "none".to_string() } else { who.join("; ") },
+                    if own_late { "; and this rank's own updates are still queued on its link" } else { "" }
+                );
+            }
+            backoff.pause();
+        }
+        let waited = start.elapsed().as_secs_f64();
+        self.counts.mirror_wait += waited;
+        self.counts.barrier_wait += barrier_blocked;
+        self.stats.wait_seconds += waited;
+        self.counts.lag_max = self.counts.lag_max.max(t.saturating_sub(m.clocks.slowest(t)));
+        self.counts.wan_bytes = m.postbox.bytes_sent();
+        Ok(())
+    }
+
+    /// Sums what the group's mirror servers received into `params` (collective over the group).
+    fn merge_incoming(&mut self, params: &mut [f32]) {
+        self.sum.iter_mut().for_each(|x| *x = 0.0);
+        if let Some(m) = self.mirror.as_mut() {
+            self.sum[m.shard.clone()].copy_from_slice(&m.incoming);
+            m.incoming.iter_mut().for_each(|x| *x = 0.0);
+        }
+        let mut sum = std::mem::take(&mut self.sum);
+        self.group_allreduce(&mut sum);
+        params.iter_mut().zip(&sum).for_each(|(w, d)| *w += d);
+        self.sum = sum;
+        self.base.copy_from_slice(params);
+    }
+
+    fn wan_received(&self) -> u64 {
+        self.mirror.as_ref().map_or(0, |m| m.postbox.bytes_received())
+    }
+
+    /// Every update of clocks <= `t` delivered and summed in (collective, at the same `t` on
+    /// every rank); with `thr` = 0 the residuals are sent first.
+    fn cut(&mut self, params: &mut [f32], t: u64, flush_residuals: bool) -> anyhow::Result<()> {
+        if flush_residuals {
+            // One more message per pair, at the clock after the last: the residuals.
+            self.exchange(params, t + 1, Some(0.0), 0)?;
+        } else {
+            self.exchange(params, t, None, 0)?;
+        }
+        if let Some(m) = self.mirror.as_mut() {
+            let tw = Instant::now();
+            let mut backoff = Backoff::default();
+            while !m.held.is_empty() || m.postbox.progress_sends()? > 0 {
+                release_due(m)?;
+                receive(m, &mut self.counts, t)?;
+                anyhow::ensure!(tw.elapsed() < self.wait_timeout, "gaia: this rank's updates to the other groups were not delivered within --wait-timeout");
+                backoff.pause();
+            }
+            self.stats.wait_seconds += tw.elapsed().as_secs_f64();
+        }
+        self.merge_incoming(params);
+        self.stats.bytes_sent = self.counts.lan_bytes + self.counts.wan_bytes;
+        Ok(())
+    }
+}
+
+/// Hands the paced data whose time has come to MPI.
+fn release_due(m: &mut Mirror) -> anyhow::Result<()> {
+    let now = Instant::now();
+    while m.held.front().is_some_and(|h| h.0 <= now) {
+        let (_, _, dest, buf) = m.held.pop_front().expect("checked");
+        m.postbox.send(dest, TAG_DATA, buf)?;
+    }
+    Ok(())
+}
+
+/// Takes every waiting mirror message: barriers into the clocks; data of clocks <= `t` into
+/// `incoming` and the clocks, later ones kept until this group reaches their clock (so at
+/// `--dc-staleness 0` every group sums the same updates at the same clock).
+fn receive(m: &mut Mirror, counts: &mut Counts, t: u64) -> anyhow::Result<()> {
+    while let Some((g, b)) = m.postbox.try_receive(TAG_BARRIER) {
+        let (clock, _) = header(&b)?;
+        m.clocks.barrier(g, clock);
+        counts.barriers_received += 1;
+    }
+    while let Some((g, b)) = m.postbox.try_receive(TAG_DATA) {
+        let (clock, n) = header(&b)?;
+        let dense = n as u64 & DENSE != 0;
+        let n = (n as u64 & !DENSE) as usize;
+        let want = if dense { 16 + 4 * m.incoming.len() } else { 16 + 8 * n };
+        anyhow::ensure!(b.len() == want, "a gaia data message from group {g} has {} bytes, expected {want}", b.len());
+        m.early.push((clock, g, b));
+    }
+    // Messages of one group arrive in clock order; apply in that order.
+    let mut i = 0;
+    while i < m.early.len() {
+        if m.early[i].0 > t {
+            i += 1;
+            continue;
+        }
+        let (clock, g, b) = m.early.remove(i);
+        if header(&b)?.1 as u64 & DENSE != 0 {
+            for (x, e) in m.incoming.iter_mut().zip(b[16..].chunks_exact(4)) {
+                *x += f32::from_le_bytes(e.try_into().expect("4 bytes"));
+            }
+            m.clocks.data(g, clock);
+            continue;
+        }
+        for e in b[16..].chunks_exact(8) {
+            let j = u32::from_le_bytes(e[0..4].try_into().expect("4 bytes")) as usize;
+            let v = f32::from_le_bytes(e[4..8].try_into().expect("4 bytes"));
+            anyhow::ensure!(j < m.incoming.len(), "a gaia data message from group {g} names index {j} outside the shard");
+            m.incoming[j] += v;
+        }
+        m.clocks.data(g, clock);
+    }
+    Ok(())
+}
+
+impl SyncMode for Gaia {
+    fn name(&self) -> &'static str {
+        "gaia"
+    }
+
+    fn lockstep(&self) -> bool {
+        false
+    }
+
+    fn round_lead(&self) -> u64 {
+        self.opts.dc_staleness + 1
+    }
+
+    fn sync(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        let t = round;
+        let tc = Instant::now();
+        // (1) the group's average and its update; its weight in the global model.
+        self.group_allreduce(params);
+        let inv = 1.0 / self.local.size() as f32;
+        let s = self.group_sizes[self.group] as f32 / self.world.size() as f32;
+        let shard = self.mirror.as_ref().map_or(0..0, |m| m.shard.clone());
+        let mut updates = 0;
+        for (j, (w, b)) in params.iter_mut().zip(&self.base).enumerate() {
+            let u = *w * inv - b;
+            *w = b + s * u;
+            if shard.contains(&j) && u != 0.0 {
+                updates += 1;
+                let m = self.mirror.as_mut().expect("a shard");
+                m.acc[j - shard.start] += s * u;
+            }
+        }
+        self.counts.updates += updates;
+        self.stats.comm_seconds += tc.elapsed().as_secs_f64();
+        // (2)-(3) filter, send, wait for the mirror clock.
+        let thr = threshold(self.opts.significance, t);
+        self.exchange(params, t, Some(thr), self.opts.dc_staleness)?;
+        // (4) what the other groups sent.
+        let tm = Instant::now();
+        self.merge_incoming(params);
+        self.stats.comm_seconds += tm.elapsed().as_secs_f64();
+        self.clock = t;
+        self.stats.rounds += 1;
+        self.stats.bytes_sent = self.counts.lan_bytes + self.counts.wan_bytes;
+        self.stats.bytes_received = self.counts.lan_bytes + self.wan_received();
+        Ok(())
+    }
+
+    fn quiesce(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        self.cut(params, round, false)
+    }
+
+    fn finish(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
+        // The residuals' flush is final-model traffic, like every mode's final average.
+        let t = Instant::now();
+        let (sent, received, wait) = (self.stats.bytes_sent, self.stats.bytes_received, self.stats.wait_seconds);
+        let (lan, wan, significant) = (self.counts.lan_bytes, self.counts.wan_bytes, self.counts.significant);
+        self.cut(params, self.clock, true)?;
+        self.counts.significant = significant;
+        self.stats.final_bytes += self.counts.lan_bytes + self.counts.wan_bytes - lan - wan;
+        (self.stats.bytes_sent, self.stats.bytes_received, self.stats.wait_seconds) = (sent, received, wait);
+        (self.counts.lan_bytes, self.counts.wan_bytes) = (lan, wan);
+        self.stats.final_seconds += t.elapsed().as_secs_f64();
+        // Every group now holds every update: how far apart the copies still are (float order).
+        let mut hi = params.to_vec();
+        collectives::max_f32(&self.world, &mut hi);
+        let mut lo: Vec<f32> = params.iter().map(|w| -w).collect();
+        collectives::max_f32(&self.world, &mut lo);
+        self.counts.final_disagreement = hi.iter().zip(&lo).map(|(h, l)| (h + l) as f64).fold(0.0, f64::max);
+        average_replicas(&self.world, params, &mut self.stats);
+        Ok(())
+    }
+
+    fn save_state(&self) -> ModeState {
+        let c = &self.counts;
+        let mut st: ModeState = vec![
+            ("clock".into(), vec![self.clock as f64]),
+            ("counts".into(), vec![c.updates as f64, c.significant as f64, c.lan_bytes as f64, c.barriers_sent as f64]),
+        ];
+        if let Some(m) = &self.mirror {
+            st.push(("residual".into(), m.acc.iter().map(|&x| x as f64).collect()));
+        }
+        st
+    }
+
+    fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
+        let get = |name: &str| -> anyhow::Result<&Vec<f64>> {
+            state.iter().find(|(k, _)| k == name).map(|(_, v)| v).ok_or_else(|| anyhow::anyhow!("the checkpoint lacks gaia state {name:?}"))
+        };
+        self.clock = get("clock")?[0] as u64;
+        let c = get("counts")?;
+        anyhow::ensure!(c.len() == 4, "the checkpoint's gaia counts have {} values, expected 4", c.len());
+        (self.counts.updates, self.counts.significant, self.counts.lan_bytes, self.counts.barriers_sent) =
+            (c[0] as u64, c[1] as u64, c[2] as u64, c[3] as u64);
+        let groups = self.groups;
+        let (group, clock) = (self.group, self.clock);
+        if let Some(m) = self.mirror.as_mut() {
+            let r = get("residual")?;
+            anyhow::ensure!(r.len() == m.acc.len(), "the checkpoint's gaia residual has {} values, this run needs {} (another model, rank count or --groups?)", r.len(), m.acc.len());
+            m.acc = r.iter().map(|&x| x as f32).collect();
+            m.clocks = MirrorClocks::new(groups, group, clock);
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> &CommStats {
+        &self.stats
+    }
+
+    fn send_log(&self) -> Vec<(f64, u64)> {
+        self.mirror.as_ref().and_then(|m| m.pacer.as_ref()).map_or(Vec::new(), |p| p.log().to_vec())
+    }
+
+    fn metrics(&self) -> Vec<ModeMetric> {
+        let c = &self.counts;
+        let thr = threshold(self.opts.significance, self.clock);
+        vec![
+            ModeMetric::number("groups", Aggregate::Max, self.groups as f64),
+            ModeMetric::number("updates", Aggregate::Sum, c.updates as f64),
+            ModeMetric::number("significant_updates", Aggregate::Sum, c.significant as f64),
+            ModeMetric::number("threshold", Aggregate::Max, thr),
+            ModeMetric::number("wan_bytes_sent", Aggregate::Sum, c.wan_bytes as f64),
+            ModeMetric::number("lan_bytes_sent", Aggregate::Sum, c.lan_bytes as f64),
+            ModeMetric::number("barriers_sent", Aggregate::Sum, c.barriers_sent as f64),
+            ModeMetric::number("barriers_received", Aggregate::Sum, c.barriers_received as f64),
+            ModeMetric::number("mirror_wait_seconds", Aggregate::Max, c.mirror_wait),
+            ModeMetric::number("barrier_wait_seconds", Aggregate::Max, c.barrier_wait),
+            ModeMetric::number("mirror_lag_max", Aggregate::Max, c.lag_max as f64),
+            ModeMetric::number("final_group_disagreement", Aggregate::Max, c.final_disagreement),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threshold_decays_as_v_over_sqrt_t() {
+        assert_eq!(threshold(0.01, 1), 0.01);
+        assert!((threshold(0.01, 4) - 0.005).abs() < 1e-15);
+        assert!((threshold(0.05, 100) - 0.005).abs() < 1e-15);
+        assert_eq!(threshold(0.0, 7), 0.0);
+        // Clock 0 (before any) is treated as clock 1.
+        assert_eq!(threshold(0.02, 0), 0.02);
+    }
+
+    /// Random updates through the filter: every entry sent passed the threshold, everything
+    /// left is below it, and residual + sent == the sum of the updates (nothing lost).
+    #[test]
+    fn the_filter_sends_only_significant_updates_and_loses_nothing() {
+        let mut rng = crate::rng::Rng::new(5);
+        let n = 200;
+        let values: Vec<f32> = (0..n).map(|i| if i % 17 == 0 { 0.0 } else { rng.normal() as f32 }).collect();
+        let mut acc = vec![0f32; n];
+        let mut total = vec![0f64; n];
+        let mut sent = vec![0f64; n];
+        let (mut checked, mut went) = (0, 0);
+        for t in 1..=50u64 {
+            let thr = threshold(0.05, t);
+            for j in 0..n {
+                let u = (rng.normal() * 1e-3) as f32;
+                acc[j] += u;
+                total[j] += u as f64;
+            }
+            let before = acc.clone();
+            let mut out = Vec::new();
+            filter(&mut acc, &values, thr, &mut out);
+            checked += n;
+            went += out.len();
+            for &(j, v) in &out {
+                let j = j as usize;
+                assert_eq!(v, before[j]);
+                assert!((v as f64).abs() > thr * (values[j] as f64).abs(), "sent an insignificant update");
+                sent[j] += v as f64;
+            }
+            for j in 0..n {
+                if !out.iter().any(|e| e.0 as usize == j) {
+                    assert_eq!(acc[j], before[j]);
+                    assert!((acc[j] as f64).abs() <= thr * (values[j] as f64).abs() || acc[j] == 0.0);
+                }
+            }
+        }
+        for j in 0..n {
+            let err = (acc[j] as f64 + sent[j] - total[j]).abs();
+            assert!(err < 1e-5, "parameter {j}: residual + sent differs from the total by {err}");
+        }
+        assert!(went > 0 && went < checked, "{went} of {checked}");
+        // Threshold 0 sends everything non-zero.
+        let mut acc = vec![1e-9f32, 0.0, -3.0];
+        let mut out = Vec::new();
+        filter(&mut acc, &[1e9, 1.0, 1.0], 0.0, &mut out);
+        assert_eq!(out, vec![(0, 1e-9), (2, -3.0)]);
+        assert_eq!(acc, vec![0.0; 3]);
+    }
+
+    #[test]
+    fn mirror_clock_and_selective_barrier_block_what_they_should() {
+        let mut c = MirrorClocks::new(3, 1, 0);
+        // DS = 2: clocks 1 and 2 need nothing yet; clock 3 needs clock 1 of groups 0 and 2.
+        assert!(c.blocking(2, 2).is_empty());
+        assert_eq!(c.blocking(3, 2), vec![
+            Blocked::MirrorClock { group: 0, have: 0, need: 1 },
+            Blocked::MirrorClock { group: 2, have: 0, need: 1 },
+        ]);
+        c.data(0, 1);
+        c.data(2, 1);
+        assert!(c.blocking(3, 2).is_empty());
+        assert_eq!(c.slowest(3), 1);
+        // A barrier for clock 3 of group 2 blocks even though DS would allow it.
+        c.barrier(2, 3);
+        assert_eq!(c.blocking(3, 2), vec![Blocked::Barrier { group: 2, clock: 3 }]);
+        c.data(2, 2);
+        assert_eq!(c.blocking(3, 2), vec![Blocked::Barrier { group: 2, clock: 3 }]);
+        c.data(2, 3);
+        assert!(c.blocking(3, 2).is_empty());
+        // A barrier of a clock this group has not reached blocks nothing yet.
+        c.barrier(0, 6);
+        assert!(c.blocking(3, 2).is_empty());
+        assert_eq!(c.blocking(6, 5), vec![Blocked::Barrier { group: 0, clock: 6 }]);
+        // DS = 0: every clock needs the others' same clock.
+        assert_eq!(c.blocking(2, 0), vec![Blocked::MirrorClock { group: 0, have: 1, need: 2 }]);
+        // One group never waits.
+        assert!(MirrorClocks::new(1, 0, 0).blocking(10, 0).is_empty());
+    }
+
+    #[test]
+    fn groups_from_numbers_hosts_and_files() {
+        let h = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let one = h(&["a"; 8]);
+        assert_eq!(parse_groups("2", 8, &one).unwrap(), vec![0, 0, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(parse_groups("3", 7, &h(&["a"; 7])).unwrap(), vec![0, 0, 0, 1, 1, 2, 2]);
+        assert_eq!(parse_groups("auto", 8, &one).unwrap(), vec![0, 0, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(parse_groups("auto", 1, &h(&["a"])).unwrap(), vec![0]);
+        let mixed = h(&["x", "y", "x", "y"]);
+        assert_eq!(parse_groups("auto", 4, &mixed).unwrap(), vec![0, 1, 0, 1]);
+        assert_eq!(parse_groups("host", 4, &mixed).unwrap(), vec![0, 1, 0, 1]);
+        assert!(parse_groups("0", 4, &mixed).unwrap_err().to_string().contains("--groups 0"));
+        assert!(parse_groups("5", 4, &mixed).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("g.txt");
+        std::fs::write(&f, "# rank group\n0 1\n1 0\n2 1\n3 0\n").unwrap();
+        assert_eq!(parse_groups(f.to_str().unwrap(), 4, &mixed).unwrap(), vec![1, 0, 1, 0]);
+        std::fs::write(&f, "0 0\n1 2\n").unwrap();
+        let e = parse_groups(f.to_str().unwrap(), 2, &mixed).unwrap_err().to_string();
+        assert!(e.contains("group(s) [1] have no rank"), "{e}");
+        std::fs::write(&f, "0 0\n0 1\n").unwrap();
+        assert!(parse_groups(f.to_str().unwrap(), 2, &mixed).unwrap_err().to_string().contains(":2: rank 0 is given a group twice"));
+        std::fs::write(&f, "0 x\n").unwrap();
+        assert!(parse_groups(f.to_str().unwrap(), 1, &mixed).unwrap_err().to_string().contains(":1: expected `RANK GROUP`"));
+        let e = parse_groups("/no/such/file", 2, &mixed).unwrap_err();
+        assert!(format!("{e:#}").contains("--groups \"/no/such/file\""), "{e:#}");
+    }
+}

@@ -1,0 +1,133 @@
+//! `--sync gaia` under real `mpirun`: significance 0 against allreduce over all ranks (an
+//! independent mode), nothing lost by the filter (every group's copy equal after the residuals'
+//! flush), the mirror-clock bound with a slow group, a resumed run bit-identical, bad input.
+
+mod common;
+use common::*;
+
+fn t10k() -> String {
+    format!("{FASHION}/t10k-images-idx3-ubyte.gz")
+}
+
+fn read_model(p: &std::path::Path) -> Vec<f32> {
+    hdf5::File::open(p).unwrap().dataset("params").unwrap().read_raw().unwrap()
+}
+
+fn num(v: &serde_json::Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or_else(|| panic!("no {k} in {v}"))
+}
+
+/// With every update significant and the groups meeting every clock, each group's copy is the
+/// average of all replicas: what `--sync allreduce` computes, up to the order of float additions.
+#[test]
+fn significance_zero_matches_allreduce_over_all_ranks() {
+    let dir = scratch("gaia-allreduce");
+    let base = ["train", "--data", &t10k(), "--epochs", "1", "--batch-size", "64"];
+    let run = |name: &str, extra: &[&str]| -> (Vec<f32>, serde_json::Value) {
+        let (model, m) = (dir.join(format!("{name}.h5")), dir.join(format!("{name}.jsonl")));
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend(extra);
+        a.extend(["--save-model", s(&model), "--metrics", s(&m)]);
+        mpirun(4, &a, 120).expect_ok();
+        (read_model(&model), summary(&m))
+    };
+    let (ar, ar_s) = run("allreduce", &["--sync", "allreduce"]);
+    let (w, sm) = run("gaia", &["--sync", "gaia", "--groups", "2", "--significance", "0", "--dc-staleness", "0"]);
+    let diff = ar.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(diff < 1e-4, "largest difference from allreduce {diff}");
+    assert!((num(&ar_s, "final_metric") - num(&sm, "final_metric")).abs() < 0.001);
+    let g = &sm["sync_metrics"];
+    assert_eq!(num(g, "groups"), 2.0);
+    // Threshold 0: every non-zero update crosses.
+    assert_eq!(num(g, "significant_updates"), num(g, "updates"), "{g}");
+    assert_eq!(num(g, "mirror_lag_max"), 0.0, "{g}");
+}
+
+/// At 1 % most updates stay home, yet nothing is lost: after the residuals are flushed at the end
+/// every group holds every group's every update, so the copies agree to float rounding (they
+/// were built independently, one per group). The WAN carries less than the LAN.
+#[test]
+fn the_filter_keeps_residuals_and_every_copy_ends_equal() {
+    let dir = scratch("gaia-residuals");
+    let m = dir.join("m.jsonl");
+    let args = ["train", "--data", &t10k(), "--epochs", "2", "--batch-size", "64", "--sync", "gaia", "--groups", "2",
+        "--significance", "0.05", "--dc-staleness", "2", "--metrics", s(&m)];
+    mpirun(4, &args, 120).expect_ok();
+    let sm = summary(&m);
+    let g = &sm["sync_metrics"];
+    let (upd, sig) = (num(g, "updates"), num(g, "significant_updates"));
+    assert!(upd > 0.0 && sig < upd, "at 5 % some updates must be held back: {sig} of {upd}");
+    assert!(sig > 0.0, "{g}");
+    assert!(num(g, "final_group_disagreement") < 1e-4, "the groups' copies differ after the flush: {g}");
+    assert!(num(g, "wan_bytes_sent") < num(g, "lan_bytes_sent"), "{g}");
+    assert!(num(g, "mirror_lag_max") <= 2.0, "{g}");
+    assert!(num(&sm, "final_metric") > 0.78, "{sm}");
+}
+
+/// One group three times slower: the fast group runs ahead, but never more than DS clocks ahead
+/// of what it has received (the mirror clock), and it waits for that.
+#[test]
+fn the_mirror_clock_bounds_a_slow_group() {
+    let dir = scratch("gaia-mirror");
+    for ds in ["0", "3"] {
+        let m = dir.join(format!("ds{ds}.jsonl"));
+        let args = ["train", "--data", &t10k(), "--epochs", "1", "--batch-size", "64", "--sync", "gaia", "--groups", "2",
+            "--significance", "0.01", "--dc-staleness", ds, "--straggler", "2,3:3", "--eval-every", "50", "--metrics", s(&m)];
+        mpirun(4, &args, 120).expect_ok();
+        let bound: f64 = ds.parse().unwrap();
+        for e in metrics(&m).iter().filter(|v| v["event"] == "eval" || v["event"] == "summary") {
+            let g = if e["event"] == "eval" { &e["sync"] } else { &e["sync_metrics"] };
+            assert!(num(g, "mirror_lag_max") <= bound, "DS {ds}: {g}");
+        }
+        let g = &summary(&m)["sync_metrics"];
+        assert!(num(g, "mirror_wait_seconds") > 0.0, "the fast group should wait: {g}");
+        if bound > 0.0 {
+            assert!(num(g, "mirror_lag_max") >= 1.0, "a 3x slower group should leave the fast one ahead: {g}");
+        }
+    }
+}
+
+/// The checkpoint holds the residuals and clock; with two groups meeting every clock the run is
+/// deterministic, so the resumed run ends bit-identical to the uninterrupted one.
+#[test]
+fn resume_is_bit_identical() {
+    let dir = scratch("gaia-resume");
+    // 39 rounds per epoch (10,000 examples, 4 ranks, batch 64): stopped at 60 of 78.
+    let common = ["train", "--data", &t10k(), "--epochs", "2", "--batch-size", "64", "--seed", "3", "--sync", "gaia",
+        "--groups", "2", "--significance", "0.02", "--dc-staleness", "0"];
+    let full = dir.join("full.h5");
+    let mut a: Vec<&str> = common.to_vec();
+    a.extend(["--save-model", s(&full)]);
+    mpirun(4, &a, 120).expect_ok();
+    let ck = dir.join("ck");
+    let mut b: Vec<&str> = common.to_vec();
+    b.extend(["--checkpoint-dir", s(&ck), "--checkpoint-every", "25", "--max-rounds", "60"]);
+    mpirun(4, &b, 120).expect_ok();
+    let resumed = dir.join("resumed.h5");
+    let mut c: Vec<&str> = common.to_vec();
+    c.extend(["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]);
+    let job = mpirun(4, &c, 120).expect_ok();
+    assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
+    let name = std::fs::read_dir(&ck).unwrap().flatten().map(|e| e.file_name().into_string().unwrap())
+        .find(|n| n.ends_with("-0000000060.h5")).expect("the checkpoint of round 60");
+    let f = hdf5::File::open(ck.join(name)).unwrap();
+    assert!(f.group("sync/rank0").unwrap().dataset("residual").is_ok(), "the checkpoint holds the residuals");
+    assert!(read_model(&full) == read_model(&resumed), "resumed model differs from the uninterrupted one");
+}
+
+/// Bad --groups input fails on every rank with a message naming the flag or file.
+#[test]
+fn bad_groups_fail_clearly() {
+    let dir = scratch("gaia-bad");
+    let base = ["train", "--data", &t10k(), "--epochs", "1", "--sync", "gaia"];
+    let run = |extra: &[&str], needles: &[&str]| {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend(extra);
+        mpirun(2, &a, 60).expect_failure(needles);
+    };
+    run(&["--groups", "3"], &["--groups 3", "between 1 and the number of ranks (2)"]);
+    run(&["--groups", "/no/such/groups.txt"], &["--groups \"/no/such/groups.txt\""]);
+    let f = write(&dir, "g.txt", "0 0\n1 5\n");
+    run(&["--groups", &f], &["g.txt", "have no rank"]);
+    run(&["--significance", "-1"], &["--significance"]);
+}
