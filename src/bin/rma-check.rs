@@ -234,6 +234,8 @@ struct RunReport {
     distance: f64,
     final_value: f32,
     comm_s: f64,
+    /// Slowest rank's mean microseconds per message put (data, flush, NOTIFY).
+    transfer_us: f64,
     wait_s: f64,
     bytes_sent: u64,
 }
@@ -487,6 +489,7 @@ fn run(
         distance,
         final_value: params[0],
         comm_s: all_max(world, stats.comm_seconds),
+        transfer_us: all_max(world, sr.transfer_seconds()) / (args.rounds.max(1) * ins[me].len().max(1) as u64) as f64 * 1e6,
         wait_s: all_max(world, stats.wait_seconds),
         bytes_sent: all_max(world, stats.bytes_sent as f64) as u64,
     })
@@ -571,13 +574,14 @@ fn main() {
             match run(&world, g, m, &args) {
                 Ok(r) if world.rank() == 0 => println!(
                     "rma-check: ok graph={g:?} n={n} notify={m:?} rounds={} len={} \
-                     round_latency_us={:.1} payload_vs_raw_put={:.2} consistency_histogram={:?} torn={} stale={} \
+                     round_latency_us={:.1} transfer_us={:.1} transfer_vs_raw_put={:.2} consistency_histogram={:?} torn={} stale={} \
                      distance_before_finish={:.3e} final={} max_comm_s={:.4} max_wait_s={:.4} \
                      max_bytes_sent={}",
                     args.rounds,
                     args.len,
                     r.latency_us,
-                    raw_us / r.latency_us,
+                    r.transfer_us,
+                    raw_us / r.transfer_us,
                     r.histogram,
                     r.torn,
                     r.stale,

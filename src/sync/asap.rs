@@ -125,6 +125,8 @@ pub struct StochasticReduce {
     totals: Vec<f64>,
     /// `--notify push-sum`: the weights' sum over ranks at the end (N when mass is conserved).
     weight_sum: f64,
+    /// Seconds inside [`Mailboxes::send_to`] (see [`StochasticReduce::transfer_seconds`]).
+    transfer_seconds: f64,
     /// `--overlap`: the round sent but not yet reduced, and the model as sent then.
     pending: Option<u64>,
     sent_model: Vec<f32>,
@@ -257,6 +259,7 @@ impl StochasticReduce {
             held_pushes: 0,
             pending: None,
             sent_model: Vec::new(),
+            transfer_seconds: 0.0,
             mail,
             cfg,
             budget,
@@ -428,8 +431,16 @@ impl StochasticReduce {
         let t2 = Instant::now();
         self.stats.wait_seconds += (t2 - t).as_secs_f64();
         self.mail.send_to(j, round, params)?;
-        self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+        let put = t2.elapsed().as_secs_f64();
+        self.stats.comm_seconds += put;
+        self.transfer_seconds += put;
         Ok(())
+    }
+
+    /// Seconds spent putting models to out-neighbours (data, flush and NOTIFY; no waiting and
+    /// no reduce): what `rma-check` sets against a raw put + flush of the same size.
+    pub fn transfer_seconds(&self) -> f64 {
+        self.transfer_seconds
     }
 
     /// Sends this round's model to every out-neighbour (unless a fault injection stopped us).
