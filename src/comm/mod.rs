@@ -10,12 +10,27 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 /// - `osc=ucx`: Debian's default one-sided components crash on 64-bit compare-and-swap and fail
 ///   window creation at one rank (Open MPI 4.1.4 osc/rdma over btl/vader; upstream
 ///   open-mpi/ompi#7967 and #11349);
-/// - `mpi_yield_when_idle=1`: with more ranks than cores, ranks blocked in MPI must give up the CPU.
+/// - `mpi_yield_when_idle=1`: with more ranks than cores, ranks blocked in MPI must give up the CPU;
+/// - `async_mpi_init=1`, `async_mpi_finalize=1`: no PMIx fence at the end of `MPI_Init` and at the
+///   start of `MPI_Finalize`. Open MPI 4.1 waits in those fences by calling `opal_progress` every
+///   100 us (`OMPI_LAZY_WAIT_FOR_COMPLETION`), so 256 ranks on 2 cores keep the CPUs busy while
+///   mpirun, which serves the fences, starves. Then PMIx_Finalize's 2 s wait for mpirun's
+///   acknowledgement (PMIx 4.2 `PMIx_Finalize`, `tv = {2, 0}`) can run out, the rank exits before
+///   mpirun has recorded its finalize, and mpirun ends a finished job with "exited improperly"
+///   and status 1 (1 of 2 such runs before, and a 256-rank run with a tiny data set). Neither
+///   fence is needed here: every rank has completed all its communication in collectives before
+///   it finalizes (the final agreement and the collective frees of the windows), and nothing
+///   communicates before the first collective after `MPI_Init`.
 ///
 /// Open MPI reads `OMPI_MCA_*` from the process environment inside `MPI_Init`, so setting them
 /// here (before [`init`]) is honoured even under `mpirun`/`srun`.
 pub fn prepare_environment() {
-    for (k, v) in [("OMPI_MCA_osc", "ucx"), ("OMPI_MCA_mpi_yield_when_idle", "1")] {
+    for (k, v) in [
+        ("OMPI_MCA_osc", "ucx"),
+        ("OMPI_MCA_mpi_yield_when_idle", "1"),
+        ("OMPI_MCA_async_mpi_init", "1"),
+        ("OMPI_MCA_async_mpi_finalize", "1"),
+    ] {
         if std::env::var_os(k).is_none() {
             std::env::set_var(k, v);
         }

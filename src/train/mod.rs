@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod eval;
 pub mod optimizer;
 pub mod outputs;
+pub mod phases;
 pub mod report;
 pub mod schedule;
 pub mod setup;
@@ -90,6 +91,9 @@ struct Clock {
     straggle_debt: f64,
     straggle: f64,
     excluded: Duration,
+    /// Time in evaluations and in checkpoints (both also in `excluded`), for the phases.
+    evaluating: Duration,
+    checkpointing: Duration,
 }
 
 /// Combines every rank's mode metrics at rank 0 as each metric says (sum, mean, max), into
@@ -259,18 +263,13 @@ impl Run<'_> {
             return (averaged, averaged);
         }
         let eval_set = self.shards.test.as_ref().unwrap_or(&self.shards.train);
+        // Every rank gets the whole list.
         let all = eval::per_rank_metrics(self.comm, self.model.as_ref(), replica, eval_set);
         let kind = self.model.metric_kind();
-        // Rank 0 has the list; the others learn the two numbers from it.
-        let mut v = [0.0, 0.0];
-        if !all.is_empty() {
-            let worst = all.iter().copied().fold(if kind == MetricKind::Accuracy { f64::INFINITY } else { f64::NEG_INFINITY }, |a, b| {
-                if kind == MetricKind::Accuracy { a.min(b) } else { a.max(b) }
-            });
-            v = [worst, all.iter().sum::<f64>() / all.len() as f64];
-        }
-        collectives::sum_f64(self.comm, &mut v);
-        (v[0], v[1])
+        let worst = all.iter().copied().fold(if kind == MetricKind::Accuracy { f64::INFINITY } else { f64::NEG_INFINITY }, |a, b| {
+            if kind == MetricKind::Accuracy { a.min(b) } else { a.max(b) }
+        });
+        (worst, all.iter().sum::<f64>() / all.len() as f64)
     }
 
     /// Collective evaluation of every pending evaluation point, in order: metrics line, progress
@@ -342,7 +341,27 @@ impl Run<'_> {
             self.last_eval = ev;
         }
         self.clock.excluded += t0.elapsed();
+        self.clock.evaluating += t0.elapsed();
         Ok(())
+    }
+
+    /// The summary's time by phase (collective: launch and MPI start-up are the slowest rank's).
+    fn phases(&self, load: f64, setup: f64, train: f64, final_evaluation: Duration, final_model: f64) -> phases::Phases {
+        let (launch, mpi_init) = phases::startup();
+        // -1 stands for unknown; any rank that knows gives the maximum over those that do.
+        let mut v = [launch.unwrap_or(-1.0), mpi_init.unwrap_or(-1.0)];
+        collectives::max_f64(self.comm, &mut v);
+        let known = |x: f64| (x >= 0.0).then_some(x);
+        phases::Phases {
+            launch: known(v[0]),
+            mpi_init: known(v[1]),
+            load,
+            setup,
+            train,
+            evaluate: (self.clock.evaluating + final_evaluation).as_secs_f64(),
+            checkpoint: self.clock.checkpointing.as_secs_f64(),
+            final_model,
+        }
     }
 
     /// A consistent cut of the mode, then the pending evaluations, then the checkpoint (all
@@ -375,6 +394,7 @@ impl Run<'_> {
         };
         checkpoint::save(self.comm, &dir, &self.run_id, &pos, &contents)?;
         self.clock.excluded += cut + t0.elapsed();
+        self.clock.checkpointing += cut + t0.elapsed();
         Ok(())
     }
 }
@@ -399,6 +419,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     }
     let (shards, spec) = setup::prepare(cfg, comm)?;
     let load_seconds = t_start.elapsed().as_secs_f64();
+    let setup_start = Instant::now();
     let model = crate::model::build(&spec)?;
     let p = model.num_params();
     let mut params = vec![0f32; p];
@@ -461,6 +482,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         collectives::agree(comm, sync.restore_state(state))?;
     }
     let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank0, resume))?;
+    // Training time starts where set-up ends (`train_start` below).
+    let setup_seconds = setup_start.elapsed().as_secs_f64();
     let mut run = Run {
         cfg,
         comm,
@@ -602,6 +625,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     let train_seconds = run.train_seconds();
 
     // Final model: what the mode defines (the average of the replicas, or the servers' model).
+    let final_start = Instant::now();
     let own = params.clone();
     if let Err(e) = run.sync.finish(&mut params) {
         comm::abort_job(&format!("{e:#}"), 4);
@@ -612,6 +636,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         run.sync.send_log().iter().for_each(|(t, b)| text.push_str(&format!("{t:.6},{b}\n")));
         collectives::agree(comm, std::fs::write(&path, text).with_context(|| format!("cannot write the send log {path}")))?;
     }
+    let final_model_seconds = final_start.elapsed().as_secs_f64();
+    let final_eval_start = Instant::now();
     let kind = run.model.metric_kind();
     let eval_set = run.shards.test.as_ref().unwrap_or(&run.shards.train);
     let per_rank = if cfg.sync != SyncKind::Allreduce && n > 1 {
@@ -635,6 +661,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     let counters = run.counters(&run.local_counters());
     let extra = aggregate_metrics(comm, &run.sync.metrics());
     let examples_per_rank = run.pos.global_step as f64 * b as f64;
+    let phases = run.phases(load_seconds, setup_seconds, train_seconds, final_eval_start.elapsed(), final_model_seconds);
     let summary = json!({
         "event": "summary",
         "ranks": n,
@@ -658,8 +685,10 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         "time_to_target": run.reached.map(|r| json!({"train_seconds": r.0, "round": r.1, "epoch": r.2})),
         "counters": counters,
         "sync_metrics": extra,
+        "phases": phases,
     });
     run.write_metrics(&summary);
+    phases::mark_summary();
     let mut saved = Ok(());
     if rank0 {
         print_summary(&summary, kind);
@@ -695,6 +724,9 @@ fn print_summary(s: &serde_json::Value, kind: MetricKind) {
         ""
     });
     println!("wall {:.2} s = load {:.2} s + training {:.2} s + evaluation/checkpoints", f("wall_seconds"), f("load_seconds"), f("train_seconds"));
+    if let Ok(p) = serde_json::from_value::<phases::Phases>(s["phases"].clone()) {
+        println!("{}", p.line());
+    }
     println!("per rank (mean / max): compute {comp:.2} / {comp_max:.2} s, communication {comm_s:.2} / {comm_max:.2} s, waiting {wait:.2} / {wait_max:.2} s");
     println!("bytes per rank (mean / max): sent {} / {}, received {} / {}", human(sent), human(sent_max), human(recv), human(recv_max));
     println!("examples/second per rank: {:.0}", f("examples_per_second_per_rank"));
