@@ -55,7 +55,9 @@ fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
     let rank = world.rank();
     let cfg = args.effective_config(matches);
     let metrics = cfg.as_ref().ok().and_then(|c| c.metrics.clone());
-    let code = match cfg.and_then(|cfg| asap_train::train::run(&cfg, &world)) {
+    let result = cfg.and_then(|cfg| asap_train::train::run(&cfg, &world));
+    phases::mark_run_returned();
+    let code = match result {
         Ok(s) if s.preempted => ExitCode::from(asap_train::train::PREEMPTED_EXIT),
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {

@@ -29,6 +29,7 @@ struct ProcessMarks {
 
 static MARKS: OnceLock<std::sync::Mutex<ProcessMarks>> = OnceLock::new();
 static SUMMARY_AT: OnceLock<Instant> = OnceLock::new();
+static RUN_RETURNED_AT: OnceLock<Instant> = OnceLock::new();
 
 /// Process names of MPI and batch launchers whose children are ranks.
 const LAUNCHERS: [&str; 9] =
@@ -51,6 +52,11 @@ pub fn mark_mpi_initialised() {
 /// Called by the run when its summary is written: teardown is measured from here.
 pub fn mark_summary() {
     let _ = SUMMARY_AT.set(Instant::now());
+}
+
+/// Called when the run has returned (its one-sided windows are freed), before `MPI_Finalize`.
+pub fn mark_run_returned() {
+    let _ = RUN_RETURNED_AT.set(Instant::now());
 }
 
 /// (launch, MPI init) seconds of this process, when known.
@@ -121,13 +127,20 @@ impl Phases {
 /// `MPI_Finalize`) and since the launcher started. Also appended to the metrics file as
 /// `{"event": "teardown", ...}` when one is given. None when no summary was written.
 pub fn teardown_line(metrics: Option<&str>) -> Option<String> {
-    let teardown = SUMMARY_AT.get()?.elapsed().as_secs_f64();
+    let summary = *SUMMARY_AT.get()?;
+    let teardown = summary.elapsed().as_secs_f64();
+    // Up to the run's return: the final agreement and freeing the windows (ours); after it,
+    // MPI_Finalize (Open MPI's).
+    let freed = RUN_RETURNED_AT.get().map(|t| t.saturating_duration_since(summary).as_secs_f64());
+    let finalize = freed.map(|f| teardown - f);
     let (launch, _) = startup();
     let total = MARKS.get().map(|m| m.lock().expect("not poisoned").main.elapsed().as_secs_f64() + launch.unwrap_or(0.0));
     if let Some(path) = metrics {
         let line = serde_json::json!({
             "event": "teardown",
             "teardown_seconds": teardown,
+            "free_seconds": freed,
+            "finalize_seconds": finalize,
             "since_launch_seconds": launch.and(total),
             "unix_time": SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs_f64(),
         });
@@ -136,9 +149,13 @@ pub fn teardown_line(metrics: Option<&str>) -> Option<String> {
             eprintln!("asap-train: cannot append the teardown time to {path}: {e}");
         }
     }
+    let parts = match (freed, finalize) {
+        (Some(a), Some(b)) => format!(" (freeing the windows {a:.2} s, MPI_Finalize {b:.2} s)"),
+        _ => String::new(),
+    };
     Some(match (launch, total) {
-        (Some(_), Some(t)) => format!("asap-train: teardown (windows, MPI_Finalize) {teardown:.2} s; {t:.2} s since the launcher started"),
-        _ => format!("asap-train: teardown (windows, MPI_Finalize) {teardown:.2} s"),
+        (Some(_), Some(t)) => format!("asap-train: teardown {teardown:.2} s{parts}; {t:.2} s since the launcher started"),
+        _ => format!("asap-train: teardown {teardown:.2} s{parts}"),
     })
 }
 
