@@ -49,7 +49,8 @@ pub struct PointResult {
     /// (null when the mode has none).
     pub metrics: serde_json::Value,
     pub train_seconds: f64,
-    /// Each rank's own model's metric, in rank order (empty when not asked for).
+    /// The own model's metric of each rank in the batch's `own_ranks`, in that order (empty
+    /// when not asked for).
     pub own: Vec<f64>,
 }
 
@@ -80,7 +81,8 @@ impl Packed {
 /// number of points: one maximum of the mode metrics' lengths, one sum of all replicas (and
 /// model parts), the own replicas gathered in blocks of at most PER_RANK_EVAL_BYTES per rank,
 /// and one sum and one maximum of every number. All ranks call it with the same number of
-/// points, each with the same fields present.
+/// points, each with the same fields present, and the same `own_ranks` (sorted): the ranks whose
+/// own replicas are scored (see [`own_model_ranks`]).
 ///
 /// Measured reason: at 256 ranks each collective costs ~0.1 s on 2 cores, and one evaluation
 /// point made about 20 of them (averaged model, distance, training and held-out sums, counters
@@ -92,9 +94,11 @@ pub fn evaluate_batch(
     points: Vec<PointInput>,
     train: &Dataset,
     test: Option<&Dataset>,
+    own_ranks: &[usize],
 ) -> Vec<PointResult> {
     let n = comm.size() as usize;
     let kind = model.metric_kind();
+    let t0 = std::time::Instant::now();
     // Histograms may be longer on some ranks: agree on every metric's length first.
     let mut lengths: Vec<f64> = points.iter().flat_map(|p| p.metrics.iter().map(|m| m.values.len() as f64)).collect();
     if !lengths.is_empty() {
@@ -111,15 +115,19 @@ pub fn evaluate_batch(
             models.extend_from_slice(part);
         }
     }
+    let t_lengths = t0.elapsed().as_secs_f64();
     collectives::sum_f32(comm, &mut models, &mut Vec::new());
+    let t_models = t0.elapsed().as_secs_f64();
     let inv = 1.0 / n as f32;
     let (averages, parts) = models.split_at_mut(points.len() * p_len);
     averages.iter_mut().for_each(|w| *w *= inv);
     let mut parts = parts.chunks(p_len.max(1));
-    // Own replicas: every rank's, gathered, each evaluated on this rank's shard.
+    // Own replicas: those of own_ranks, gathered, each evaluated on this rank's shard.
     let own_set = test.unwrap_or(train);
     let owns: Vec<&[f32]> = points.iter().filter_map(|p| p.own).collect();
-    let own_sums = own_model_sums(comm, model, &owns, own_set);
+    let own_sums = own_model_sums(comm, model, &owns, own_set, own_ranks);
+    let m = own_ranks.len();
+    let t_own = t0.elapsed().as_secs_f64();
 
     let mut packed = Packed::default();
     let mut slots = Vec::with_capacity(points.len());
@@ -138,7 +146,7 @@ pub fn evaluate_batch(
         let train_max = packed.max(&[p.train_seconds]);
         let own = p.own.map(|_| {
             own_points += 1;
-            packed.sum(&own_sums[(own_points - 1) * 3 * n..own_points * 3 * n])
+            packed.sum(&own_sums[(own_points - 1) * 3 * m..own_points * 3 * m])
         });
         let metrics: Vec<(Range<usize>, &ModeMetric)> = p
             .metrics
@@ -151,7 +159,12 @@ pub fn evaluate_batch(
             .collect();
         slots.push((evaluated.to_vec(), sums, test_sums, counters_sum, counters_max, train_max, own, metrics));
     }
+    let t_local = t0.elapsed().as_secs_f64();
     packed.reduce(comm);
+    log::debug!(
+        "evaluated {} point(s): lengths {t_lengths:.3} s, models summed by {t_models:.3} s, own models by {t_own:.3} s, local sums by {t_local:.3} s, reduced by {:.3} s",
+        points.len(), t0.elapsed().as_secs_f64()
+    );
     slots
         .into_iter()
         .map(|(evaluated, sums, test_sums, counters_sum, counters_max, train_max, own, metrics)| {
@@ -204,39 +217,59 @@ pub fn evaluate_batch(
 /// Memory a rank may spend on other ranks' replicas in [`own_model_sums`].
 pub const PER_RANK_EVAL_BYTES: usize = 64 << 20;
 
-/// For each of this rank's `owns` replicas (every rank passes the same number), the sums of every
-/// rank's corresponding replica on this rank's shard of `data`: 3 x ranks numbers per replica,
-/// [point][rank][loss, metric, count], to be added over ranks. No rank ever holds the whole data
-/// set: the replicas travel instead. They are allgathered in blocks of ranks of at most
-/// PER_RANK_EVAL_BYTES per rank (all of them at once for Fashion-MNIST MLR up to ~2,000 ranks).
+/// The ranks whose own replicas an evaluation scores when `k` are asked for out of `n` (0 or
+/// `k >= n`: all): `k` ranks spread evenly, `floor(i n / k)` for i < k, so rank 0 is always one.
+///
+/// Measured reason: scoring a replica is a pass over the whole held-out set, so scoring all N of
+/// them costs N passes per evaluation however the work is spread. At 256 ranks (Fashion-MNIST
+/// MLR, 3 epochs, 4 evaluation points) that is ~5x the floating-point work of the training, and
+/// gathering all replicas on every rank moved 32 MB into each of 256 processes on 2 cores: the
+/// allgather did not finish within the 60 s wait timeout under load. A sample of 8 costs less
+/// than the training at any rank count and shows the spread; `--own-models 0` scores all.
+pub fn own_model_ranks(n: usize, k: usize) -> Vec<usize> {
+    if k == 0 || k >= n {
+        return (0..n).collect();
+    }
+    (0..k).map(|i| i * n / k).collect()
+}
+
+/// For each of this rank's `owns` replicas (every rank passes the same number), the sums of the
+/// corresponding replica of every rank in `ranks` on this rank's shard of `data`: 3 x
+/// `ranks.len()` numbers per replica, [point][sampled rank][loss, metric, count], to be added
+/// over ranks. No rank ever holds the whole data set: the replicas travel instead. They are
+/// allgathered (only the sampled ranks contribute) in blocks of ranks of at most
+/// PER_RANK_EVAL_BYTES per receiving rank.
 ///
 /// Measured reason: the replicas used to be broadcast one at a time, each followed by an
 /// allreduce of its sums: 2 x 256 collectives per evaluation point at 256 ranks. The arithmetic
-/// is the same (every rank evaluates N replicas on 1/N of the set); only the number of
+/// is the same (every rank evaluates the sampled replicas on 1/N of the set); only the number of
 /// collectives changes.
-fn own_model_sums(comm: &SimpleCommunicator, model: &dyn Model, owns: &[&[f32]], data: &Dataset) -> Vec<f64> {
+fn own_model_sums(comm: &SimpleCommunicator, model: &dyn Model, owns: &[&[f32]], data: &Dataset, ranks: &[usize]) -> Vec<f64> {
     let (rank, n) = (comm.rank() as usize, comm.size() as usize);
-    let k = owns.len();
-    let mut sums = vec![0f64; 3 * n * k];
-    if k == 0 {
+    let (k, m) = (owns.len(), ranks.len());
+    let mut sums = vec![0f64; 3 * m * k];
+    if k == 0 || m == 0 {
         return sums;
     }
     let p = owns[0].len();
     let per_rank = k * p;
-    let block = (PER_RANK_EVAL_BYTES / (4 * per_rank).max(1)).clamp(1, n);
+    let block = (PER_RANK_EVAL_BYTES / (4 * per_rank).max(1)).clamp(1, m);
     let mine: Vec<f32> = owns.iter().flat_map(|o| o.iter().copied()).collect();
-    for first in (0..n).step_by(block) {
-        let members = first..(first + block).min(n);
+    for (b, members) in ranks.chunks(block).enumerate() {
         let counts: Vec<i32> = (0..n).map(|r| if members.contains(&r) { per_rank as i32 } else { 0 }).collect();
         let send: &[f32] = if members.contains(&rank) { &mine } else { &[] };
+        let t = std::time::Instant::now();
         let gathered = collectives::all_gather_varcount(comm, send, &counts);
+        let t_gather = t.elapsed().as_secs_f64();
+        // The gathered replicas arrive in rank order, which is the order of `members` (sorted).
         for (j, theirs) in gathered.chunks(per_rank.max(1)).enumerate() {
-            let r = first + j;
+            let slot = b * block + j;
             for (i, replica) in theirs.chunks(p.max(1)).enumerate() {
                 let s = model.evaluate(replica, data);
-                sums[3 * (i * n + r)..3 * (i * n + r + 1)].copy_from_slice(&[s.loss_sum, s.metric_sum, s.count]);
+                sums[3 * (i * m + slot)..3 * (i * m + slot + 1)].copy_from_slice(&[s.loss_sum, s.metric_sum, s.count]);
             }
         }
+        log::debug!("own models of {} rank(s) from {}: gathered in {t_gather:.3} s, evaluated in {:.3} s", members.len(), members[0], t.elapsed().as_secs_f64() - t_gather);
     }
     sums
 }
@@ -254,5 +287,27 @@ pub fn reached(kind: MetricKind, v: f64, target: f64) -> bool {
     match kind {
         MetricKind::Accuracy => v >= target,
         MetricKind::Rmse => v <= target,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::own_model_ranks;
+
+    #[test]
+    fn own_model_samples_are_spread_sorted_distinct_and_start_at_rank_0() {
+        assert_eq!(own_model_ranks(5, 0), vec![0, 1, 2, 3, 4]);
+        assert_eq!(own_model_ranks(5, 8), vec![0, 1, 2, 3, 4]);
+        assert_eq!(own_model_ranks(256, 8), vec![0, 32, 64, 96, 128, 160, 192, 224]);
+        for n in 1..200 {
+            for k in 1..n {
+                let r = own_model_ranks(n, k);
+                assert_eq!(r.len(), k);
+                assert_eq!(r[0], 0);
+                assert!(r.windows(2).all(|w| w[0] < w[1]) && *r.last().unwrap() < n, "{n} {k}: {r:?}");
+                // Spread: neighbouring samples are floor(n/k) or ceil(n/k) ranks apart.
+                assert!(r.windows(2).all(|w| w[1] - w[0] >= n / k && w[1] - w[0] <= n.div_ceil(k)), "{n} {k}: {r:?}");
+            }
+        }
     }
 }

@@ -214,6 +214,16 @@ impl Run<'_> {
         self.cfg.sync != SyncKind::Allreduce && self.comm.size() > 1
     }
 
+    /// The ranks whose own replicas evaluations score (`--own-models`; none when they do not
+    /// differ).
+    fn own_ranks(&self) -> Vec<usize> {
+        if self.own_models_differ() {
+            eval::own_model_ranks(self.comm.size() as usize, self.cfg.own_models)
+        } else {
+            Vec::new()
+        }
+    }
+
     /// The worst and the mean of the ranks' own models' metrics.
     fn worst_and_mean(&self, own: &[f64]) -> (f64, f64) {
         let kind = self.model.metric_kind();
@@ -258,7 +268,8 @@ impl Run<'_> {
                 train_seconds: p.train_seconds,
             })
             .collect();
-        let results = eval::evaluate_batch(self.comm, self.model.as_ref(), inputs, &self.shards.train, self.shards.test.as_ref());
+        let own_ranks = self.own_ranks();
+        let results = eval::evaluate_batch(self.comm, self.model.as_ref(), inputs, &self.shards.train, self.shards.test.as_ref(), &own_ranks);
         for (p, r) in pending.into_iter().zip(results) {
             let ev = r.eval;
             let counters = Self::counters_json(&r.counters_mean, &r.counters_max);
@@ -636,7 +647,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         metrics: &mode_metrics,
         train_seconds,
     };
-    let r = eval::evaluate_batch(comm, run.model.as_ref(), vec![point], &run.shards.train, run.shards.test.as_ref())
+    let own_ranks = run.own_ranks();
+    let r = eval::evaluate_batch(comm, run.model.as_ref(), vec![point], &run.shards.train, run.shards.test.as_ref(), &own_ranks)
         .pop()
         .expect("one result per point");
     let (final_eval, per_rank) = (r.eval, r.own);
@@ -665,6 +677,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         "train_metric": final_eval.train_metric,
         "held_out": run.shards.test.is_some(),
         "per_rank_metric": per_rank,
+        "per_rank_metric_ranks": own_ranks,
         "target": cfg.target,
         "target_on": cfg.target_on,
         "time_to_target": run.reached.map(|r| json!({"train_seconds": r.0, "round": r.1, "epoch": r.2})),
@@ -720,7 +733,14 @@ fn print_summary(s: &serde_json::Value, kind: MetricKind) {
         let xs: Vec<f64> = v.iter().filter_map(|x| x.as_f64()).collect();
         let lo = xs.iter().cloned().fold(f64::INFINITY, f64::min);
         let hi = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        println!("each rank's own model: {} .. {}", fmt_metric(kind, lo), fmt_metric(kind, hi));
+        if xs.len() as u64 == s["ranks"].as_u64().unwrap_or(0) {
+            println!("each rank's own model: {} .. {}", fmt_metric(kind, lo), fmt_metric(kind, hi));
+        } else {
+            println!(
+                "own models of {} of {} ranks (evenly spaced, --own-models; 0 scores every rank): {} .. {}",
+                xs.len(), s["ranks"], fmt_metric(kind, lo), fmt_metric(kind, hi)
+            );
+        }
     }
     if let Some(t) = s["target"].as_f64() {
         let on = s["target_on"].as_str().unwrap_or("averaged");
