@@ -9,6 +9,7 @@ use mpi::topology::Communicator;
 
 use asap_train::cli::{Cli, Command, TrainArgs};
 use asap_train::comm::collectives::{OtherRankFailed, REPORTED};
+use asap_train::train::phases;
 
 /// The MPI rank from the launcher's environment, readable before MPI_Init (for log set-up).
 fn launcher_rank() -> Option<usize> {
@@ -49,20 +50,35 @@ fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    phases::mark_mpi_initialised();
     let world = universe.world();
-    let result = args.effective_config(matches).and_then(|cfg| asap_train::train::run(&cfg, &world));
-    match result {
+    let rank = world.rank();
+    let cfg = args.effective_config(matches);
+    let metrics = cfg.as_ref().ok().and_then(|c| c.metrics.clone());
+    let result = cfg.and_then(|cfg| asap_train::train::run(&cfg, &world));
+    phases::mark_run_returned();
+    let code = match result {
         Ok(s) if s.preempted => ExitCode::from(asap_train::train::PREEMPTED_EXIT),
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
-            report(&e, world.rank() as usize);
+            report(&e, rank as usize);
             world.barrier();
             ExitCode::FAILURE
         }
+    };
+    // MPI_Finalize, then rank 0 says how long the shutdown took.
+    drop(world);
+    drop(universe);
+    if rank == 0 {
+        if let Some(line) = phases::teardown_line(metrics.as_deref()) {
+            eprintln!("{line}");
+        }
     }
+    code
 }
 
 fn main() -> ExitCode {
+    phases::mark_process_start();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging();

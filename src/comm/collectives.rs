@@ -6,7 +6,7 @@
 //! `--wait-timeout` with its rank named, instead of hanging it.
 
 use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
-use mpi::datatype::{Equivalence, PartitionMut};
+use mpi::datatype::{Equivalence, Partition, PartitionMut};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::deadline;
@@ -216,7 +216,7 @@ pub fn gather_varcount<T: Equivalence + Default + Clone>(comm: &SimpleCommunicat
         }
         return Vec::new();
     }
-    let displs: Vec<i32> = counts.iter().scan(0, |acc, &c| { let d = *acc; *acc += c; Some(d) }).collect();
+    let displs = displacements(&counts);
     let mut all = vec![T::default(); counts.iter().map(|&c| c as usize).sum()];
     {
         let mut part = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
@@ -256,11 +256,10 @@ pub fn all_to_all_bytes(comm: &SimpleCommunicator, out: &[Vec<u8>]) -> anyhow::R
     }
     let recv_total: i64 = recv_counts.iter().map(|&c| c as i64).sum();
     anyhow::ensure!(recv_total <= i32::MAX as i64, "an all-to-all receiving more than 2 GiB on one rank: use more ranks");
-    let displs = |c: &[i32]| -> Vec<i32> { c.iter().scan(0, |acc, &x| { let d = *acc; *acc += x; Some(d) }).collect() };
     let send: Vec<u8> = out.concat();
     let mut recv = vec![0u8; recv_total as usize];
     {
-        let (sd, rd) = (displs(&send_counts), displs(&recv_counts));
+        let (sd, rd) = (displacements(&send_counts), displacements(&recv_counts));
         let part = mpi::datatype::Partition::new(&send[..], &send_counts[..], &sd[..]);
         let mut part_mut = PartitionMut::new(&mut recv[..], &recv_counts[..], &rd[..]);
         if armed {
@@ -278,4 +277,54 @@ pub fn all_to_all_bytes(comm: &SimpleCommunicator, out: &[Vec<u8>]) -> anyhow::R
         rest = tail;
     }
     Ok(res)
+}
+
+/// Exclusive prefix sums of `counts`: where each rank's part starts.
+fn displacements(counts: &[i32]) -> Vec<i32> {
+    counts.iter().scan(0, |acc, &c| {
+        let d = *acc;
+        *acc += c;
+        Some(d)
+    }).collect()
+}
+
+/// Every rank's `v`, concatenated in rank order, on every rank, where every rank knows every
+/// rank's length (`counts[r]`; this rank's is `v.len()`, and any may be 0).
+pub fn all_gather_varcount<T: Equivalence + Default + Clone>(comm: &SimpleCommunicator, v: &[T], counts: &[i32]) -> Vec<T> {
+    debug_assert_eq!(counts[comm.rank() as usize] as usize, v.len());
+    let mut all = vec![T::default(); counts.iter().map(|&c| c as usize).sum()];
+    let displs = displacements(counts);
+    {
+        let mut part = PartitionMut::new(&mut all[..], counts, &displs[..]);
+        if deadline::armed() {
+            deadline::enter();
+            mpi::request::scope(|sc| deadline::wait(comm.immediate_all_gather_varcount_into(sc, v, &mut part), "an allgather"));
+        } else {
+            comm.all_gather_varcount_into(v, &mut part);
+        }
+    }
+    all
+}
+
+/// Scatters `all` (significant at `root` only: every rank's part in rank order, of the lengths
+/// `counts` that every rank knows) into `mine` (`counts[rank]` long).
+pub fn scatter_varcount<T: Equivalence>(comm: &SimpleCommunicator, root: usize, all: &[T], counts: &[i32], mine: &mut [T]) {
+    let p = comm.process_at_rank(root as i32);
+    let armed = deadline::armed();
+    if armed {
+        deadline::enter();
+    }
+    if comm.rank() as usize == root {
+        let displs = displacements(counts);
+        let part = Partition::new(all, counts, &displs[..]);
+        if armed {
+            mpi::request::scope(|sc| deadline::wait(p.immediate_scatter_varcount_into_root(sc, &part, mine), "a scatter"));
+        } else {
+            p.scatter_varcount_into_root(&part, mine);
+        }
+    } else if armed {
+        mpi::request::scope(|sc| deadline::wait(p.immediate_scatter_varcount_into(sc, mine), "a scatter"));
+    } else {
+        p.scatter_varcount_into(mine);
+    }
 }

@@ -47,7 +47,7 @@ fn rows(path: &str, rank: usize, nranks: usize) -> Result<(Vec<u8>, Vec<usize>, 
     let row = dims[1..].iter().try_fold(1u128, |a, &d| Some(a * d as u128)).unwrap_or(u128::MAX);
     let promised = n as u128 * row;
     let header_len = 4 + 4 * dims.len() as u64;
-    let (lo, hi) = (n * rank / nranks, n * (rank + 1) / nranks);
+    let (lo, hi) = shard_rows(n, rank, nranks);
     let what = |got: String| {
         DataError::at(path, &format!(
             "truncated or corrupt: the header's dimensions {dims:?} promise {n} rows of {row} bytes ({}), but {got}",
@@ -86,23 +86,72 @@ pub fn labels_path_for(images: &str) -> Option<String> {
     images.contains("images-idx3").then(|| images.replace("images-idx3", "labels-idx1"))
 }
 
-/// Reads this rank's rows of an IDX images file and the matching labels.
-pub fn read_idx(path: &str, labels: Option<&str>, rank: usize, nranks: usize) -> Result<Dataset, DataError> {
-    let labels_path = labels.map(str::to_string).or_else(|| labels_path_for(path)).ok_or_else(|| {
+/// The labels file for `path`: `labels` when given, else the name next to the images file.
+fn labels_for(path: &str, labels: Option<&str>) -> Result<String, DataError> {
+    labels.map(str::to_string).or_else(|| labels_path_for(path)).ok_or_else(|| {
         DataError::at(path, "cannot find the labels file: name the images file *images-idx3* so that *labels-idx1* is next to it")
-    })?;
-    let (x, dims, lo) = rows(path, rank, nranks)?;
-    let (y, ldims, _) = rows(&labels_path, rank, nranks)?;
+    })
+}
+
+/// A dataset from raw IDX rows (`x`: rows of prod(dims[1..]) bytes, `y`: one label byte per row).
+fn dataset(path: &str, labels_path: &str, x: Vec<u8>, dims: &[usize], y: Vec<u8>, ldims: &[usize], first_row: usize) -> Result<Dataset, DataError> {
     if ldims.len() != 1 || ldims[0] != dims[0] {
-        return Err(DataError::at(&labels_path, &format!("has {:?} labels but {path} has {} images", ldims, dims[0])));
+        return Err(DataError::at(labels_path, &format!("has {:?} labels but {path} has {} images", ldims, dims[0])));
     }
     let d = dims[1..].iter().product();
     Ok(Dataset {
         features: Features::Dense { x: x.into_iter().map(f32::from).collect(), d },
         labels: y.into_iter().map(f32::from).collect(),
         source: path.to_string(),
-        first_row: lo,
+        first_row,
     })
+}
+
+/// Reads this rank's rows of an IDX images file and the matching labels.
+pub fn read_idx(path: &str, labels: Option<&str>, rank: usize, nranks: usize) -> Result<Dataset, DataError> {
+    let labels_path = labels_for(path, labels)?;
+    let (x, dims, lo) = rows(path, rank, nranks)?;
+    let (y, ldims, _) = rows(&labels_path, rank, nranks)?;
+    dataset(path, &labels_path, x, &dims, y, &ldims, lo)
+}
+
+/// True when the file is gzip-compressed (reading rank r's rows then decompresses everything
+/// before them).
+pub fn is_gzip(path: &str) -> Result<bool, DataError> {
+    Ok(open(path)?.1)
+}
+
+/// The dimensions in the headers of an images file and its labels file (a few bytes of each).
+pub fn pair_dims(path: &str, labels: Option<&str>) -> Result<(Vec<usize>, Vec<usize>), DataError> {
+    let labels_path = labels_for(path, labels)?;
+    let dims = header(path, &mut *open(path)?.0)?;
+    let ldims = header(&labels_path, &mut *open(&labels_path)?.0)?;
+    if ldims.len() != 1 || ldims[0] != dims[0] {
+        return Err(DataError::at(&labels_path, &format!("has {:?} labels but {path} has {} images", ldims, dims[0])));
+    }
+    Ok((dims, ldims))
+}
+
+/// Every row of an images file and its labels, raw (one rank reading for all; see
+/// `train::setup`): (image bytes, dims, label bytes).
+pub fn read_all_raw(path: &str, labels: Option<&str>) -> Result<(Vec<u8>, Vec<usize>, Vec<u8>), DataError> {
+    let labels_path = labels_for(path, labels)?;
+    let (x, dims, _) = rows(path, 0, 1)?;
+    let (y, ldims, _) = rows(&labels_path, 0, 1)?;
+    if ldims.len() != 1 || ldims[0] != dims[0] {
+        return Err(DataError::at(&labels_path, &format!("has {:?} labels but {path} has {} images", ldims, dims[0])));
+    }
+    Ok((x, dims, y))
+}
+
+/// This rank's rows [lo, hi) of `n` rows, the split every reader uses.
+pub fn shard_rows(n: usize, rank: usize, nranks: usize) -> (usize, usize) {
+    (n * rank / nranks, n * (rank + 1) / nranks)
+}
+
+/// A dataset from this rank's raw rows (received from the rank that read the file).
+pub fn dataset_from_raw(path: &str, labels: Option<&str>, x: Vec<u8>, dims: &[usize], y: Vec<u8>, ldims: &[usize], first_row: usize) -> Result<Dataset, DataError> {
+    dataset(path, &labels_for(path, labels)?, x, dims, y, ldims, first_row)
 }
 
 #[cfg(test)]
@@ -146,6 +195,31 @@ mod tests {
                 }
                 assert_eq!(labels, (0..7).map(|i| i as f32).collect::<Vec<_>>());
                 assert_eq!(xs, img.iter().map(|&b| b as f32).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn whole_file_raw_rows_split_like_the_shards() {
+        let d = tempfile::tempdir().unwrap();
+        let img: Vec<u8> = (0..9 * 4).map(|i| (i * 7) as u8).collect();
+        let p = write_idx(d.path(), "w-images-idx3-ubyte.gz", &[9, 2, 2], &img, true);
+        write_idx(d.path(), "w-labels-idx1-ubyte.gz", &[9], &[9, 8, 7, 6, 5, 4, 3, 2, 1], true);
+        assert!(is_gzip(&p).unwrap());
+        let (dims, ldims) = pair_dims(&p, None).unwrap();
+        assert_eq!((dims.clone(), ldims.clone()), (vec![9, 2, 2], vec![9]));
+        let (x, dims2, y) = read_all_raw(&p, None).unwrap();
+        assert_eq!((x.clone(), dims2), (img.clone(), dims.clone()));
+        for n in 1..=5 {
+            for r in 0..n {
+                let (lo, hi) = shard_rows(9, r, n);
+                let from_raw = dataset_from_raw(&p, None, x[lo * 4..hi * 4].to_vec(), &dims, y[lo..hi].to_vec(), &ldims, lo).unwrap();
+                let read = read_idx(&p, None, r, n).unwrap();
+                assert_eq!((from_raw.labels, from_raw.first_row), (read.labels, read.first_row));
+                match (from_raw.features, read.features) {
+                    (Features::Dense { x: a, d: da }, Features::Dense { x: b, d: db }) => assert_eq!((a, da), (b, db)),
+                    _ => panic!("dense expected"),
+                }
             }
         }
     }

@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod eval;
 pub mod optimizer;
 pub mod outputs;
+pub mod phases;
 pub mod report;
 pub mod schedule;
 pub mod setup;
@@ -19,7 +20,7 @@ use crate::comm::{self, collectives};
 use crate::config::{LrSchedule, SyncKind, TargetOn, TrainConfig};
 use crate::model::{MetricKind, Model};
 use crate::rng::Rng;
-use crate::sync::{Aggregate, ModeMetric, SyncContext, SyncMode};
+use crate::sync::{ModeMetric, SyncContext, SyncMode};
 use checkpoint::Position;
 use eval::{fmt_metric, Evaluation};
 use report::{MetricsFile, Progress};
@@ -99,44 +100,9 @@ struct Clock {
     straggle_debt: f64,
     straggle: f64,
     excluded: Duration,
-}
-
-/// Combines every rank's mode metrics at rank 0 as each metric says (sum, mean, max), into
-/// `{name: value, ..., "aggregation": {name: "sum"|"mean"|"max"}}`; null on other ranks.
-fn aggregate_metrics(comm: &SimpleCommunicator, mine: &[ModeMetric]) -> serde_json::Value {
-    if mine.is_empty() {
-        return json!(null);
-    }
-    // Every rank has the same metrics (same mode); arrays may differ in length (histograms).
-    let mut out = serde_json::Map::new();
-    let mut how = serde_json::Map::new();
-    for m in mine {
-        let len = collectives::max_u64(comm, m.values.len() as u64) as usize;
-        let mut v = m.values.clone();
-        v.resize(len, 0.0);
-        let combined = match m.aggregate {
-            Aggregate::Sum => {
-                collectives::sum_f64(comm, &mut v);
-                v
-            }
-            Aggregate::Mean => {
-                collectives::sum_f64(comm, &mut v);
-                v.iter().map(|x| x / comm.size() as f64).collect()
-            }
-            Aggregate::Max => {
-                collectives::max_f64(comm, &mut v);
-                v
-            }
-        };
-        let value = if m.is_array { json!(combined) } else { json!(combined[0]) };
-        out.insert(m.name.into(), value);
-        how.insert(m.name.into(), json!(m.aggregate));
-    }
-    if comm.rank() != 0 {
-        return json!(null);
-    }
-    out.insert("aggregation".into(), serde_json::Value::Object(how));
-    serde_json::Value::Object(out)
+    /// Time in evaluations and in checkpoints (both also in `excluded`), for the phases.
+    evaluating: Duration,
+    checkpointing: Duration,
 }
 
 /// An evaluation point whose evaluation may run later: what this rank knew at that round.
@@ -219,16 +185,6 @@ impl Run<'_> {
         ]
     }
 
-    /// Per-rank counters summarised as {name: {mean, max}} (collective).
-    fn counters(&self, vals: &[f64]) -> serde_json::Value {
-        let (mean, max) = collectives::mean_max(self.comm, vals);
-        let mut m = serde_json::Map::new();
-        for (i, n) in COUNTER_NAMES.iter().enumerate() {
-            m.insert(n.to_string(), json!({"mean": mean[i], "max": max[i]}));
-        }
-        serde_json::Value::Object(m)
-    }
-
     /// Records an evaluation point at the current round; evaluates at once under a lockstep mode
     /// (or when the pending snapshots grow too big), later otherwise.
     fn mark_evaluation(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
@@ -261,45 +217,76 @@ impl Run<'_> {
         }
     }
 
-    /// The worst and the mean over ranks of each rank's own replica's metric (on every rank).
-    /// Replicas of allreduce are equal at every round, so `averaged` stands for them there.
-    fn own_metrics(&self, replica: &[f32], averaged: f64) -> (f64, f64) {
-        if self.cfg.sync == SyncKind::Allreduce || self.comm.size() == 1 {
-            return (averaged, averaged);
+    /// Whether each rank's own replica is evaluated: replicas of allreduce are equal at every
+    /// round (the averaged model stands for them), and one rank has nothing to compare.
+    fn own_models_differ(&self) -> bool {
+        self.cfg.sync != SyncKind::Allreduce && self.comm.size() > 1
+    }
+
+    /// The ranks whose own replicas evaluations score (`--own-models`; none when they do not
+    /// differ).
+    fn own_ranks(&self) -> Vec<usize> {
+        if self.own_models_differ() {
+            eval::own_model_ranks(self.comm.size() as usize, self.cfg.own_models)
+        } else {
+            Vec::new()
         }
-        let eval_set = self.shards.test.as_ref().unwrap_or(&self.shards.train);
-        let all = eval::per_rank_metrics(self.comm, self.model.as_ref(), replica, eval_set);
+    }
+
+    /// The worst and the mean of the ranks' own models' metrics.
+    fn worst_and_mean(&self, own: &[f64]) -> (f64, f64) {
         let kind = self.model.metric_kind();
-        // Rank 0 has the list; the others learn the two numbers from it.
-        let mut v = [0.0, 0.0];
-        if !all.is_empty() {
-            let worst = all.iter().copied().fold(if kind == MetricKind::Accuracy { f64::INFINITY } else { f64::NEG_INFINITY }, |a, b| {
-                if kind == MetricKind::Accuracy { a.min(b) } else { a.max(b) }
-            });
-            v = [worst, all.iter().sum::<f64>() / all.len() as f64];
+        let worst = own.iter().copied().fold(if kind == MetricKind::Accuracy { f64::INFINITY } else { f64::NEG_INFINITY }, |a, b| {
+            if kind == MetricKind::Accuracy { a.min(b) } else { a.max(b) }
+        });
+        (worst, own.iter().sum::<f64>() / own.len() as f64)
+    }
+
+    /// Counters combined over ranks as {name: {mean, max}}.
+    fn counters_json(mean: &[f64], max: &[f64]) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        for (i, n) in COUNTER_NAMES.iter().enumerate() {
+            m.insert(n.to_string(), json!({"mean": mean[i], "max": max[i]}));
         }
-        collectives::sum_f64(self.comm, &mut v);
-        (v[0], v[1])
+        serde_json::Value::Object(m)
     }
 
     /// Collective evaluation of every pending evaluation point, in order: metrics line, progress
-    /// line, target and divergence checks. All ranks call it at the same points.
+    /// line, target and divergence checks. All ranks call it at the same points. The points are
+    /// evaluated together, in a fixed number of collectives (`eval::evaluate_batch`).
     fn evaluate_pending(&mut self) -> anyhow::Result<()> {
         let t0 = Instant::now();
-        for p in std::mem::take(&mut self.pending) {
-            let model = match self.sync.evaluated_model(p.round) {
-                Ok(m) => m,
+        let pending = std::mem::take(&mut self.pending);
+        let mut parts = Vec::with_capacity(pending.len());
+        for p in &pending {
+            match self.sync.evaluated_model(p.round) {
+                Ok(m) => parts.push(m),
                 Err(e) => comm::abort_job(&format!("{e:#}"), 4),
-            };
-            let ev = eval::evaluate(self.comm, self.model.as_ref(), &p.replica, model, &self.shards.train, self.shards.test.as_ref());
-            let counters = self.counters(&p.counters);
-            let extra = aggregate_metrics(self.comm, &p.mode_metrics);
+            }
+        }
+        let own = self.own_models_differ();
+        let inputs = pending
+            .iter()
+            .zip(parts)
+            .map(|(p, part)| eval::PointInput {
+                replica: &p.replica,
+                part,
+                own: own.then_some(&p.replica[..]),
+                counters: &p.counters,
+                metrics: &p.mode_metrics,
+                train_seconds: p.train_seconds,
+            })
+            .collect();
+        let own_ranks = self.own_ranks();
+        let results = eval::evaluate_batch(self.comm, self.model.as_ref(), inputs, &self.shards.train, self.shards.test.as_ref(), &own_ranks);
+        for (p, r) in pending.into_iter().zip(results) {
+            let ev = r.eval;
+            let counters = Self::counters_json(&r.counters_mean, &r.counters_max);
+            let extra = r.metrics;
             // The round was done everywhere when the slowest rank got there.
-            let mut train_s = [p.train_seconds];
-            collectives::max_f64(self.comm, &mut train_s);
-            let train_s = train_s[0];
+            let train_s = r.train_seconds;
             let kind = self.model.metric_kind();
-            let (worst, mean) = self.own_metrics(&p.replica, ev.metric);
+            let (worst, mean) = if own { self.worst_and_mean(&r.own) } else { (ev.metric, ev.metric) };
             let judged = match self.cfg.target_on {
                 TargetOn::Averaged => ev.metric,
                 TargetOn::WorstRank => worst,
@@ -351,7 +338,27 @@ impl Run<'_> {
             self.last_eval = ev;
         }
         self.clock.excluded += t0.elapsed();
+        self.clock.evaluating += t0.elapsed();
         Ok(())
+    }
+
+    /// The summary's time by phase (collective: launch and MPI start-up are the slowest rank's).
+    fn phases(&self, load: f64, setup: f64, train: f64, final_evaluation: Duration, final_model: f64) -> phases::Phases {
+        let (launch, mpi_init) = phases::startup();
+        // -1 stands for unknown; any rank that knows gives the maximum over those that do.
+        let mut v = [launch.unwrap_or(-1.0), mpi_init.unwrap_or(-1.0)];
+        collectives::max_f64(self.comm, &mut v);
+        let known = |x: f64| (x >= 0.0).then_some(x);
+        phases::Phases {
+            launch: known(v[0]),
+            mpi_init: known(v[1]),
+            load,
+            setup,
+            train,
+            evaluate: (self.clock.evaluating + final_evaluation).as_secs_f64(),
+            checkpoint: self.clock.checkpointing.as_secs_f64(),
+            final_model,
+        }
     }
 
     /// A consistent cut of the mode, then the pending evaluations, then the checkpoint (all
@@ -384,6 +391,7 @@ impl Run<'_> {
         };
         checkpoint::save(self.comm, &dir, &self.run_id, &pos, &contents)?;
         self.clock.excluded += cut + t0.elapsed();
+        self.clock.checkpointing += cut + t0.elapsed();
         Ok(())
     }
 }
@@ -408,6 +416,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     }
     let (shards, spec) = setup::prepare(cfg, comm)?;
     let load_seconds = t_start.elapsed().as_secs_f64();
+    let setup_start = Instant::now();
     let model = crate::model::build(&spec)?;
     let p = model.num_params();
     let mut params = vec![0f32; p];
@@ -470,6 +479,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         collectives::agree(comm, sync.restore_state(state))?;
     }
     let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank0, resume))?;
+    // Training time starts where set-up ends (`train_start` below).
+    let setup_seconds = setup_start.elapsed().as_secs_f64();
     let mut run = Run {
         cfg,
         comm,
@@ -624,6 +635,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     let train_seconds = run.train_seconds();
 
     // Final model: what the mode defines (the average of the replicas, or the servers' model).
+    let final_start = Instant::now();
     let own = params.clone();
     if let Err(e) = run.sync.finish(&mut params) {
         comm::abort_job(&format!("{e:#}"), 4);
@@ -634,13 +646,9 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         run.sync.send_log().iter().for_each(|(t, b)| text.push_str(&format!("{t:.6},{b}\n")));
         collectives::agree(comm, std::fs::write(&path, text).with_context(|| format!("cannot write the send log {path}")))?;
     }
+    let final_model_seconds = final_start.elapsed().as_secs_f64();
+    let final_eval_start = Instant::now();
     let kind = run.model.metric_kind();
-    let eval_set = run.shards.test.as_ref().unwrap_or(&run.shards.train);
-    let per_rank = if cfg.sync != SyncKind::Allreduce && n > 1 {
-        eval::per_rank_metrics(comm, run.model.as_ref(), &own, eval_set)
-    } else {
-        Vec::new()
-    };
     // A model with non-finite values is never saved or reported as a result (the mini-batch
     // loss check cannot see a last step that overflowed). Every rank holds the same final model.
     if let Some(i) = params.iter().position(|w| !w.is_finite()) {
@@ -650,13 +658,29 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
             cfg.lr
         );
     }
-    let final_eval = eval::evaluate(comm, run.model.as_ref(), &params, None, &run.shards.train, run.shards.test.as_ref());
+    // The final model, each rank's own model, the counters and the mode metrics: one batch.
+    let local_counters = run.local_counters();
+    let mode_metrics = run.sync.metrics();
+    let point = eval::PointInput {
+        replica: &params,
+        part: None,
+        own: run.own_models_differ().then_some(&own[..]),
+        counters: &local_counters,
+        metrics: &mode_metrics,
+        train_seconds,
+    };
+    let own_ranks = run.own_ranks();
+    let r = eval::evaluate_batch(comm, run.model.as_ref(), vec![point], &run.shards.train, run.shards.test.as_ref(), &own_ranks)
+        .pop()
+        .expect("one result per point");
+    let (final_eval, per_rank) = (r.eval, r.own);
     if !final_eval.objective.is_finite() {
         anyhow::bail!("training diverged: the final objective is {}; nothing was saved; try a smaller --lr (now {})", final_eval.objective, cfg.lr);
     }
-    let counters = run.counters(&run.local_counters());
-    let extra = aggregate_metrics(comm, &run.sync.metrics());
+    let counters = Run::counters_json(&r.counters_mean, &r.counters_max);
+    let extra = r.metrics;
     let examples_per_rank = run.pos.global_step as f64 * b as f64;
+    let phases = run.phases(load_seconds, setup_seconds, train_seconds, final_eval_start.elapsed(), final_model_seconds);
     let summary = json!({
         "event": "summary",
         "ranks": n,
@@ -675,13 +699,16 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         "train_metric": final_eval.train_metric,
         "held_out": run.shards.test.is_some(),
         "per_rank_metric": per_rank,
+        "per_rank_metric_ranks": own_ranks,
         "target": cfg.target,
         "target_on": cfg.target_on,
         "time_to_target": run.reached.map(|r| json!({"train_seconds": r.0, "round": r.1, "epoch": r.2})),
         "counters": counters,
         "sync_metrics": extra,
+        "phases": phases,
     });
     run.write_metrics(&summary);
+    phases::mark_summary();
     let mut saved = Ok(());
     if rank0 {
         print_summary(&summary, kind);
@@ -717,6 +744,9 @@ fn print_summary(s: &serde_json::Value, kind: MetricKind) {
         ""
     });
     println!("wall {:.2} s = load {:.2} s + training {:.2} s + evaluation/checkpoints", f("wall_seconds"), f("load_seconds"), f("train_seconds"));
+    if let Ok(p) = serde_json::from_value::<phases::Phases>(s["phases"].clone()) {
+        println!("{}", p.line());
+    }
     println!("per rank (mean / max): compute {comp:.2} / {comp_max:.2} s, communication {comm_s:.2} / {comm_max:.2} s, waiting {wait:.2} / {wait_max:.2} s");
     println!("bytes per rank (mean / max): sent {} / {}, received {} / {}", human(sent), human(sent_max), human(recv), human(recv_max));
     println!("examples/second per rank: {:.0}", f("examples_per_second_per_rank"));
@@ -725,7 +755,14 @@ fn print_summary(s: &serde_json::Value, kind: MetricKind) {
         let xs: Vec<f64> = v.iter().filter_map(|x| x.as_f64()).collect();
         let lo = xs.iter().cloned().fold(f64::INFINITY, f64::min);
         let hi = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        println!("each rank's own model: {} .. {}", fmt_metric(kind, lo), fmt_metric(kind, hi));
+        if xs.len() as u64 == s["ranks"].as_u64().unwrap_or(0) {
+            println!("each rank's own model: {} .. {}", fmt_metric(kind, lo), fmt_metric(kind, hi));
+        } else {
+            println!(
+                "own models of {} of {} ranks (evenly spaced, --own-models; 0 scores every rank): {} .. {}",
+                xs.len(), s["ranks"], fmt_metric(kind, lo), fmt_metric(kind, hi)
+            );
+        }
     }
     if let Some(t) = s["target"].as_f64() {
         let on = s["target_on"].as_str().unwrap_or("averaged");
