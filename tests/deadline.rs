@@ -56,7 +56,7 @@ fn a_stopped_rank_under_asap_is_named_within_the_timeout() {
         // Measured: under MPICH 4.0.2 (ch4:ucx) MPI_Win_flush of a put towards a SIGSTOPped rank
         // never returns (remote completion needs the target in MPI), so its NOTIFY-ACK senders
         // block inside MPI where no deadline can reach them. A property of that MPI library.
-        eprintln!("SKIPPED: MPICH 4.0.2 blocks in MPI_Win_flush towards a stopped rank; see docs/training.md");
+        eprintln!("SKIPPED: MPICH 4.0.2 blocks in MPI_Win_flush towards a stopped rank; see docs/mpich.md");
         return;
     }
     stop_rank_and_expect_named("asap", &["--sync", "asap", "--graph", "complete"]);
