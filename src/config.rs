@@ -327,7 +327,12 @@ impl TrainConfig {
         if let Some(path) = file {
             let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
             let parsed: serde_json::Value = if path.extension().is_some_and(|e| e == "toml") {
-                let table: toml::Table = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                let table: toml::Table = toml::from_str(&text).map_err(|e| {
+                    // file:line:col like every other input error (toml's own text says "at line L,
+                    // column C" in the middle of a multi-line message).
+                    let (line, col) = e.span().map_or((1, 1), |s| line_col(&text, s.start));
+                    anyhow::anyhow!("{}:{line}:{col}: {}", path.display(), e.message().trim_end())
+                })?;
                 for (key, value) in &table {
                     if let toml::Value::Float(x) = value {
                         if !x.is_finite() {
@@ -338,7 +343,16 @@ impl TrainConfig {
                 }
                 serde_json::to_value(table)?
             } else {
-                serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", path.display(), e.line(), e.column()))?
+                serde_json::from_str(&text).map_err(|e| {
+                    // serde_json names a newline that ends a line too early (an unterminated string)
+                    // as column 0 of the next line: name the end of the line it ended instead.
+                    let (mut line, mut col) = (e.line(), e.column());
+                    if col == 0 && line > 1 {
+                        line -= 1;
+                        col = text.lines().nth(line - 1).map_or(0, |l| l.chars().count()) + 1;
+                    }
+                    anyhow::anyhow!("{}:{line}:{col}: {e}", path.display())
+                })?
             };
             let serde_json::Value::Object(entries) = parsed else {
                 anyhow::bail!("{}: a config file holds option = value pairs (a table or object)", path.display());
@@ -505,6 +519,13 @@ impl TrainConfig {
 }
 
 /// 1-based line and column of `key` in a TOML or JSON text (1:1 when it cannot be found).
+/// 1-based line and column (in characters) of byte `offset` of `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..text.floor_char_boundary(offset.min(text.len()))];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+}
+
 fn locate_key(text: &str, key: &str) -> (usize, usize) {
     let quoted = format!("\"{key}\"");
     for (i, line) in text.lines().enumerate() {

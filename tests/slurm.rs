@@ -76,7 +76,8 @@ fn four_rank_job(name: &str, launcher: &str, expect_in_log: &str) {
 
 #[test]
 fn sbatch_runs_a_four_rank_training_job_with_mpirun() {
-    four_rank_job("slurm-mpirun", "mpirun", "mpirun -n 4");
+    // The MPI's own launcher: mpirun for Open MPI, mpiexec.mpich for an MPICH build.
+    four_rank_job("slurm-mpirun", "mpirun", &format!("{} -n 4", launcher()));
 }
 
 /// Direct launch by Slurm: srun starts the 4 ranks and PMIx wires them up (no mpirun).
@@ -131,4 +132,100 @@ fn sweep_array_job_runs_every_entry_and_gathers_their_summaries() {
         let (got, want) = (col(row, "final_metric").parse::<f64>().unwrap(), sm["final_metric"].as_f64().unwrap());
         assert!((got - want).abs() <= 1e-5, "{name}: table says {got}, its metrics file {want}");
     }
+}
+
+fn read_model(p: &Path) -> Vec<f32> {
+    hdf5::File::open(p).unwrap().dataset("params").unwrap().read_raw().unwrap()
+}
+
+/// `scontrol show job ID` as KEY=VALUE pairs.
+fn job_fields(cluster: &Cluster, id: &str) -> std::collections::HashMap<String, String> {
+    let out = cluster.client(20, "scontrol").args(["show", "job", id]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect()
+}
+
+/// Preemption under Slurm: a 2-task job of slurm/asap-train.sbatch with --checkpoint-dir gets
+/// SIGUSR1 in its batch shell mid-run (what `--signal=B:USR1@120` sends before the time limit),
+/// the ranks checkpoint and exit 75, the script requeues the job, and the requeued job resumes by
+/// itself. Its final model is bit-identical to an uninterrupted mpirun run with the same seed,
+/// and its final metrics are equal.
+fn preempted_job_requeues_and_resumes(name: &str, launcher: &str) {
+    let dir = scratch(name);
+    let Some(cluster) = Cluster::start(&dir.join("cluster")) else { return };
+    let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
+    // ~5 s of training on an idle machine: long enough to be signalled mid-run (half a second
+    // after it starts), short enough for the suite.
+    let common = ["--data", &data, "--sync", "allreduce", "--epochs", "150", "--seed", "5"];
+    let (ck, model, metrics, job_out) = (dir.join("ck"), dir.join("model.h5"), dir.join("m.jsonl"), dir.join("job.out"));
+    let out = cluster
+        .client(30, "sbatch")
+        .args(["--parsable", "-n", "2", "-o", s(&job_out), "--open-mode=append", "slurm/asap-train.sbatch"])
+        .args(common)
+        .args(["--checkpoint-dir", s(&ck), "--save-model", s(&model), "--metrics", s(&metrics)])
+        .env("ASAP_TRAIN_LAUNCHER", launcher)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "sbatch: {}", String::from_utf8_lossy(&out.stderr));
+    let id = String::from_utf8_lossy(&out.stdout).trim().split(';').next().unwrap().to_owned();
+    let log = || std::fs::read_to_string(&job_out).unwrap_or_default();
+    // Wait until training runs (the metrics file has its start line), then let it work a little.
+    let t = std::time::Instant::now();
+    while !std::fs::read_to_string(&metrics).unwrap_or_default().contains("\"start\"") {
+        assert!(t.elapsed().as_secs() < 120, "the job never started training:\n{}\n{:?}", log(), job_fields(&cluster, &id));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let sig = cluster.client(20, "scancel").args(["--batch", "--signal=USR1", &id]).status().unwrap();
+    assert!(sig.success(), "scancel --signal failed");
+    // The job ends once (exit 75, requeued), runs again and completes.
+    let t = std::time::Instant::now();
+    let mut nudged = false;
+    let fields = loop {
+        let f = job_fields(&cluster, &id);
+        let state = f.get("JobState").cloned().unwrap_or_default();
+        // Slurm holds a requeued job back before it is eligible again (here ~3 min, Reason=
+        // BeginTime); the test makes it eligible at once, as an operator could.
+        if state == "PENDING" && f.get("Restarts").is_some_and(|r| r != "0") && !nudged {
+            eprintln!("requeued job {id} pending ({}); making it eligible now", f.get("Reason").map_or("", String::as_str));
+            nudged = cluster.client(20, "scontrol").args(["update", &format!("JobId={id}"), "StartTime=now"]).status().unwrap().success();
+        }
+        if matches!(state.as_str(), "COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT" | "NODE_FAIL" | "OUT_OF_MEMORY") {
+            break f;
+        }
+        assert!(t.elapsed().as_secs() < 400, "job still {state} after 400 s:\n{}", log());
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    let log = log();
+    assert_eq!(fields["JobState"], "COMPLETED", "{log}\n{fields:?}");
+    assert_eq!(fields["Restarts"], "1", "the job ran once more after its requeue:\n{log}");
+    assert!(log.contains("stopping at round"), "no preemption stop in the log:\n{log}");
+    assert!(log.contains("asap-train.sbatch: preempted; requeueing job"), "{log}");
+    assert!(log.contains("resuming from"), "the requeued job did not resume:\n{log}");
+    let how = if launcher == "srun" { "asap-train.sbatch: srun --mpi=".to_owned() } else { format!("asap-train.sbatch: {} -n", common::launcher()) };
+    assert!(log.contains(&how), "the job did not launch with {how:?}:\n{log}");
+
+    // The oracle: the same training uninterrupted, outside Slurm.
+    let (full, full_metrics) = (dir.join("full.h5"), dir.join("full.jsonl"));
+    let mut args = vec!["train"];
+    args.extend(common);
+    args.extend(["--save-model", s(&full), "--metrics", s(&full_metrics)]);
+    mpirun(2, &args, 300).expect_ok();
+    assert!(read_model(&model) == read_model(&full), "{name}: the preempted, requeued and resumed job differs from an uninterrupted run");
+    let (a, b) = (summary(&metrics), summary(&full_metrics));
+    for k in ["rounds", "epochs", "final_metric", "objective"] {
+        assert_eq!(a[k], b[k], "{name}: summary {k} differs:\n{a}\n{b}");
+    }
+}
+
+#[test]
+fn preempted_job_requeues_and_resumes_bit_identical_with_mpirun() {
+    preempted_job_requeues_and_resumes("slurm-preempt-mpirun", "mpirun");
+}
+
+#[test]
+fn preempted_job_requeues_and_resumes_bit_identical_with_srun() {
+    preempted_job_requeues_and_resumes("slurm-preempt-srun", "srun");
 }

@@ -4,11 +4,18 @@
 //!
 //! Naming them needs no answer from them: each rank keeps, in its own words of a small one-sided
 //! window (local stores, no MPI call), the number of collectives it has entered and a heartbeat
-//! it bumps while it polls one. A rank that times out reads every rank's words with `MPI_Get`
-//! (osc/ucx serves it without the target's help, so a stopped or hung rank is still read), twice,
-//! 100 ms apart. Ranks whose count is below its own never arrived; ranks that arrived but whose
-//! heartbeat stands still are stopped or hung inside the collective (a collective can complete on
-//! some ranks and not on others, so "arrived" alone does not clear a rank).
+//! it bumps while it polls one. A rank that times out reads every rank's words, twice, 100 ms
+//! apart. Ranks whose count is below its own never arrived; ranks that arrived but whose
+//! heartbeat stands still are stopped or hung inside the collective (a collective can complete
+//! on some ranks and not on others, so "arrived" alone does not clear a rank).
+//!
+//! How to read depends on the MPI (both measured with a SIGSTOPped rank, tests/deadline.rs):
+//! Open MPI's osc/ucx completes `MPI_Get` + `MPI_Win_flush` without the target's help, so a
+//! stopped rank is read and found standing still (its `MPI_Rget` requests, by contrast, often
+//! did not complete within 0.5 s even from live ranks). MPICH 4.0.2 (ch4:ucx) completes a get
+//! only while the target calls into MPI, and a flush towards a stopped rank never returns; there
+//! each read is an `MPI_Rget` polled for at most [`READ_LIMIT`], and a rank that does not answer
+//! is named as unreadable (stopped or hung).
 
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -88,12 +95,23 @@ fn beat() {
     });
 }
 
-/// Every rank's (collectives entered, heartbeat), or None where the read failed.
+/// How long a diagnostic read of one rank's board may take. Live ranks answer in microseconds
+/// (they are polling MPI themselves); only a stopped or hung rank under an MPI that needs the
+/// target's progress for a get (MPICH) uses it up.
+const READ_LIMIT: Duration = Duration::from_millis(500);
+
+/// Every rank's (collectives entered, heartbeat), or None where the read failed or did not
+/// complete within [`READ_LIMIT`].
 fn read_board(board: &Window) -> Vec<Option<[u64; 2]>> {
+    let polled = super::library() == super::MpiLibrary::Mpich;
     (0..board.size())
         .map(|r| {
-            let mut words = [0u64; 2];
-            board.get(r, 0, &mut words).and_then(|_| board.flush(r)).ok().map(|_| words)
+            if polled {
+                board.get_within::<u64>(r, 0, 2, READ_LIMIT).ok().flatten().map(|w| [w[0], w[1]])
+            } else {
+                let mut words = [0u64; 2];
+                board.get(r, 0, &mut words).ok().map(|_| words)
+            }
         })
         .collect()
 }
@@ -105,8 +123,11 @@ fn missing_ranks_message(what: &str, waited: Duration) -> String {
         let first = read_board(&a.board);
         // Keep beating while we watch the others, so we do not look stopped to them.
         let t = Instant::now();
+        // Calling into MPI meanwhile serves the others' reads of our board where the MPI needs
+        // the target's help for them (MPICH).
         while t.elapsed() < Duration::from_millis(100) {
             a.board.store_u64(8, a.board.load_u64(8).wrapping_add(1));
+            let _ = a.board.progress();
             std::thread::sleep(Duration::from_millis(5));
         }
         let second = read_board(&a.board);
@@ -124,7 +145,7 @@ fn missing_ranks_message(what: &str, waited: Duration) -> String {
                 }
                 (None, _) | (_, None) => {
                     named.push(r);
-                    how.push(format!("rank {r} cannot be read"));
+                    how.push(format!("rank {r} does not answer a one-sided read within {:.1} s (stopped or hung)", READ_LIMIT.as_secs_f64()));
                 }
                 _ => {}
             }

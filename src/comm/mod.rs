@@ -6,6 +6,29 @@ pub mod deadline;
 
 use mpi::topology::{Communicator, SimpleCommunicator};
 
+/// The MPI library this binary runs on (it matters where the two behave differently).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MpiLibrary {
+    OpenMpi,
+    Mpich,
+    Other,
+}
+
+/// Which MPI library is linked, from `MPI_Get_library_version` (callable before `MPI_Init`).
+pub fn library() -> MpiLibrary {
+    static LIB: std::sync::OnceLock<MpiLibrary> = std::sync::OnceLock::new();
+    *LIB.get_or_init(|| {
+        let v = mpi::environment::library_version().unwrap_or_default();
+        if v.contains("Open MPI") {
+            MpiLibrary::OpenMpi
+        } else if v.contains("MPICH") {
+            MpiLibrary::Mpich
+        } else {
+            MpiLibrary::Other
+        }
+    })
+}
+
 /// Sets the Open MPI variables this program needs before `MPI_Init`, unless the user set them:
 /// - `osc=ucx`: Debian's default one-sided components crash on 64-bit compare-and-swap and fail
 ///   window creation at one rank (Open MPI 4.1.4 osc/rdma over btl/vader; upstream

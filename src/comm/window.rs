@@ -11,6 +11,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use mpi::collective::CommunicatorCollectives;
 use mpi::ffi;
@@ -267,6 +268,52 @@ impl Window {
             )
         })?;
         self.flush(target)
+    }
+
+    /// Reads `count` elements from `target`'s window at byte `offset` like [`Window::get`], but
+    /// gives up after `limit`: `Ok(None)` when the read did not complete by then.
+    ///
+    /// For diagnosing a stuck job under MPICH 4.0.2 (ch4:ucx), where a get completes only while
+    /// the target calls into MPI (measured: `MPI_Win_flush` after a get from a SIGSTOPped rank
+    /// never returned). The get is a request (`MPI_Rget`) polled with `MPI_Test`; an unfinished
+    /// one is leaked with its buffer (MPI may still write it), which is acceptable only on the
+    /// way to an abort. Under Open MPI's osc/ucx prefer [`Window::get`]: there `MPI_Rget`
+    /// requests often did not complete within 0.5 s even from live targets.
+    pub fn get_within<T: RmaElement>(&self, target: i32, offset: usize, count: usize, limit: Duration) -> RmaResult<Option<Vec<T>>> {
+        self.check_target(target)?;
+        let n = Self::count("MPI_Rget", count)?;
+        let mut buf = vec![T::default(); count].into_boxed_slice();
+        // SAFETY: rsmpi's handle statics are immutable after MPI_Init.
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: `buf` is a heap buffer of n elements that stays alive and unmoved until the
+        // request completes, or is leaked with the request below; every bit pattern is a valid T.
+        check("MPI_Rget", unsafe {
+            ffi::MPI_Rget(
+                buf.as_mut_ptr().cast(),
+                n,
+                T::datatype(),
+                target,
+                offset as ffi::MPI_Aint,
+                n,
+                T::datatype(),
+                self.win,
+                &mut request,
+            )
+        })?;
+        let start = Instant::now();
+        loop {
+            let mut done: c_int = 0;
+            // SAFETY: `request` came from MPI_Rget and has not completed yet.
+            check("MPI_Test", unsafe { ffi::MPI_Test(&mut request, &mut done, ffi::RSMPI_STATUS_IGNORE) })?;
+            if done != 0 {
+                return Ok(Some(buf.into_vec()));
+            }
+            if start.elapsed() > limit {
+                std::mem::forget(buf);
+                return Ok(None);
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Element-wise atomic `op` of `data` into `target`'s window at byte `offset` (atomic with

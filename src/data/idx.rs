@@ -44,8 +44,9 @@ fn rows(path: &str, rank: usize, nranks: usize) -> Result<(Vec<u8>, Vec<usize>, 
     let (mut r, gz, size) = open(path)?;
     let dims = header(path, &mut *r)?;
     let n = dims[0];
-    let row = dims[1..].iter().try_fold(1u128, |a, &d| Some(a * d as u128)).unwrap_or(u128::MAX);
-    let promised = n as u128 * row;
+    // Up to 255 dimensions of 2^32 overflow even u128: saturate (such a header is refused below).
+    let row = dims[1..].iter().try_fold(1u128, |a, &d| a.checked_mul(d as u128)).unwrap_or(u128::MAX);
+    let promised = (n as u128).saturating_mul(row);
     let header_len = 4 + 4 * dims.len() as u64;
     let (lo, hi) = shard_rows(n, rank, nranks);
     let what = |got: String| {
@@ -54,12 +55,12 @@ fn rows(path: &str, rank: usize, nranks: usize) -> Result<(Vec<u8>, Vec<usize>, 
             super::human_bytes(promised)
         ))
     };
-    if !gz && header_len as u128 + promised > size as u128 {
+    if !gz && (header_len as u128).saturating_add(promised) > size as u128 {
         return Err(what(format!("the file holds {} after the header", super::human_bytes((size - header_len.min(size)) as u128))));
     }
-    let want = (hi - lo) as u128 * row;
-    super::check_memory(path, &format!("rows {lo}..{hi} ({} x {row} bytes, from the header {dims:?})", hi - lo), want * 5)?;
-    let (skip, want) = ((lo as u128 * row) as u64, want as u64);
+    let want = ((hi - lo) as u128).saturating_mul(row);
+    super::check_memory(path, &format!("rows {lo}..{hi} ({} x {row} bytes, from the header {dims:?})", hi - lo), want.saturating_mul(5))?;
+    let (skip, want) = ((lo as u128).saturating_mul(row).min(u64::MAX as u128) as u64, want as u64);
     if gz {
         std::io::copy(&mut (&mut r).take(skip), &mut std::io::sink()).map_err(|e| err_gz(path, e))?;
     } else {
@@ -98,7 +99,12 @@ fn dataset(path: &str, labels_path: &str, x: Vec<u8>, dims: &[usize], y: Vec<u8>
     if ldims.len() != 1 || ldims[0] != dims[0] {
         return Err(DataError::at(labels_path, &format!("has {:?} labels but {path} has {} images", ldims, dims[0])));
     }
-    let d = dims[1..].iter().product();
+    // A shard without rows passes the size checks whatever the header says: the row size must
+    // still be a number.
+    let d = dims[1..]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| DataError::at(path, &format!("the header's dimensions {dims:?} give rows too large to address")))?;
     Ok(Dataset {
         features: Features::Dense { x: x.into_iter().map(f32::from).collect(), d },
         labels: y.into_iter().map(f32::from).collect(),

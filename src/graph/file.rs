@@ -72,6 +72,16 @@ pub fn parse(text: &str, path: &str, expect_nodes: Option<usize>) -> anyhow::Res
         bail!("{path}: empty graph file: expected a `nodes N` line and `SRC DST` edges");
     };
     let listed = edges.len();
+    // Every node of a usable graph sends and receives (strongly connected: at least N edges for
+    // N > 1). Checked before anything is sized by N: the header alone could otherwise ask for
+    // billions of nodes (`nodes 4294967294` wanted 64 GiB of offsets; found by tests/parsers_fuzz.rs).
+    if nodes > 1 && listed < nodes {
+        let line_no = text.lines().position(|l| l.split('#').next().unwrap_or("").trim().starts_with("nodes")).map_or(1, |k| k + 1);
+        bail!(
+            "{path}:{line_no}: the graph declares {nodes} nodes but lists {listed} edge(s): every node needs an edge in and out \
+             (a strongly connected graph on {nodes} nodes has at least {nodes} edges)"
+        );
+    }
     let g = Graph::from_edges(nodes, edges.into_iter().map(|(a, b)| (a as usize, b as usize)), &format!("file:{path}"));
     if g.edges() < listed {
         // Every line is valid (checked above), so the first repeated pair names the line.
@@ -126,7 +136,9 @@ mod tests {
         assert!(err("# only\n\n", None).contains("empty graph file"));
         assert!(err("nodes 3\n0 1\n1 x\n", None).starts_with("g.txt:3:"));
         assert!(err("nodes 3\n0 5\n", None).contains("g.txt:2: node 5 does not exist"));
-        assert!(err("nodes 3\n0 1\n0 1\n", None).contains("g.txt:3: duplicate edge 0 -> 1"));
+        assert!(err("nodes 3\n0 1\n1 2\n2 0\n0 1\n", None).contains("g.txt:5: duplicate edge 0 -> 1"));
+        assert!(err("# c\nnodes 3\n0 1\n0 1\n", None).contains("g.txt:2: the graph declares 3 nodes but lists 2 edge(s)"));
+        assert!(err("nodes 4294967294\n0 1\n", None).starts_with("g.txt:1: the graph declares 4294967294 nodes"));
         assert!(err("nodes 3\n2 2\n", None).contains("g.txt:2: self-edge"));
         assert!(err("nodes 4\n0 1\n", Some(3)).contains("g.txt:1: the graph declares 4 nodes but the job has 3 ranks"));
         assert!(err("0 1\n", None).contains("g.txt:1: expected the header"));

@@ -54,12 +54,25 @@ fn finish(out: Output) -> Job {
     }
 }
 
-/// The MPI launcher the jobs use: `mpirun` (Debian's default, Open MPI) unless
-/// `ASAP_TRAIN_MPIRUN` names another, e.g. `mpiexec.mpich` when the tests were built against
-/// MPICH (`make test-mpich`). The binary under test is always this target directory's, so the
-/// launcher must belong to the MPI the binary was built with.
+/// The MPI launcher the jobs use: `ASAP_TRAIN_MPIRUN` when set, else the launcher of the MPI the
+/// binary under test links: `mpiexec.mpich` for an MPICH build (`MPICC=mpicc.mpich`), `mpirun`
+/// (Open MPI, Debian's default) otherwise. A launcher of the other MPI would start N singleton
+/// jobs of one rank each, which passes many tests for the wrong reason.
 pub fn launcher() -> String {
-    std::env::var("ASAP_TRAIN_MPIRUN").unwrap_or_else(|_| "mpirun".to_owned())
+    if let Ok(l) = std::env::var("ASAP_TRAIN_MPIRUN") {
+        return l;
+    }
+    if built_with_mpich() { "mpiexec.mpich" } else { "mpirun" }.to_owned()
+}
+
+/// Whether the binary under test links MPICH (read from its libraries, as slurm/asap-train.sbatch
+/// does). Asked once.
+pub fn built_with_mpich() -> bool {
+    static IS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *IS.get_or_init(|| {
+        let out = Command::new("ldd").arg(bin()).output().expect("ldd runs");
+        String::from_utf8_lossy(&out.stdout).contains("libmpich")
+    })
 }
 
 /// Whether the launcher is Open MPI's (which needs --oversubscribe for more ranks than cores;
@@ -76,22 +89,48 @@ pub fn launcher_is_open_mpi() -> bool {
     })
 }
 
-/// `LAUNCHER -n N asap-train ARGS`, killed after `limit_s` seconds.
-pub fn mpirun(n: usize, args: &[&str], limit_s: u64) -> Job {
+/// `timeout -k 5 LIMIT LAUNCHER -n N asap-train` with the environment Open MPI needs here (as
+/// root, oversubscribed); the caller adds the program's arguments.
+pub fn launch(n: usize, limit_s: u64) -> Command {
     let mut cmd = Command::new("timeout");
     cmd.args(["-k", "5", &limit_s.to_string(), &launcher(), "-n", &n.to_string()]);
     if launcher_is_open_mpi() {
         cmd.arg("--oversubscribe");
     }
-    let out = cmd
-        .arg(bin())
-        .args(args)
+    cmd.arg(bin())
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        .output()
-        .expect("timeout(1) runs");
-    finish(out)
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    cmd
+}
+
+/// The variables in which the launchers tell a process its rank (Open MPI, MPICH's Hydra).
+pub const RANK_VARIABLES: [&str; 2] = ["OMPI_COMM_WORLD_RANK", "PMI_RANK"];
+
+/// Pids of the processes that carry `KEY=VALUE` in their environment and the rank variable
+/// of `rank` (any rank when None): how a test finds the ranks of a job it started with a marker.
+pub fn rank_pids(key: &str, value: &str, rank: Option<usize>) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return pids };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+        let has = |v: &str| vars.iter().any(|x| *x == v.as_bytes());
+        let is_rank = RANK_VARIABLES.iter().any(|k| match rank {
+            Some(r) => has(&format!("{k}={r}")),
+            None => vars.iter().any(|x| x.starts_with(format!("{k}=").as_bytes())),
+        });
+        if has(&format!("{key}={value}")) && is_rank {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// `LAUNCHER -n N asap-train ARGS`, killed after `limit_s` seconds.
+pub fn mpirun(n: usize, args: &[&str], limit_s: u64) -> Job {
+    finish(launch(n, limit_s).args(args).output().expect("timeout(1) runs"))
 }
 
 /// `asap-train ARGS` without a launcher (singleton MPI or no MPI at all).
