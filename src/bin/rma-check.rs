@@ -261,20 +261,25 @@ fn raw_put_flush_us(world: &SimpleCommunicator, len: usize, rounds: u64) -> anyh
     Ok(all_max(world, us))
 }
 
-/// `--push-sum`: returns the largest deviation of any final value from the mass-conservation
-/// prediction.
-fn run_push_sum(world: &SimpleCommunicator, args: &Args) -> anyhow::Result<f64> {
-    let n = world.size() as usize;
-    let me = world.rank() as usize;
-    let cfg = AsapConfig {
-        in_neighbours: graph(GraphKind::Expander, n),
-        notify: NotifyMode::PushSum,
+/// Plain NOTIFY-ACK on `in_neighbours` with this run's timeout: what the special checks start from.
+fn check_config(in_neighbours: Vec<Vec<usize>>, args: &Args) -> AsapConfig {
+    AsapConfig {
+        in_neighbours,
+        notify: NotifyMode::NotifyAck,
         wait_timeout: Duration::from_millis(args.wait_timeout_ms),
         stop_sending_after: None,
         staleness: 0,
         one_peer: false,
         overlap: false,
-    };
+    }
+}
+
+/// `--push-sum`: returns the largest deviation of any final value from the mass-conservation
+/// prediction.
+fn run_push_sum(world: &SimpleCommunicator, args: &Args) -> anyhow::Result<f64> {
+    let n = world.size() as usize;
+    let me = world.rank() as usize;
+    let cfg = AsapConfig { notify: NotifyMode::PushSum, ..check_config(graph(GraphKind::Expander, n), args) };
     let mut sr = StochasticReduce::new(world, cfg, args.len)?;
     let mut params = initial(me, args.len);
     for round in 1..=args.rounds {
@@ -303,15 +308,7 @@ fn run_one_peer(world: &SimpleCommunicator, args: &Args) -> anyhow::Result<u64> 
     let tau = n.trailing_zeros() as u64;
     // Our own formula for the period's edges: i hears from i - 2^k.
     let ins = (0..n).map(|i| (0..tau).map(|k| (i + n - (1 << k)) % n).collect()).collect();
-    let cfg = AsapConfig {
-        in_neighbours: ins,
-        notify: NotifyMode::NotifyAck,
-        wait_timeout: Duration::from_millis(args.wait_timeout_ms),
-        stop_sending_after: None,
-        staleness: 0,
-        one_peer: true,
-        overlap: false,
-    };
+    let cfg = AsapConfig { one_peer: true, ..check_config(ins, args) };
     let mut sr = StochasticReduce::new(world, cfg, args.len)?;
     let mut params = initial(me, args.len);
     let mean = |k: usize| (n - 1) as f32 / 2.0 + (k % 3) as f32;
@@ -334,15 +331,7 @@ fn run_one_peer(world: &SimpleCommunicator, args: &Args) -> anyhow::Result<u64> 
 fn run_staleness(world: &SimpleCommunicator, s: u64, args: &Args) -> anyhow::Result<u64> {
     let n = world.size() as usize;
     let me = world.rank() as usize;
-    let cfg = AsapConfig {
-        in_neighbours: graph(GraphKind::Ring, n),
-        notify: NotifyMode::NotifyAck,
-        wait_timeout: Duration::from_millis(args.wait_timeout_ms),
-        stop_sending_after: None,
-        staleness: s,
-        one_peer: false,
-        overlap: false,
-    };
+    let cfg = AsapConfig { staleness: s, ..check_config(graph(GraphKind::Ring, n), args) };
     let mut sr = StochasticReduce::new(world, cfg, args.len)?;
     let mut params = vec![0f32; args.len];
     let mut worst = 0u64;

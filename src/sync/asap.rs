@@ -396,32 +396,14 @@ impl StochasticReduce {
     /// Reduces the pending overlapped round into `params` (no-op when none is pending).
     fn complete_pending(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
         let Some(round) = self.pending.take() else { return Ok(()) };
-        let t = Instant::now();
-        self.emulated_latency();
-        self.mail.wait_notifications(round, self.cfg.wait_timeout)?;
-        let t2 = Instant::now();
-        self.stats.wait_seconds += (t2 - t).as_secs_f64();
         self.acc.copy_from_slice(&self.sent_model);
-        let d = self.mail.in_neighbours().len();
-        for i in 0..d {
-            let read = self.mail.add_notified_slot(i, &mut self.acc)?;
-            if read != SlotRead::Consistent(round) {
-                self.torn += 1;
-                bail!("rank {}: round {round}: the buffer from rank {} was {read:?} after its NOTIFY", self.rank, self.mail.in_neighbours()[i]);
-            }
-            self.last_used[i] = round;
-        }
-        let denom = (1 + d) as f32;
+        let t = self.add_round(round)?;
+        let denom = (1 + self.mail.in_neighbours().len()) as f32;
         for ((p, a), s) in params.iter_mut().zip(&self.acc).zip(&self.sent_model) {
             *p = *a / denom + (*p - *s);
         }
-        self.histogram[d] += 1;
-        for i in 0..d {
-            self.mail.ack(i)?;
-        }
-        self.emulated_latency();
-        self.stats.comm_seconds += t2.elapsed().as_secs_f64();
-        Ok(())
+        self.histogram[self.mail.in_neighbours().len()] += 1;
+        self.ack_round(t)
     }
 
     /// Sends this round's model to out-neighbour `j` once its ACK frees the slot there.
@@ -454,17 +436,24 @@ impl StochasticReduce {
     }
 
     fn sync_notify_ack(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
-        let timeout = self.cfg.wait_timeout;
         self.send_all(params, round)?;
+        self.acc.copy_from_slice(params);
+        let t = self.add_round(round)?;
+        let d = self.mail.in_neighbours().len();
+        self.reduce_into(params, d);
+        self.ack_round(t)
+    }
+
+    /// Waits for every in-neighbour's NOTIFY of `round` and adds their models to `self.acc`
+    /// straight from the window (between NOTIFY and ACK nobody writes a slot); an inconsistent
+    /// slot is an error. Returns when the waiting ended (for the transfer time).
+    fn add_round(&mut self, round: u64) -> anyhow::Result<Instant> {
         let t = Instant::now();
         self.emulated_latency();
-        self.mail.wait_notifications(round, timeout)?;
+        self.mail.wait_notifications(round, self.cfg.wait_timeout)?;
         let t2 = Instant::now();
         self.stats.wait_seconds += (t2 - t).as_secs_f64();
-        self.acc.copy_from_slice(params);
-        let d = self.mail.in_neighbours().len();
-        for i in 0..d {
-            // Summed straight from the window: between NOTIFY and ACK nobody writes the slot.
+        for i in 0..self.mail.in_neighbours().len() {
             let read = self.mail.add_notified_slot(i, &mut self.acc)?;
             if read != SlotRead::Consistent(round) {
                 self.torn += 1;
@@ -479,8 +468,12 @@ impl StochasticReduce {
             }
             self.last_used[i] = round;
         }
-        self.reduce_into(params, d);
-        for i in 0..d {
+        Ok(t2)
+    }
+
+    /// ACKs every in-neighbour's message of the round whose reduce began at `t2`.
+    fn ack_round(&mut self, t2: Instant) -> anyhow::Result<()> {
+        for i in 0..self.mail.in_neighbours().len() {
             self.mail.ack(i)?;
         }
         self.emulated_latency();
