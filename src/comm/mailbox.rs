@@ -6,8 +6,8 @@
 //! - one ack word per out-neighbour: that receiver's count of our messages it consumed,
 //! - `depth` receive slots per in-neighbour: `[header round u64 | payload f32 x len | footer round
 //!   u64]` (payload padded to 8 bytes); message number m of a sender goes to its slot
-//!   `(m - 1) mod depth`. Depth 1 is ASAP's protocol; a depth of s + 1 lets a sender run up to s
-//!   messages ahead of what its receiver has read (bounded-staleness NOTIFY-ACK).
+//!   `(m - 1) mod depth`. Depth 1 is ASAP's protocol; deeper mailboxes let a sender run messages
+//!   ahead of what its receiver has read (bounded-staleness NOTIFY-ACK).
 //!
 //! In-neighbour and out-neighbour lists are sorted and deduplicated, and self-loops dropped, so
 //! every rank derives every other rank's layout (and its own slot index there) from the same
