@@ -674,34 +674,6 @@ impl Mailboxes {
         self.notifications(i)
     }
 
-    /// The value out-neighbour `j` last published in our ack word with [`Mailboxes::publish_ack`]
-    /// (a receiver's own progress mark, e.g. the newest round it folded in); counted as a
-    /// received word when it changed.
-    pub fn ack_word(&mut self, j: usize) -> MailboxResult<u64> {
-        self.win.sync()?;
-        let v = self.win.load_u64(self.layouts[self.me].ack(j));
-        if v != self.acks_seen[j] {
-            self.bytes_received += WORD;
-            self.acks_seen[j] = v;
-        }
-        Ok(v)
-    }
-
-    /// Publishes `value` (non-decreasing) in our ack word at in-neighbour `i`, for protocols
-    /// whose acknowledgement is a progress mark rather than a message count.
-    pub fn publish_ack(&mut self, i: usize, value: u64) -> MailboxResult<()> {
-        if value <= self.consumed[i] {
-            return Ok(());
-        }
-        let s = self.in_nb[i];
-        let off = self.layouts[s].ack(self.ack_at[i]);
-        self.consumed[i] = value;
-        self.win.put(s as i32, off, &[value])?;
-        self.win.flush(s as i32)?;
-        self.bytes_sent += WORD;
-        Ok(())
-    }
-
     /// Waits until in-neighbour `i` has sent one more NOTIFY than we consumed (time-varying
     /// graphs: only this round's in-neighbour). `round` labels the error.
     pub fn wait_one(&mut self, i: usize, round: u64, timeout: Duration) -> MailboxResult<()> {

@@ -130,9 +130,8 @@ pub struct StochasticReduce {
     /// `--overlap`: the round sent but not yet reduced, and the model as sent then.
     pending: Option<u64>,
     sent_model: Vec<f32>,
-    /// `--notify push-sum`: the round of our last push, and rounds that pushed nothing because
-    /// an out-neighbour had not folded the previous share yet.
-    pushed_round: u64,
+    /// `--notify push-sum`: rounds that pushed nothing because this rank held less than its fair
+    /// weight.
     held_pushes: u64,
 }
 
@@ -269,7 +268,6 @@ impl StochasticReduce {
             push: (cfg.notify == NotifyMode::PushSum).then(|| PushSum::new(in_degree)),
             totals: Vec::new(),
             weight_sum: 0.0,
-            pushed_round: 0,
             held_pushes: 0,
             pending: None,
             sent_model: Vec::new(),
@@ -633,25 +631,17 @@ impl StochasticReduce {
     /// out-neighbour (header, payload, footer as ordered steps, so a read that overlaps shows as
     /// torn), fold in every intact total that changed, and hand back x / w. Nothing waits.
     ///
-    /// Flow control: a rank pushes a new share only when every out-neighbour has folded its last
-    /// one (each receiver publishes the newest round it folded in its ack word); otherwise it
-    /// keeps all its mass this round. Without this, a rank whose in-neighbours are descheduled
-    /// keeps halving its weight while nothing comes in, the step on x / w grows as 1 / w, and MLR
-    /// at lr 0.3 diverged within one epoch on 2 and 8 oversubscribed ranks.
+    /// Flow control: a rank pushes only while it holds at least its fair weight
+    /// ([`PushSum::may_push`]); otherwise it keeps all its mass this round.
     fn sync_push_sum(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
         let t = Instant::now();
         let p = self.push.as_mut().expect("push-sum state");
         p.take_update(params);
         let d_out = self.mail.out_neighbours().len();
-        let mut all_folded = true;
-        for j in 0..d_out {
-            all_folded &= self.mail.ack_word(j)? >= self.pushed_round;
-        }
         let sending = !matches!(self.cfg.stop_sending_after, Some((r, last)) if r == self.rank && round > last);
-        if all_folded && sending {
-            let totals = self.push.as_mut().expect("push-sum state").share(d_out);
+        if p.may_push() && sending {
+            let totals = p.share(d_out);
             self.mail.post(round, totals, true)?;
-            self.pushed_round = round;
         } else {
             self.held_pushes += 1;
         }
@@ -673,7 +663,6 @@ impl StochasticReduce {
                 SlotRead::Consistent(h) => {
                     folded += usize::from(p.fold(i, &self.totals)?);
                     self.last_used[i] = h;
-                    self.mail.publish_ack(i, h)?;
                 }
                 SlotRead::Torn(..) => self.torn += 1,
                 SlotRead::Empty => {}
