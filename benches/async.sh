@@ -97,7 +97,7 @@ for c in configs:
     tt[c] = med([t for t in ts if t is not None]) if any(t is not None for t in ts) else None
 for c in configs:
     ns = reps_of(c)
-    last = [runs[n][-1] for n in ns]
+    last = [next(e for e in runs[n] if e["event"] == "summary") for n in ns]
     alg, sc = c.split("-", 1)
     speed = "-"
     if alg in twin and tt[c] and tt.get(twin[alg] + "-" + sc):

@@ -17,7 +17,7 @@ run() {
 import json, sys
 name, path, target = sys.argv[1], sys.argv[2], float(sys.argv[3])
 lines = [json.loads(l) for l in open(path)]
-s = lines[-1]
+s = next(l for l in lines if l["event"] == "summary")
 hit = next((e for e in lines if e["event"] == "eval" and (e["test_metric"] or 0) >= target), None)
 if hit:
     c = hit["counters"]

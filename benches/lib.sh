@@ -26,7 +26,7 @@ for name in sys.argv[4:]:
         print(f"| {name} | - | diverged (loss NaN) | - | - | - | - | - | - | - |")
         continue
     lines = [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
-    s = lines[-1]
+    s = next(l for l in lines if l["event"] == "summary")
     ok = lambda v: v is not None and (v <= target if lower else v >= target)
     hit = next((e for e in lines if e["event"] == "eval" and ok(e["test_metric"])), None)
     c = s["counters"]
