@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every table of issue 12's "done when", one benches/asap-win.sh run each, in one markdown file:
 #   benches/asap-win-all.sh [OUT.md]     (default runs/asap-win-all.md; ~30-60 min on 2 cores)
+# REPS (runs per variant, see asap-win.sh) and BIN pass through; ONLY=iid runs the IID tables only.
 # Set BIN to a copy of the binary if you will rebuild meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,10 @@ table() { # table TITLE ENV... -- ARGS...
 table "MLR, IID, 8 ranks, ranks 0 and 1 2x slow (sleeping)" MODEL=mlr -- stragglers sleep
 table "MLR, IID, 8 ranks, no stragglers" MODEL=mlr -- even
 table "MLR, IID, 8 ranks, ranks 0 and 1 2x slow (spinning)" MODEL=mlr -- stragglers busy
+if [ "${ONLY:-}" = iid ]; then
+    table "MLR, IID, 32 ranks, ranks 0 and 1 2x slow (sleeping), batch 64" MODEL=mlr NP=32 BATCH=64 -- stragglers sleep
+    exit 0
+fi
 for part in dirichlet:0.5 by-label:2; do
     for model in mlr mlp; do
         table "${model^^}, $part, 8 ranks, ranks 0 and 1 2x slow (sleeping)" MODEL=$model PARTITION=$part -- stragglers sleep
