@@ -9,6 +9,11 @@ import os
 import re
 import subprocess
 
+# Held-out accuracy each training table times to: ~98 % of allreduce's final accuracy in the
+# section's runs (MLR reaches 84 % after 3 epochs at 8 ranks, ~83 % at 32), so the target is met
+# late in a run rather than in its first rounds; a table parameter, not a property of the runs.
+TARGETS = {"asap61": 0.82, "asap62": 0.82, "stragglers": 0.82, "bandwidth": 0.83}
+
 ORDER = ["asap61", "asap62", "mixing", "stragglers", "bandwidth", "peers", "sparse"]
 
 TITLES = {
@@ -117,7 +122,7 @@ def plot(args, svg, files, title, panels="all"):
 
 
 def training_section(args, d, m, names, extra_cols, extra, base_of):
-    target = float(m.get("target", 0.8))
+    target = TARGETS[m["section"]]
     runs = {n: Run(d, n) for n in names}
     rows, md = [], []
     for n in names:
@@ -127,7 +132,7 @@ def training_section(args, d, m, names, extra_cols, extra, base_of):
         if row.get("diverged"):
             md.append([n] + ["diverged"] + ["-"] * (6 + len(extra_cols)))
             continue
-        b = base_of(n)
+        b = base_of(n, r)
         base = runs[b].row(target)["seconds_to_target"] if b in runs and not runs[b].diverged else None
         t = row["seconds_to_target"]
         row["vs_baseline"] = t / base if t and base else None
@@ -137,6 +142,11 @@ def training_section(args, d, m, names, extra_cols, extra, base_of):
     head = ["run", "ranks", *extra_cols, f"train s to {100 * target:.0f} %", "vs allreduce", "MB sent/rank to target",
             "rounds to target", "final held-out acc", "sync s/rank (mean/max)"]
     return rows, table(head, md)
+
+
+def tag(r):
+    """ranks-partition of a run, as asap61's run names end."""
+    return f"{r.start['ranks']}-{r.start['config']['partition'].replace(':', '')}"
 
 
 def consistent(row):
@@ -160,19 +170,19 @@ def section(args, name):
     q = args.quick == "1"
     if name in ("asap61", "stragglers", "bandwidth", "asap62"):
         if name == "asap61":
-            base_of = lambda n: "allreduce-" + n.split("-")[-2] + "-" + n.split("-")[-1]
+            base_of = lambda n, r: f"allreduce-{tag(r)}"
             cols = ["partition", "spectral gap"]
             extra = lambda r, row: [r.start["config"]["partition"], f(row["spectral_gap"], "{:.3f}")]
         elif name == "asap62":
-            base_of = lambda n: "allreduce"
+            base_of = lambda n, r: "allreduce"
             cols = ["reduces using every in-neighbour", "torn buffers skipped"]
             extra = lambda r, row: [f(consistent(row), "{:.1%}"), f((r.summary.get("sync_metrics") or {}).get("torn"), "{:.0f}")]
         elif name == "stragglers":
-            base_of = (lambda n: "allreduce-32-production" if n.endswith("production") else "allreduce-8")
+            base_of = lambda n, r: "allreduce-32-production" if n.endswith("production") else "allreduce-8"
             cols = ["staleness mean (ssp)"]
             extra = lambda r, row: [f(row["mean_staleness"])]
         else:
-            base_of = lambda n: "allreduce"
+            base_of = lambda n, r: "allreduce"
             cols = ["staleness mean"]
             extra = lambda r, row: [f(row["mean_staleness"])]
         rows, md = training_section(args, d, m, names, cols, extra, base_of)
@@ -180,7 +190,7 @@ def section(args, name):
         text.append(md)
         groups = {}
         for n in names:
-            key = "-".join(n.split("-")[-2:]) if name == "asap61" else ("32" if n.endswith("production") else "8")
+            key = tag(Run(d, n)) if name == "asap61" else ("32" if n.endswith("production") else "8")
             groups.setdefault(key, []).append(f"{d}/{n}.jsonl")
         for key, files in groups.items():
             what = key.replace("-", " ranks, ", 1) if name == "asap61" else f"{key} ranks"
@@ -202,11 +212,14 @@ def section(args, name):
             pred = math.log(1e-3) / math.log(1 - gap) if 0 < gap < 1 else None
             meas = hit["round"] if hit else None
             every = r.start["config"]["eval_every"]
-            row = {"run": n, "graph": rep["name"], "ranks": ranks, "spectral_gap": gap, "predicted_rounds": pred,
+            gname = rep["name"]
+            if gname.startswith("file:"):
+                gname = "searched (" + os.path.basename(gname[5:]) + ")"
+            row = {"run": n, "graph": gname, "ranks": ranks, "spectral_gap": gap, "predicted_rounds": pred,
                    "measured_rounds": meas, "eval_every": every, "ratio": meas / pred if meas and pred else None,
                    "start_distance": d0, "last_distance": ev[-1]["consensus_distance"] if ev else None}
             rows.append(row)
-            md.append([rep["name"], ranks, f"{gap:.4f}", f(pred, "{:.1f}"), f(meas, "{}") + (f" (±{every})" if every > 1 else ""),
+            md.append([gname, ranks, f"{gap:.4f}", f(pred, "{:.1f}"), f(meas, "{}") + (f" (±{every})" if every > 1 else ""),
                        f(row["ratio"]), f"{d0:.1f} → {f(row['last_distance'], '{:.2e}')} at round {ev[-1]['round'] if ev else '-'}"])
         res["rows"] = rows
         text.append(table(["graph", "ranks", "spectral gap", "predicted rounds ln(1e-3)/ln(1-gap)",

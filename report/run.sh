@@ -70,7 +70,6 @@ asap61() {
             run "asap-searched-$tag" "$np" "${c[@]}" --sync asap --graph "file:$out/searched-$np.txt"
         done
     done
-    meta target=0.80 lower=0
     end
 }
 
@@ -79,7 +78,6 @@ asap62() {
     local c=("${MLR[@]}" --eval-every 10 --straggler 0,1:2 --sync asap --graph root-expander)
     run allreduce 8 "${MLR[@]}" --eval-every 10 --straggler 0,1:2 --sync allreduce
     for m in notify-ack barrier none; do run "asap-$m" 8 "${c[@]}" --notify $m; done
-    meta target=0.80 lower=0
     end
 }
 
@@ -132,7 +130,6 @@ stragglers() {
             run "$name-32-production" 32 "${MLR[@]}" --eval-every 5 --straggler production "$@"
         done
     fi
-    meta target=0.80 lower=0
     end
 }
 
@@ -147,7 +144,6 @@ bandwidth() {
         run bosen-B80-relative 8 "${L[@]}" --sync bosen --bandwidth-mbps 80 --priority relative
         run gaia-2groups-1pct 8 "${L[@]}" --sync gaia --groups 2 --significance 0.01
     fi
-    meta target=0.83 lower=0
     end
 }
 
