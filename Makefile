@@ -10,10 +10,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Build: MPI, BLAS, HDF5, libclang for rsmpi's bindgen. Run/test: data sets, h5py to check that
 # our HDF5 files are readable by the usual Python tools, Slurm for the scheduler tests, MPICH for
-# the second-MPI build that `make test` also checks; scikit-learn for the report's peers (its subset
-# runs in `make test`).
+# the second-MPI build that `make test` also checks; scikit-learn for the report's peers and GNU time
+# for its peak RSS per rank (the report's subset runs in `make test`).
 DEB_PACKAGES := libopenmpi-dev openmpi-bin libclang-dev clang libopenblas-dev libhdf5-dev gfortran \
-	pkg-config dataset-fashion-mnist liblinear-tools python3-h5py python3-numpy python3-sklearn \
+	pkg-config dataset-fashion-mnist liblinear-tools python3-h5py python3-numpy python3-sklearn time \
 	slurm-wlm slurmctld slurmd slurm-client munge mpich libmpich-dev
 
 # Open MPI refuses root and more ranks than slots unless told; the program itself sets the
@@ -56,7 +56,7 @@ bench: build
 # papers' claims and peer tools (scikit-learn, LIBLINEAR), <= 25 min on 2 cores. The binary is
 # copied first so a rebuild during the run cannot change it. SECTIONS="mixing peers" re-runs
 # only those tables; PEERS=torch asks for PyTorch DDP (not implemented yet: the report says so).
-REPORT_PACKAGES := python3-sklearn python3-numpy liblinear-tools dataset-fashion-mnist
+REPORT_PACKAGES := python3-sklearn python3-numpy liblinear-tools dataset-fashion-mnist time
 SECTIONS ?=
 PEERS ?=
 report: build

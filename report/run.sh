@@ -136,12 +136,12 @@ stragglers() {
 bandwidth() {
     begin bandwidth
     # As benches/bosen.sh mlr: a clock is a quarter pass (59 mini-batches of 32 at 8 ranks).
-    local L=(--model mlr --epochs "$EPOCHS" --sync-every 59 --emulate-bandwidth 100 --eval-every 1 --staleness 2 --seed 1)
+    local L=(--model mlr --epochs "$EPOCHS" --sync-every 59 --emulate-bandwidth 100 --eval-every 1 --seed 1)
     [ "$QUICK" = 1 ] || run allreduce 8 "${L[@]}" --sync allreduce
-    run ssp-S2-consgd 8 "${L[@]}" --sync ssp --apply consgd
-    run bosen-B40-relative 8 "${L[@]}" --sync bosen --bandwidth-mbps 40 --priority relative
+    run ssp-S2-consgd 8 "${L[@]}" --sync ssp --staleness 2 --apply consgd
+    run bosen-B40-relative 8 "${L[@]}" --sync bosen --staleness 2 --bandwidth-mbps 40 --priority relative
     if [ "$QUICK" != 1 ]; then
-        run bosen-B80-relative 8 "${L[@]}" --sync bosen --bandwidth-mbps 80 --priority relative
+        run bosen-B80-relative 8 "${L[@]}" --sync bosen --staleness 2 --bandwidth-mbps 80 --priority relative
         run gaia-2groups-1pct 8 "${L[@]}" --sync gaia --groups 2 --significance 0.01
     fi
     end
