@@ -268,8 +268,9 @@ pub fn fractions(h: &[f64]) -> Vec<f64> {
 }
 
 fn color(i: usize) -> RGBColor {
-    // Distinguishable on white (Tableau 10).
-    const C: [(u8, u8, u8); 10] = [
+    // Distinguishable on white: Tableau 10, then black and the light halves of Tableau 20, so
+    // up to 16 runs in one plot never share a colour (the straggler table has 11).
+    const C: [(u8, u8, u8); 16] = [
         (31, 119, 180),
         (255, 127, 14),
         (44, 160, 44),
@@ -280,6 +281,12 @@ fn color(i: usize) -> RGBColor {
         (127, 127, 127),
         (188, 189, 34),
         (23, 190, 207),
+        (0, 0, 0),
+        (174, 199, 232),
+        (255, 187, 120),
+        (152, 223, 138),
+        (255, 152, 150),
+        (197, 176, 213),
     ];
     let (r, g, b) = C[i % C.len()];
     RGBColor(r, g, b)
