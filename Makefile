@@ -10,9 +10,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Build: MPI, BLAS, HDF5, libclang for rsmpi's bindgen. Run/test: data sets, h5py to check that
 # our HDF5 files are readable by the usual Python tools, Slurm for the scheduler tests, MPICH for
-# the second-MPI build that `make test` also checks.
+# the second-MPI build that `make test` also checks; scikit-learn for the report's peers and GNU time
+# for its peak RSS per rank (the report's subset runs in `make test`).
 DEB_PACKAGES := libopenmpi-dev openmpi-bin libclang-dev clang libopenblas-dev libhdf5-dev gfortran \
-	pkg-config dataset-fashion-mnist liblinear-tools python3-h5py python3-numpy \
+	pkg-config dataset-fashion-mnist liblinear-tools python3-h5py python3-numpy python3-sklearn time \
 	slurm-wlm slurmctld slurmd slurm-client munge mpich libmpich-dev
 
 # Open MPI refuses root and more ranks than slots unless told; the program itself sets the
@@ -21,7 +22,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 
-.PHONY: all deps build run test bench clean test-mpich test-mpich-subset datasets
+.PHONY: all deps build run test bench clean test-mpich test-mpich-subset datasets report
 
 all: build
 
@@ -50,6 +51,22 @@ datasets:
 
 bench: build
 	$(BIN) bench
+
+# The report (report/README.md, report/summary.json, SVG plots): fixed experiments against the
+# papers' claims and peer tools (scikit-learn, LIBLINEAR), <= 25 min on 2 cores. The binary is
+# copied first so a rebuild during the run cannot change it. SECTIONS="mixing peers" re-runs
+# only those tables; PEERS=torch asks for PyTorch DDP (not implemented yet: the report says so).
+REPORT_PACKAGES := python3-sklearn python3-numpy liblinear-tools dataset-fashion-mnist time
+SECTIONS ?=
+PEERS ?=
+report: build
+	@missing=$$(for p in $(REPORT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:" $$missing; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	cp $(BIN) runs/asap-train-report 2>/dev/null || { mkdir -p runs && cp $(BIN) runs/asap-train-report; }
+	BIN=$$PWD/runs/asap-train-report PEERS=$(PEERS) nice -n 10 report/run.sh $(SECTIONS)
 
 clean:
 	$(CARGO) clean

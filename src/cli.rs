@@ -1,5 +1,5 @@
 //! The command line: `asap-train [train] [OPTIONS]`, `asap-train graph ...`, `asap-train data ...`,
-//! `asap-train bench ...`.
+//! `asap-train bench ...`, `asap-train plot ...`.
 
 use std::path::PathBuf;
 
@@ -34,6 +34,8 @@ pub enum Command {
     Data(crate::data::command::DataArgs),
     /// Single-rank throughput benchmark of every model on Fashion-MNIST.
     Bench(crate::bench::BenchArgs),
+    /// Plot the curves and histograms of `--metrics` files as one SVG (no MPI needed).
+    Plot(crate::plot::PlotArgs),
 }
 
 /// Options of `asap-train train`. Every option can also be set in a `--config` file (TOML or

@@ -181,6 +181,12 @@ pub struct TrainConfig {
     /// Seed for initialisation, shuffling and random graphs (same seed + ranks = same run).
     #[arg(long, default_value_t = 1, help_heading = "Optimisation")]
     pub seed: u64,
+    /// Training off, to measure how fast a sync mode mixes: every rank starts from its own
+    /// random model (N(0,1) per parameter, from --seed and its rank) and takes no gradient
+    /// steps; the sync still runs every round, and the metrics' consensus_distance shows the
+    /// replicas agreeing (`make report`: mixing vs spectral gap).
+    #[arg(long, help_heading = "Optimisation")]
+    pub consensus_only: bool,
 
     // ---- synchronisation (every mode) ----
     /// How ranks exchange what they learned: allreduce (BSP averaging, the baseline), asap

@@ -16,6 +16,7 @@ pub mod config;
 pub mod data;
 pub mod graph;
 pub mod model;
+pub mod plot;
 pub mod rng;
 pub mod sync;
 pub mod train;

@@ -88,6 +88,7 @@ fn main() -> ExitCode {
         Some(Command::Graph(g)) => asap_train::graph::command::run(g),
         Some(Command::Data(d)) => asap_train::data::command::run(d),
         Some(Command::Bench(b)) => asap_train::bench::run(b),
+        Some(Command::Plot(p)) => asap_train::plot::run(p),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -421,6 +421,10 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     let p = model.num_params();
     let mut params = vec![0f32; p];
     model.init(&mut params, &mut Rng::new(cfg.seed));
+    if cfg.consensus_only {
+        let mut r = Rng::for_stream(cfg.seed ^ 0x636f_6e73, rank as u64 + 1);
+        params.iter_mut().for_each(|x| *x = r.normal() as f32);
+    }
     let mut rng = Rng::for_stream(cfg.seed, rank as u64 + 1);
     let slow = match &cfg.straggler {
         Some(s) => {
@@ -545,7 +549,11 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
             }
             let lr = schedule::step_size(cfg.lr_schedule, cfg.lr, cfg.lambda, cfg.lr_decay, run.pos.global_step, run.pos.epoch, b);
             let t0 = Instant::now();
-            let loss = run.optimizer.step(run.model.as_ref(), &mut params, &run.shards.train, &batch, lr, &mut scratch);
+            let loss = if cfg.consensus_only {
+                0.0
+            } else {
+                run.optimizer.step(run.model.as_ref(), &mut params, &run.shards.train, &batch, lr, &mut scratch)
+            };
             let dt = t0.elapsed().as_secs_f64();
             run.clock.compute += dt;
             if !loss.is_finite() {
