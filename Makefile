@@ -38,6 +38,7 @@ build: deps
 	$(CARGO) build --release --locked
 
 run: build
+	mkdir -p runs
 	mpirun -n $(NP) $(BIN) train --metrics runs/default.jsonl --save-model runs/default-model.h5 $(ARGS)
 
 test: deps

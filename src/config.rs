@@ -288,6 +288,12 @@ pub struct TrainConfig {
     /// RNG state, config).
     #[arg(long, value_name = "DIR", help_heading = "Output")]
     pub checkpoint_dir: Option<String>,
+    /// Create missing directories above --metrics, --save-model, --send-log and --checkpoint-dir
+    /// (like mkdir -p). Without it a missing directory is an error before training starts, so a
+    /// typo in a path is found at once instead of writing the results somewhere unexpected
+    /// (--checkpoint-dir itself is created when its parent exists).
+    #[arg(long, help_heading = "Output")]
+    pub create_dirs: bool,
     /// Write a checkpoint every N rounds (0 = only at the end).
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Output")]
     pub checkpoint_every: u64,

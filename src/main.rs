@@ -51,6 +51,11 @@ fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
         }
     };
     phases::mark_mpi_initialised();
+    // From here on SIGTERM/SIGUSR1 only ask for a stop at the first vote round of training. If
+    // the handlers came only with the training loop, a signal during set-up (loading a large data
+    // set takes minutes) would end the ranks that had not reached the loop yet and leave the
+    // others waiting for them.
+    asap_train::comm::preempt::install_handlers();
     let world = universe.world();
     let rank = world.rank();
     let cfg = args.effective_config(matches);

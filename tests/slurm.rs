@@ -55,6 +55,7 @@ impl Drop for Cluster {
 /// Submits slurm/asap-train.sbatch with 4 tasks and the given launcher; checks the run.
 fn four_rank_job(name: &str, launcher: &str, expect_in_log: &str) {
     let dir = scratch(name);
+    let _keep = KeepOnFailure { name: name.into(), dir: dir.clone() };
     let Some(cluster) = Cluster::start(&dir.join("cluster")) else { return };
     let metrics = dir.join("slurm.jsonl");
     let job_out = dir.join("job.out");
@@ -93,6 +94,7 @@ fn sbatch_runs_a_four_rank_training_job_with_srun() {
 #[test]
 fn sweep_array_job_runs_every_entry_and_gathers_their_summaries() {
     let dir = scratch("slurm-sweep");
+    let _keep = KeepOnFailure { name: "slurm-sweep".into(), dir: dir.clone() };
     let Some(cluster) = Cluster::start(&dir.join("cluster")) else { return };
     let list = write(
         &dir,
@@ -134,6 +136,46 @@ fn sweep_array_job_runs_every_entry_and_gathers_their_summaries() {
     }
 }
 
+/// On a failing test (dropped while panicking): prints the job's output and the cluster's daemon
+/// logs, and copies them to $TMPDIR/asap-train-test-failures/NAME-PID/, which outlives the
+/// worktree and its target/ directory.
+struct KeepOnFailure {
+    name: String,
+    dir: PathBuf,
+}
+
+impl Drop for KeepOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let keep = std::env::temp_dir().join("asap-train-test-failures").join(format!("{}-{}", self.name, std::process::id()));
+        let _ = std::fs::create_dir_all(&keep);
+        let mut files = vec![];
+        let mut walk = vec![self.dir.clone()];
+        while let Some(d) = walk.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk.push(p);
+                } else if p.extension().is_some_and(|x| x == "out" || x == "log" || x == "jsonl" || x == "conf") {
+                    files.push(p);
+                }
+            }
+        }
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(60)..];
+            eprintln!("==== {} (last {} of {} lines)\n{}", f.display(), tail.len(), lines.len(), tail.join("\n"));
+            let flat = f.strip_prefix(&self.dir).unwrap_or(&f).to_string_lossy().replace('/', "_");
+            let _ = std::fs::copy(&f, keep.join(flat));
+        }
+        eprintln!("==== kept in {}", keep.display());
+    }
+}
+
 fn read_model(p: &Path) -> Vec<f32> {
     hdf5::File::open(p).unwrap().dataset("params").unwrap().read_raw().unwrap()
 }
@@ -154,6 +196,7 @@ fn job_fields(cluster: &Cluster, id: &str) -> std::collections::HashMap<String, 
 /// and its final metrics are equal.
 fn preempted_job_requeues_and_resumes(name: &str, launcher: &str) {
     let dir = scratch(name);
+    let _keep = KeepOnFailure { name: name.into(), dir: dir.clone() };
     let Some(cluster) = Cluster::start(&dir.join("cluster")) else { return };
     let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
     // ~5 s of training on an idle machine: long enough to be signalled mid-run (half a second

@@ -109,7 +109,7 @@ fn str_attr(loc: &hdf5::Location, name: &str, value: &str) -> hdf5::Result<()> {
 /// then renamed over `file`.
 pub fn write_atomic(file: &Path, fill: impl FnOnce(&hdf5::File) -> hdf5::Result<()>) -> anyhow::Result<()> {
     let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create directory {}", dir.display()))?;
+    // The directory exists: outputs::check made it (or found it) before training.
     let tmp = dir.join(format!(
         ".{}.{}.tmp",
         file.file_name().and_then(|s| s.to_str()).unwrap_or("out"),

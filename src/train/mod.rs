@@ -407,8 +407,9 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     // From here on every collective gives up after --wait-timeout naming the ranks that never
     // reached it (disarmed when this function returns, on every rank alike).
     let _deadline = DeadlineGuard::arm(comm, Duration::from_secs_f64(cfg.wait_timeout))?;
-    // Outputs are written by rank 0: it checks them before anything is read or trained.
-    collectives::agree(comm, if rank0 { outputs::check(cfg) } else { Ok(()) })?;
+    // Every rank checks the outputs it writes (rank 0 most of them) before anything is read or
+    // trained; a bad path stops every rank.
+    collectives::agree(comm, outputs::check(cfg, rank))?;
     for path in std::iter::once(&cfg.data).chain(&cfg.test_data) {
         if path.contains("datasets/out/") && !std::path::Path::new(path).exists() {
             anyhow::bail!("{path} does not exist: `make datasets` (or datasets/prepare.sh) prepares the data sets under datasets/out/");
@@ -649,7 +650,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         comm::abort_job(&format!("{e:#}"), 4);
     }
     if let Some(prefix) = &cfg.send_log {
-        let path = format!("{prefix}.rank{rank}.csv");
+        let path = outputs::send_log_path(prefix, rank);
         let mut text = String::from("seconds,bytes\n");
         run.sync.send_log().iter().for_each(|(t, b)| text.push_str(&format!("{t:.6},{b}\n")));
         collectives::agree(comm, std::fs::write(&path, text).with_context(|| format!("cannot write the send log {path}")))?;

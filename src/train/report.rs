@@ -104,9 +104,7 @@ impl MetricsFile {
     pub fn open(path: Option<&str>, rank0: bool, append: bool) -> anyhow::Result<Self> {
         let out = match (path, rank0) {
             (Some(p), true) => {
-                if let Some(dir) = std::path::Path::new(p).parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-                }
+                // Its directory exists: outputs::check made it (or found it) before training.
                 let f = std::fs::OpenOptions::new()
                     .create(true)
                     .write(true)

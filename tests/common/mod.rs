@@ -89,10 +89,64 @@ pub fn launcher_is_open_mpi() -> bool {
     })
 }
 
+/// The variable that marks every process of one test job (the launcher, its daemons and the
+/// ranks inherit it), so the job can be killed as a whole.
+pub const JOB_MARKER: &str = "ASAP_TEST_JOB";
+
+/// A marker no other job of this test process carries.
+pub fn new_job_marker() -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    format!("{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+}
+
+/// Pids of the live processes whose environment holds `key=value`.
+pub fn pids_with_env(key: &str, value: &str) -> Vec<u32> {
+    let want = format!("{key}={value}");
+    let mut pids = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return pids };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        // A zombie's environment reads empty; it holds no CPU and goes with its parent.
+        if env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// SIGKILLs every process of the job marked `marker` (see [`JOB_MARKER`]) until none is left;
+/// returns how many it found. A process group would not do: Open MPI 4.1 puts every rank in a
+/// process group of its own, and MPICH's Hydra proxy and ranks each start a new session (seen
+/// with `ps -o pid,pgid,sid`). Killing the launcher alone relies on its daemons to take the ranks
+/// down: they did in our trials (a busy-looping job under either launcher, gone within 3 s of a
+/// SIGKILL to the launcher), but a daemon that is itself stuck would leave them spinning.
+pub fn kill_job(marker: &str) -> usize {
+    let mut found = 0;
+    for _ in 0..50 {
+        let pids = pids_with_env(JOB_MARKER, marker);
+        if pids.is_empty() {
+            break;
+        }
+        found += pids.len();
+        let _ = Command::new("kill").arg("-KILL").args(pids.iter().map(u32::to_string)).stderr(std::process::Stdio::null()).status();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    found
+}
+
+/// The marker of a command made by [`launch`] (or one given [`JOB_MARKER`] by hand).
+pub fn job_marker(cmd: &Command) -> Option<String> {
+    cmd.get_envs().find(|(k, _)| *k == JOB_MARKER).and_then(|(_, v)| Some(v?.to_string_lossy().into_owned()))
+}
+
 /// `timeout -k 5 LIMIT LAUNCHER -n N asap-train` with the environment Open MPI needs here (as
-/// root, oversubscribed); the caller adds the program's arguments.
+/// root, oversubscribed) and a fresh [`JOB_MARKER`]; the caller adds the program's arguments.
+/// `timeout` signals only its own process group, which does not hold the ranks (see
+/// [`kill_job`]): [`mpirun`] kills what is left of a job that ran over time.
 pub fn launch(n: usize, limit_s: u64) -> Command {
     let mut cmd = Command::new("timeout");
+    cmd.env(JOB_MARKER, new_job_marker());
     cmd.args(["-k", "5", &limit_s.to_string(), &launcher(), "-n", &n.to_string()]);
     if launcher_is_open_mpi() {
         cmd.arg("--oversubscribe");
@@ -128,9 +182,24 @@ pub fn rank_pids(key: &str, value: &str, rank: Option<usize>) -> Vec<u32> {
     pids
 }
 
-/// `LAUNCHER -n N asap-train ARGS`, killed after `limit_s` seconds.
+/// `LAUNCHER -n N asap-train ARGS`, killed after `limit_s` seconds with every process of the job.
 pub fn mpirun(n: usize, args: &[&str], limit_s: u64) -> Job {
-    finish(launch(n, limit_s).args(args).output().expect("timeout(1) runs"))
+    let mut cmd = launch(n, limit_s);
+    cmd.args(args);
+    let job = finish(cmd.output().expect("timeout(1) runs"));
+    reap(&cmd, &job);
+    job
+}
+
+/// After a job ended: kills any process of it still alive (there should be none; after a time-out
+/// the ranks of a killed launcher may be) and says so in the test's output.
+pub fn reap(cmd: &Command, job: &Job) {
+    if let Some(m) = job_marker(cmd) {
+        let left = kill_job(&m);
+        if left > 0 {
+            eprintln!("killed {left} process(es) left behind by job {m} (timed out: {})", job.timed_out);
+        }
+    }
 }
 
 /// `asap-train ARGS` without a launcher (singleton MPI or no MPI at all).
