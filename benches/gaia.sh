@@ -85,7 +85,7 @@ link)
 emulate)
     datasets/prepare.sh >/dev/null
     E=("${MF[@]}" --epochs 4 --sync-every 50 --sync gaia --groups 2 --significance 0 --dc-staleness 0)
-    run real-link wan 2 "${E[@]}" ${MPIARGS:-}
+    run real-link wan 2 "${E[@]}"
     netlab/wan.sh down
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
     ms=${DELAY%ms}; mb=${RATE%mbit}
