@@ -65,6 +65,12 @@ pub struct GaiaOptions {
     /// every clock.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub significance_decay_every: u64,
+    /// Soft significance threshold S (Gaia §4.4, "speed up convergence"): when this rank's link
+    /// to the other groups is idle at the end of a clock (nothing of earlier clocks still queued
+    /// or in flight), entries above S / sqrt(t) are sent too, best-effort; above V they are
+    /// always sent. 0 (the default): off, the paper's "minimise WAN cost" goal. Must be below V.
+    #[arg(long, value_name = "S", default_value_t = 0.0)]
+    pub soft_significance: f64,
     /// Data-centre staleness DS (the mirror clock): a group starts clock t+1 only with every
     /// other group's significant updates of clocks <= t - DS. 0 makes the groups meet every clock.
     #[arg(long, value_name = "DS", default_value_t = 2)]
@@ -286,6 +292,8 @@ struct Counts {
     worker_updates: u64,
     worker_below_1pct: u64,
     worker_below_5pct: u64,
+    /// Entries sent only because they passed the soft threshold on an idle link.
+    soft_sent: u64,
 }
 
 /// Groups averaging inside, exchanging significant updates between (see the module docs).
@@ -331,6 +339,12 @@ impl Gaia {
         let hosts: Vec<String> =
             all.chunks(256).map(|c| String::from_utf8_lossy(c).trim_end_matches('\0').to_string()).collect();
         anyhow::ensure!(opts.significance >= 0.0 && opts.significance.is_finite(), "--significance must be a number >= 0, got {}", opts.significance);
+        anyhow::ensure!(
+            opts.soft_significance == 0.0 || (opts.soft_significance > 0.0 && opts.soft_significance < opts.significance),
+            "--soft-significance must be 0 (off) or between 0 and --significance ({}), got {}",
+            opts.significance,
+            opts.soft_significance
+        );
         let of = collectives::agree(&world, parse_groups(&opts.groups, n, &hosts))?;
         let groups = of.iter().max().expect("ranks") + 1;
         let mut members = vec![Vec::new(); groups];
@@ -361,7 +375,7 @@ impl Gaia {
             }
         });
         let info = serde_json::json!({
-            "groups": members, "mirror_shards": p, "significance": opts.significance,
+            "groups": members, "mirror_shards": p, "significance": opts.significance, "soft_significance": opts.soft_significance,
             "dc_staleness": opts.dc_staleness, "selective_barrier": !opts.no_selective_barrier,
             "significance_decay_every": if opts.significance_decay_every == 0 { ctx.rounds_per_epoch.max(1) } else { opts.significance_decay_every },
         });
@@ -418,6 +432,13 @@ impl Gaia {
             // Backlogged link: the values of this clock will be late; announce their indexes
             // first, ahead of the queued data (a control message is never paced).
             let backlogged = !m.held.is_empty() || m.postbox.progress_sends()? > 0;
+            // §4.4's soft threshold: an idle link also carries what passes S / sqrt(t).
+            let soft = thr.map_or(0.0, |h| h * self.opts.soft_significance / self.opts.significance.max(f64::MIN_POSITIVE));
+            if !backlogged && soft > 0.0 {
+                let before = sig.len();
+                filter(&mut m.acc, &params[m.shard.clone()], soft, &mut sig);
+                self.counts.soft_sent += (sig.len() - before) as u64;
+            }
             if barriers && backlogged && !sig.is_empty() {
                 let msg = encode(t, sig.len(), 4, |i, b| b.extend_from_slice(&sig[i].0.to_le_bytes()));
                 for g in (0..groups).filter(|&g| g != me) {
@@ -683,7 +704,7 @@ impl SyncMode for Gaia {
             ("clock".into(), vec![self.clock as f64]),
             ("counts".into(), vec![
                 c.updates as f64, c.significant as f64, c.lan_bytes as f64, c.barriers_sent as f64,
-                c.worker_updates as f64, c.worker_below_1pct as f64, c.worker_below_5pct as f64,
+                c.worker_updates as f64, c.worker_below_1pct as f64, c.worker_below_5pct as f64, c.soft_sent as f64,
             ]),
         ];
         if let Some(m) = &self.mirror {
@@ -698,10 +719,11 @@ impl SyncMode for Gaia {
         };
         self.clock = get("clock")?[0] as u64;
         let c = get("counts")?;
-        anyhow::ensure!(c.len() == 7, "the checkpoint's gaia counts have {} values, expected 7", c.len());
+        anyhow::ensure!(c.len() == 8, "the checkpoint's gaia counts have {} values, expected 8", c.len());
         (self.counts.updates, self.counts.significant, self.counts.lan_bytes, self.counts.barriers_sent) =
             (c[0] as u64, c[1] as u64, c[2] as u64, c[3] as u64);
         (self.counts.worker_updates, self.counts.worker_below_1pct, self.counts.worker_below_5pct) = (c[4] as u64, c[5] as u64, c[6] as u64);
+        self.counts.soft_sent = c[7] as u64;
         let groups = self.groups;
         let (group, clock) = (self.group, self.clock);
         if let Some(m) = self.mirror.as_mut() {
@@ -740,6 +762,7 @@ impl SyncMode for Gaia {
             ModeMetric::number("worker_updates", Aggregate::Sum, c.worker_updates as f64),
             ModeMetric::number("worker_updates_below_1pct", Aggregate::Sum, c.worker_below_1pct as f64),
             ModeMetric::number("worker_updates_below_5pct", Aggregate::Sum, c.worker_below_5pct as f64),
+            ModeMetric::number("soft_updates_sent", Aggregate::Sum, c.soft_sent as f64),
         ]
     }
 }
