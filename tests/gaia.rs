@@ -64,6 +64,24 @@ fn the_filter_keeps_residuals_and_every_copy_ends_equal() {
     assert!(num(&sm, "final_metric") > 0.78, "{sm}");
 }
 
+/// §4.4's soft threshold: on an idle link (here shared memory, nothing queued between clocks)
+/// entries between S and V go out too, best-effort, and still nothing is lost.
+#[test]
+fn the_soft_threshold_sends_more_on_an_idle_link() {
+    let dir = scratch("gaia-soft");
+    let m = dir.join("m.jsonl");
+    let args = ["train", "--data", &t10k(), "--epochs", "1", "--batch-size", "64", "--sync", "gaia", "--groups", "2",
+        "--significance", "0.05", "--soft-significance", "0.01", "--dc-staleness", "2", "--metrics", s(&m)];
+    mpirun(4, &args, 120).expect_ok();
+    let sm = summary(&m);
+    let g = &sm["sync_metrics"];
+    assert!(num(g, "soft_updates_sent") > 0.0, "{g}");
+    assert!(num(g, "significant_updates") + num(g, "soft_updates_sent") <= num(g, "updates") + 1e-9, "{g}");
+    assert!(num(g, "final_group_disagreement") < 1e-4, "{g}");
+    let start = metrics(&m).into_iter().find(|v| v["event"] == "start").expect("a start line");
+    assert_eq!(start["sync_info"]["soft_significance"].as_f64(), Some(0.01), "{start}");
+}
+
 /// One group three times slower: the fast group runs ahead, but never more than DS clocks ahead
 /// of what it has received (the mirror clock), and it waits for that.
 #[test]
@@ -130,4 +148,5 @@ fn bad_groups_fail_clearly() {
     let f = write(&dir, "g.txt", "0 0\n1 5\n");
     run(&["--groups", &f], &["g.txt", "have no rank"]);
     run(&["--significance", "-1"], &["--significance"]);
+    run(&["--significance", "0.01", "--soft-significance", "0.02"], &["--soft-significance must be 0 (off) or between 0 and --significance (0.01), got 0.02"]);
 }

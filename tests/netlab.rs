@@ -1,69 +1,100 @@
 //! `--sync gaia` across real hosts: 2 groups x 1 host (network namespaces), 2 ranks per host,
-//! the link between the groups rate-shaped by tc (netlab/wan.sh). Skipped, with the reason,
-//! where namespaces cannot be made (not root, no CAP_NET_ADMIN, no tc).
+//! the groups joined by netlab/wan.sh's link (100 Mbit/s, 20 ms one way through its user-space
+//! relay). Skipped, with the reason, where namespaces or tap devices cannot be made (not root,
+//! no CAP_NET_ADMIN, no /dev/net/tun).
 //!
-//! The oracle is the kernel: the bytes its shaped class carried out of each host must hold at
-//! least the WAN payload the program says that host's ranks sent, and nothing but the links
-//! between groups is shaped.
+//! The oracles are the kernel and the delay itself:
+//! - the bytes the kernel's tap device of each group carried out of it must hold at least the
+//!   WAN payload the program says that host's ranks sent (nothing else crosses: the hosts of a
+//!   group share a bridge);
+//! - every ICMP round trip between the groups takes at least twice the one-way delay;
+//! - at `--dc-staleness 0` a group ends clock t only after the other group's clock-t updates
+//!   arrived, which it sent after ending clock t - 1, which needed this group's clock t - 1: so
+//!   T clocks take at least (T - 1) one-way delays, however fast the machine. Without the delay
+//!   these clocks take ~1 ms each here, so the bound fails if the delay is not in effect. Only
+//!   lower bounds are asserted (load makes runs slower, never faster).
 
 mod common;
 use common::*;
 use std::process::Command;
 
+const DELAY_MS: f64 = 20.0;
+
 fn wan(args: &[&str]) -> std::process::Output {
     Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"))
         .args(args)
-        .env("NETLAB_NAME", "awtst")
+        .env("NETLAB_NAME", "tst")
         .env("NETLAB_NET", "10.78.0")
         .env("BIN", bin())
         .output()
         .expect("netlab/wan.sh runs")
 }
 
-/// Bytes the shaped class of host `h` has sent (tc -s class show).
-fn shaped_bytes(h: usize) -> u64 {
-    let out = Command::new("ip").args(["netns", "exec", &format!("awtst-h{h}"), "tc", "-s", "class", "show", "dev", "eth0"]).output().unwrap();
+fn json(out: &std::process::Output) -> serde_json::Value {
     let text = String::from_utf8_lossy(&out.stdout);
-    let sent = text.split_whitespace().skip_while(|w| *w != "Sent").nth(1).unwrap_or_else(|| panic!("no Sent in {text}"));
-    sent.parse().unwrap()
+    let last = text.lines().last().unwrap_or_else(|| panic!("no output: {}", String::from_utf8_lossy(&out.stderr)));
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 #[test]
-fn gaia_over_shaped_namespaces() {
+fn gaia_over_delayed_shaped_namespaces() {
     let check = wan(&["check"]);
     if check.status.code() == Some(3) {
-        eprintln!("SKIPPED gaia_over_shaped_namespaces: {}", String::from_utf8_lossy(&check.stderr).trim());
+        eprintln!("SKIPPED gaia_over_delayed_shaped_namespaces: {}", String::from_utf8_lossy(&check.stderr).trim());
         return;
     }
     assert!(check.status.success(), "netlab check: {}", String::from_utf8_lossy(&check.stderr));
-    let up = wan(&["up", "2", "1", "100mbit", "0ms"]);
+    let up = wan(&["up", "2", "1", "100mbit", &format!("{DELAY_MS}ms")]);
     assert!(up.status.success(), "netlab up: {}", String::from_utf8_lossy(&up.stderr));
+    let ping = wan(&["ping", "0", "1", "5"]);
     let dir = scratch("netlab");
     let m = dir.join("m.jsonl");
     let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
     let run = Command::new("timeout")
         .args(["-k", "5", "120", concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"), "run", "4", "train", "--data", &data,
-            "--epochs", "2", "--batch-size", "64", "--sync", "gaia", "--groups", "2", "--significance", "0.01", "--metrics", s(&m)])
-        .env("NETLAB_NAME", "awtst")
+            "--epochs", "2", "--batch-size", "64", "--sync", "gaia", "--groups", "2", "--significance", "0.01",
+            "--dc-staleness", "0", "--metrics", s(&m)])
+        .env("NETLAB_NAME", "tst")
         .env("NETLAB_NET", "10.78.0")
         .env("BIN", bin())
         .output()
         .unwrap();
-    let shaped = [shaped_bytes(0), shaped_bytes(1)];
+    let stats = wan(&["stats"]);
     let down = wan(&["down"]);
     assert!(run.status.success(), "mpirun across namespaces failed:\n{}", String::from_utf8_lossy(&run.stderr));
     assert!(down.status.success(), "netlab down: {}", String::from_utf8_lossy(&down.stderr));
     let names = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    assert!(!String::from_utf8_lossy(&names.stdout).contains("awtst-"), "namespaces left behind");
+    assert!(!String::from_utf8_lossy(&names.stdout).contains("gaia-tst-"), "namespaces left behind");
+    assert!(!std::path::Path::new("/tmp/netlab-tst").exists(), "state directory left behind");
+
+    // The delay: every round trip between the groups is at least 2 x the one-way delay.
+    assert!(ping.status.success(), "netlab ping: {}", String::from_utf8_lossy(&ping.stderr));
+    let rtt = json(&ping)["rtt_ms_min"].as_f64().unwrap();
+    assert!(rtt >= 2.0 * DELAY_MS, "round trip {rtt} ms < 2 x {DELAY_MS} ms");
+
     let sm = summary(&m);
     let g = &sm["sync_metrics"];
     let wan_sent = g["wan_bytes_sent"].as_f64().unwrap();
     assert!(wan_sent > 0.0 && g["significant_updates"].as_f64().unwrap() < g["updates"].as_f64().unwrap(), "{g}");
     assert!(g["final_group_disagreement"].as_f64().unwrap() < 1e-4, "{g}");
-    // Each host's two ranks sent about half the WAN payload (two mirror shards per group, equal
-    // in size): the kernel's shaped class carried at least that (plus headers and MPI's own).
-    for (h, &b) in shaped.iter().enumerate() {
-        assert!(b as f64 >= 0.45 * wan_sent, "host {h}: shaped class sent {b} B, the program sent {wan_sent} B across groups");
+    // DS = 0 over the delayed link: T clocks take at least (T - 1) one-way delays.
+    let rounds = sm["rounds"].as_f64().unwrap();
+    let train = sm["train_seconds"].as_f64().unwrap();
+    assert!(rounds >= 20.0, "{sm}");
+    assert!(train >= (rounds - 1.0) * DELAY_MS / 1e3, "{rounds} clocks in {train} s: faster than the delay allows");
+    assert_eq!(g["mirror_lag_max"].as_f64().unwrap(), 0.0, "{g}");
+
+    // The kernel's counters: each group's two ranks sent about half the WAN payload (two mirror
+    // shards per group, equal in size); its tap carried at least that (plus headers and MPI's
+    // own traffic). The relay dropped nothing it was not allowed to (drops are TCP's business).
+    let st = json(&stats);
+    for tap in st["taps"].as_array().unwrap() {
+        let b = tap["out_bytes"].as_f64().unwrap();
+        assert!(b >= 0.45 * wan_sent, "group {}: the link carried {b} B out, the program sent {wan_sent} B across groups", tap["group"]);
     }
+    let relay = &st["relay"];
+    assert_eq!(relay["delay_ms"].as_f64().unwrap(), DELAY_MS, "{relay}");
+    let frames: f64 = relay["links"].as_array().unwrap().iter().map(|l| l["frames"].as_f64().unwrap()).sum();
+    assert!(frames > 0.0, "{relay}");
     assert!(sm["final_metric"].as_f64().unwrap() > 0.7, "{sm}");
 }

@@ -59,6 +59,18 @@ pub struct GaiaOptions {
     /// non-zero update.
     #[arg(long, value_name = "V", default_value_t = 0.01)]
     pub significance: f64,
+    /// Clocks per step of the threshold's decay: at clock c the threshold is V / sqrt(t) with
+    /// t = 1 + (c - 1) / N. 0 (the default): the clocks of one epoch, the paper's "iteration t of
+    /// the ML algorithm" (a pass over the data in the parameter servers Gaia is built on); 1:
+    /// every clock.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub significance_decay_every: u64,
+    /// Soft significance threshold S (Gaia §4.4, "speed up convergence"): when this rank's link
+    /// to the other groups is idle at the end of a clock (nothing of earlier clocks still queued
+    /// or in flight), entries above S / sqrt(t) are sent too, best-effort; above V they are
+    /// always sent. 0 (the default): off, the paper's "minimise WAN cost" goal. Must be below V.
+    #[arg(long, value_name = "S", default_value_t = 0.0)]
+    pub soft_significance: f64,
     /// Data-centre staleness DS (the mirror clock): a group starts clock t+1 only with every
     /// other group's significant updates of clocks <= t - DS. 0 makes the groups meet every clock.
     #[arg(long, value_name = "DS", default_value_t = 2)]
@@ -75,9 +87,15 @@ impl Default for GaiaOptions {
     }
 }
 
-/// The significance threshold at clock `t` (counting from 1): V / sqrt(t) (Gaia §3.4).
+/// The significance threshold at decay step `t` (counting from 1): V / sqrt(t) (Gaia §3.4).
 pub fn threshold(v: f64, t: u64) -> f64 {
     v / (t.max(1) as f64).sqrt()
+}
+
+/// The decay step of clock `clock` (counting from 1) when the threshold decays every `every`
+/// clocks: 1 + (clock - 1) / every.
+pub fn decay_step(clock: u64, every: u64) -> u64 {
+    1 + clock.saturating_sub(1) / every.max(1)
 }
 
 /// The significance filter: moves every entry of `acc` whose relative magnitude |acc / value|
@@ -267,6 +285,15 @@ struct Counts {
     barrier_wait: f64,
     lag_max: u64,
     final_disagreement: f64,
+    /// Gaia §3.3's study, on this rank's own updates: per clock and parameter with a non-zero
+    /// update, the change it makes to the global model (its update / the number of ranks, as a
+    /// parameter server summing the workers' updates would apply it) against the value; how
+    /// many are below 1 % and 5 % of it (fixed thresholds, no decay, as in the paper's Figure 5).
+    worker_updates: u64,
+    worker_below_1pct: u64,
+    worker_below_5pct: u64,
+    /// Entries sent only because they passed the soft threshold on an idle link.
+    soft_sent: u64,
 }
 
 /// Groups averaging inside, exchanging significant updates between (see the module docs).
@@ -288,8 +315,10 @@ pub struct Gaia {
     stats: CommStats,
     counts: Counts,
     wait_timeout: Duration,
-    /// Clocks done (the `t` of the threshold).
+    /// Clocks done.
     clock: u64,
+    /// Clocks per decay step of the threshold.
+    decay_every: u64,
 }
 
 impl Gaia {
@@ -310,6 +339,12 @@ impl Gaia {
         let hosts: Vec<String> =
             all.chunks(256).map(|c| String::from_utf8_lossy(c).trim_end_matches('\0').to_string()).collect();
         anyhow::ensure!(opts.significance >= 0.0 && opts.significance.is_finite(), "--significance must be a number >= 0, got {}", opts.significance);
+        anyhow::ensure!(
+            opts.soft_significance == 0.0 || (opts.soft_significance > 0.0 && opts.soft_significance < opts.significance),
+            "--soft-significance must be 0 (off) or between 0 and --significance ({}), got {}",
+            opts.significance,
+            opts.soft_significance
+        );
         let of = collectives::agree(&world, parse_groups(&opts.groups, n, &hosts))?;
         let groups = of.iter().max().expect("ranks") + 1;
         let mut members = vec![Vec::new(); groups];
@@ -340,8 +375,9 @@ impl Gaia {
             }
         });
         let info = serde_json::json!({
-            "groups": members, "mirror_shards": p, "significance": opts.significance,
+            "groups": members, "mirror_shards": p, "significance": opts.significance, "soft_significance": opts.soft_significance,
             "dc_staleness": opts.dc_staleness, "selective_barrier": !opts.no_selective_barrier,
+            "significance_decay_every": if opts.significance_decay_every == 0 { ctx.rounds_per_epoch.max(1) } else { opts.significance_decay_every },
         });
         if rank == 0 {
             let sizes: Vec<String> = group_sizes.iter().map(|s| s.to_string()).collect();
@@ -364,6 +400,7 @@ impl Gaia {
             counts: Counts::default(),
             wait_timeout: ctx.wait_timeout,
             clock: 0,
+            decay_every: if opts.significance_decay_every == 0 { ctx.rounds_per_epoch.max(1) } else { opts.significance_decay_every },
         };
         Ok((mode, info))
     }
@@ -395,6 +432,13 @@ impl Gaia {
             // Backlogged link: the values of this clock will be late; announce their indexes
             // first, ahead of the queued data (a control message is never paced).
             let backlogged = !m.held.is_empty() || m.postbox.progress_sends()? > 0;
+            // §4.4's soft threshold: an idle link also carries what passes S / sqrt(t).
+            let soft = thr.map_or(0.0, |h| h * self.opts.soft_significance / self.opts.significance.max(f64::MIN_POSITIVE));
+            if !backlogged && soft > 0.0 {
+                let before = sig.len();
+                filter(&mut m.acc, &params[m.shard.clone()], soft, &mut sig);
+                self.counts.soft_sent += (sig.len() - before) as u64;
+            }
             if barriers && backlogged && !sig.is_empty() {
                 let msg = encode(t, sig.len(), 4, |i, b| b.extend_from_slice(&sig[i].0.to_le_bytes()));
                 for g in (0..groups).filter(|&g| g != me) {
@@ -587,6 +631,17 @@ impl SyncMode for Gaia {
     fn sync(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
         let t = round;
         let tc = Instant::now();
+        // §3.3's study of this rank's own updates (before they are averaged into the group's).
+        let n = self.world.size() as f32;
+        let c = &mut self.counts;
+        for (w, b) in params.iter().zip(&self.base) {
+            let d = ((w - b) / n).abs();
+            if d != 0.0 {
+                c.worker_updates += 1;
+                c.worker_below_1pct += (d < 0.01 * b.abs()) as u64;
+                c.worker_below_5pct += (d < 0.05 * b.abs()) as u64;
+            }
+        }
         // (1) the group's average and its update; its weight in the global model.
         self.group_allreduce(params);
         let inv = 1.0 / self.local.size() as f32;
@@ -605,7 +660,7 @@ impl SyncMode for Gaia {
         self.counts.updates += updates;
         self.stats.comm_seconds += tc.elapsed().as_secs_f64();
         // (2)-(3) filter, send, wait for the mirror clock.
-        let thr = threshold(self.opts.significance, t);
+        let thr = threshold(self.opts.significance, decay_step(t, self.decay_every));
         self.exchange(params, t, Some(thr), self.opts.dc_staleness)?;
         // (4) what the other groups sent.
         let tm = Instant::now();
@@ -647,7 +702,10 @@ impl SyncMode for Gaia {
         let c = &self.counts;
         let mut st: ModeState = vec![
             ("clock".into(), vec![self.clock as f64]),
-            ("counts".into(), vec![c.updates as f64, c.significant as f64, c.lan_bytes as f64, c.barriers_sent as f64]),
+            ("counts".into(), vec![
+                c.updates as f64, c.significant as f64, c.lan_bytes as f64, c.barriers_sent as f64,
+                c.worker_updates as f64, c.worker_below_1pct as f64, c.worker_below_5pct as f64, c.soft_sent as f64,
+            ]),
         ];
         if let Some(m) = &self.mirror {
             st.push(("residual".into(), m.acc.iter().map(|&x| x as f64).collect()));
@@ -661,9 +719,11 @@ impl SyncMode for Gaia {
         };
         self.clock = get("clock")?[0] as u64;
         let c = get("counts")?;
-        anyhow::ensure!(c.len() == 4, "the checkpoint's gaia counts have {} values, expected 4", c.len());
+        anyhow::ensure!(c.len() == 8, "the checkpoint's gaia counts have {} values, expected 8", c.len());
         (self.counts.updates, self.counts.significant, self.counts.lan_bytes, self.counts.barriers_sent) =
             (c[0] as u64, c[1] as u64, c[2] as u64, c[3] as u64);
+        (self.counts.worker_updates, self.counts.worker_below_1pct, self.counts.worker_below_5pct) = (c[4] as u64, c[5] as u64, c[6] as u64);
+        self.counts.soft_sent = c[7] as u64;
         let groups = self.groups;
         let (group, clock) = (self.group, self.clock);
         if let Some(m) = self.mirror.as_mut() {
@@ -685,7 +745,7 @@ impl SyncMode for Gaia {
 
     fn metrics(&self) -> Vec<ModeMetric> {
         let c = &self.counts;
-        let thr = threshold(self.opts.significance, self.clock);
+        let thr = threshold(self.opts.significance, decay_step(self.clock, self.decay_every));
         vec![
             ModeMetric::number("groups", Aggregate::Max, self.groups as f64),
             ModeMetric::number("updates", Aggregate::Sum, c.updates as f64),
@@ -699,6 +759,10 @@ impl SyncMode for Gaia {
             ModeMetric::number("barrier_wait_seconds", Aggregate::Max, c.barrier_wait),
             ModeMetric::number("mirror_lag_max", Aggregate::Max, c.lag_max as f64),
             ModeMetric::number("final_group_disagreement", Aggregate::Max, c.final_disagreement),
+            ModeMetric::number("worker_updates", Aggregate::Sum, c.worker_updates as f64),
+            ModeMetric::number("worker_updates_below_1pct", Aggregate::Sum, c.worker_below_1pct as f64),
+            ModeMetric::number("worker_updates_below_5pct", Aggregate::Sum, c.worker_below_5pct as f64),
+            ModeMetric::number("soft_updates_sent", Aggregate::Sum, c.soft_sent as f64),
         ]
     }
 }
@@ -715,6 +779,11 @@ mod tests {
         assert_eq!(threshold(0.0, 7), 0.0);
         // Clock 0 (before any) is treated as clock 1.
         assert_eq!(threshold(0.02, 0), 0.02);
+        // Decaying every 10 clocks: clocks 1-10 are step 1, 11-20 step 2, ...
+        assert_eq!([1, 10, 11, 20, 21].map(|c| decay_step(c, 10)), [1, 1, 2, 2, 3]);
+        assert_eq!([1, 2, 3].map(|c| decay_step(c, 1)), [1, 2, 3]);
+        assert_eq!(decay_step(0, 5), 1);
+        assert!((threshold(0.01, decay_step(31, 10)) - 0.005).abs() < 1e-15);
     }
 
     /// Random updates through the filter: every entry sent passed the threshold, everything

@@ -115,6 +115,8 @@ pub struct SyncContext<'a> {
     pub emulate: Option<(f64, Duration)>,
     /// `--send-log`: pacers keep a log of every send.
     pub record_sends: bool,
+    /// Rounds (clocks) in one epoch: steps per epoch / `--sync-every`, at least 1.
+    pub rounds_per_epoch: u64,
 }
 
 impl SyncContext<'_> {

@@ -476,6 +476,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         seed: cfg.seed,
         emulate: cfg.emulate_bandwidth.map(|b| (b, Duration::from_secs_f64(cfg.emulate_latency / 1e3))),
         record_sends: cfg.send_log.is_some(),
+        rounds_per_epoch: ((steps_per_epoch / cfg.sync_every) as u64).max(1),
     };
     let (mut sync, sync_info) = build_sync(cfg, &ctx, &params)?;
     if let Some(path) = &resumed_from {

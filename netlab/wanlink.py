@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""A wide-area link between groups of hosts, in user space: the delay and rate that `tc netem`
+would give, for kernels without sch_netem (this one: "Specified qdisc kind is unknown").
+
+Each group's hosts share a bridge; the bridge has a tap device whose other end is this process.
+A frame read from group g's tap is an Ethernet frame leaving data centre g. It is queued on the
+link g -> h (h: the group owning the destination MAC, learnt from source addresses; broadcasts
+and unknown destinations go to every other group), serialised at RATE (the link is busy for
+len * 8 / RATE after the previous frame on it), then held DELAY, then written into h's tap.
+A frame that finds more than QUEUE of serialisation backlog on its link is dropped (drop-tail,
+as a router's buffer). Frames on one link keep their order: the release times of one link only
+grow, so each link is a FIFO (no heap needed with a constant delay).
+
+  wanlink.py --tap T0 --tap T1 [...] --rate-mbit R --delay-ms D [--queue-ms Q] [--stats FILE]
+
+R = 0: no rate limit. The taps must exist (ip tuntap add mode tap) and be in their bridges.
+On SIGTERM/SIGINT it writes per-link counters to FILE (JSON) and exits 0; on SIGUSR1 it writes
+them and continues.
+"""
+import argparse
+import collections
+import fcntl
+import json
+import os
+import select
+import signal
+import struct
+import sys
+import time
+
+TUNSETIFF = 0x400454CA
+IFF_TAP = 0x0002
+IFF_NO_PI = 0x1000
+
+
+def open_tap(name):
+    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
+    fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI))
+    return fd
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tap", action="append", required=True, help="one per group, in group order")
+    ap.add_argument("--rate-mbit", type=float, default=0.0)
+    ap.add_argument("--delay-ms", type=float, default=0.0)
+    ap.add_argument("--queue-ms", type=float, default=None,
+                    help="drop a frame when its link has more than this much serialisation backlog "
+                         "(default: 2 x delay + 20 ms, one bandwidth-delay product plus headroom)")
+    ap.add_argument("--stats", default=None)
+    ap.add_argument("--ready", default=None, help="create this file once the taps are open")
+    a = ap.parse_args()
+    g = len(a.tap)
+    try:
+        fds = [open_tap(t) for t in a.tap]
+    except OSError as e:
+        sys.exit(f"wanlink: cannot open the tap devices {a.tap} through /dev/net/tun: {e}")
+    byte_s = a.rate_mbit * 1e6 / 8 if a.rate_mbit > 0 else 0.0
+    delay = a.delay_ms / 1e3
+    queue = (a.queue_ms if a.queue_ms is not None else 2 * a.delay_ms + 20) / 1e3
+    # link (src, dst): FIFO of (release, frame); the time its serialiser is busy until
+    links = {(s, d): collections.deque() for s in range(g) for d in range(g) if s != d}
+    busy = {k: 0.0 for k in links}
+    frames = {k: 0 for k in links}
+    nbytes = {k: 0 for k in links}
+    drops = {k: 0 for k in links}
+    # How late frames left against their release time (how far the loop fell behind).
+    late_max = [0.0]
+    late = {"over_1ms": 0, "over_10ms": 0}
+    where = {}  # MAC -> group
+    stop = [False]
+
+    def dump():
+        if not a.stats:
+            return
+        out = {
+            "rate_mbit": a.rate_mbit, "delay_ms": a.delay_ms, "queue_ms": queue * 1e3,
+            "late_max_ms": late_max[0] * 1e3, "late_over_1ms": late["over_1ms"], "late_over_10ms": late["over_10ms"],
+            "links": [{"from": s, "to": d, "frames": frames[(s, d)], "bytes": nbytes[(s, d)],
+                       "dropped": drops[(s, d)]} for (s, d) in sorted(links)],
+        }
+        tmp = a.stats + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(out, f)
+        os.replace(tmp, a.stats)
+
+    def on_term(*_):
+        stop[0] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    signal.signal(signal.SIGUSR1, lambda *_: dump())
+    fd_group = {fd: i for i, fd in enumerate(fds)}
+    poll = select.poll()
+    for fd in fds:
+        poll.register(fd, select.POLLIN)
+    now = time.monotonic
+    if a.ready:
+        open(a.ready, "w").close()
+    while not stop[0]:
+        t = now()
+        nxt = min((q[0][0] for q in links.values() if q), default=None)
+        timeout = None if nxt is None else max(0.0, nxt - t)
+        try:
+            ready = poll.poll(None if timeout is None else timeout * 1e3)
+        except InterruptedError:
+            continue
+        t = now()
+        for fd, _ in ready:
+            s = fd_group[fd]
+            for _ in range(256):
+                try:
+                    fr = os.read(fd, 65536)
+                except BlockingIOError:
+                    break
+                except OSError as e:  # the tap went away (its namespace was deleted)
+                    print(f"wanlink: reading {a.tap[s]}: {e}; exiting", file=sys.stderr)
+                    stop[0] = True
+                    break
+                if len(fr) < 14:
+                    continue
+                src = fr[6:12]
+                where[src] = s
+                dst = fr[0:6]
+                d = where.get(dst)
+                targets = [d] if d is not None and not dst[0] & 1 else [x for x in range(g) if x != s]
+                for d in targets:
+                    if d == s:
+                        continue
+                    k = (s, d)
+                    start = max(t, busy[k])
+                    if start - t > queue:
+                        drops[k] += 1
+                        continue
+                    done = start + len(fr) / byte_s if byte_s else start
+                    busy[k] = done
+                    links[k].append((done + delay, fr))
+                    frames[k] += 1
+                    nbytes[k] += len(fr)
+        t = now()
+        for (s, d), q in links.items():
+            while q and q[0][0] <= t:
+                rel, fr = q.popleft()
+                lateness = t - rel
+                late_max[0] = max(late_max[0], lateness)
+                late["over_1ms"] += lateness > 1e-3
+                late["over_10ms"] += lateness > 1e-2
+                try:
+                    os.write(fds[d], fr)
+                except BlockingIOError:
+                    drops[(s, d)] += 1
+                except OSError as e:
+                    print(f"wanlink: writing {a.tap[d]}: {e}; exiting", file=sys.stderr)
+                    stop[0] = True
+    dump()
+
+
+if __name__ == "__main__":
+    main()
