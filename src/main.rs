@@ -53,7 +53,14 @@ fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
     phases::mark_mpi_initialised();
     let world = universe.world();
     let rank = world.rank();
-    let cfg = args.effective_config(matches);
+    let cfg = args.effective_config(matches).map(|mut c| {
+        if let Some(why) = c.fit_to_ranks(world.size() as usize) {
+            if rank == 0 {
+                log::info!("{why}");
+            }
+        }
+        c
+    });
     let metrics = cfg.as_ref().ok().and_then(|c| c.metrics.clone());
     let result = cfg.and_then(|cfg| asap_train::train::run(&cfg, &world));
     phases::mark_run_returned();
