@@ -647,6 +647,35 @@ mod tests {
         assert_eq!(TrainConfig::default().ssp.ssp_staleness(), 3);
         assert_eq!(TrainConfig::default().batch_size, 32);
     }
+
+    /// The --lr-decay default is scaled above 8 ranks so that the step after the same examples
+    /// per rank is the 8-rank one; a given value (flag or file) is never changed.
+    #[test]
+    fn lr_decay_default_follows_the_examples_per_rank_unless_given() {
+        use clap::{CommandFactory, FromArgMatches, Parser};
+        #[derive(Parser)]
+        struct Cmd {
+            #[command(flatten)]
+            c: TrainConfig,
+        }
+        let parse = |args: &[&str]| {
+            let m = Cmd::command().get_matches_from(args);
+            TrainConfig::merge(None, Cmd::from_arg_matches(&m).unwrap().c, Some(&m)).unwrap()
+        };
+        let mut c = parse(&["x"]);
+        assert!(c.fit_to_ranks(8).is_none());
+        assert_eq!(c.lr_decay, 0.8);
+        assert!(c.fit_to_ranks(128).is_some());
+        // 160 epochs at 128 ranks (the examples per rank of 10 epochs at 8) end where 10 do at 8.
+        let end = c.lr_decay.powi(160) as f64;
+        assert!((end - 0.8f64.powi(10)).abs() < 1e-4, "{end}");
+        assert!(c.fit_to_ranks(128).is_none(), "applied once");
+        let mut given = parse(&["x", "--lr-decay", "0.8"]);
+        assert!(given.fit_to_ranks(256).is_none());
+        assert_eq!(given.lr_decay, 0.8);
+        let mut constant = parse(&["x", "--lr-schedule", "constant"]);
+        assert!(constant.fit_to_ranks(256).is_none());
+    }
 }
 
 /// A `RANK:ROUND` pair (fault-injection options).

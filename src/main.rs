@@ -81,6 +81,9 @@ fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
             eprintln!("{line}");
         }
     }
+    if let Some(d) = asap_train::comm::linger_after_finalize() {
+        std::thread::sleep(d);
+    }
     code
 }
 
