@@ -4,9 +4,13 @@
 # phase, rank 0's teardown (freeing the windows, MPI_Finalize) and the range of the sampled own
 # models.
 #
-#   benches/scale-ranks.sh [--ranks "256 128"] [--runs 5] [--dir DIR] [-- EXTRA TRAIN ARGS]
+#   benches/scale-ranks.sh [--ranks "256 128"] [--runs 5] [--epochs 3] [--dir DIR] [-- EXTRA TRAIN ARGS]
 #
-# Each run is `mpirun -n N $BIN train --epochs 3 --metrics DIR/N-K.jsonl EXTRA...` (the default
+# --epochs E gives every size E epochs; --epochs per-rank:E8 gives N ranks E8 * N / 8 epochs, the
+# examples per rank of an 8-rank run of E8 epochs (issue 15, item 3: --epochs per-rank:10).
+# Run it under `nice -n 19` on a shared machine.
+#
+# Each run is `mpirun -n N $BIN train --epochs E --metrics DIR/N-K.jsonl EXTRA...` (the default
 # asap job, graph chosen by --graph auto) timed from outside by the shell. A failed run is a table
 # row with its status, not the end of the script. Prints a markdown table and `uptime` before and
 # after (the machine is shared: compare runs of one sitting).
@@ -16,11 +20,13 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$here/target/release/asap-train}
 ranks="256 128"
 runs=5
+epochs=3
 dir="$here/runs/scale-ranks"
 while [ $# -gt 0 ]; do
     case "$1" in
         --ranks) ranks="$2"; shift 2 ;;
         --runs) runs="$2"; shift 2 ;;
+        --epochs) epochs="$2"; shift 2 ;;
         --dir) dir="$2"; shift 2 ;;
         --) shift; break ;;
         *) echo "unknown option $1 (see the head of $0)" >&2; exit 2 ;;
@@ -37,7 +43,11 @@ for n in $ranks; do
         name="$n-$k"
         rm -f "$dir/$name.jsonl"
         start=$(date +%s.%N)
-        timeout 1200 mpirun -n "$n" "$BIN" train --epochs 3 --metrics "$dir/$name.jsonl" "$@" > "$dir/$name.log" 2>&1
+        case "$epochs" in
+            per-rank:*) e=$(( ${epochs#per-rank:} * n / 8 )) ;;
+            *) e=$epochs ;;
+        esac
+        timeout 1800 mpirun -n "$n" "$BIN" train --epochs "$e" --metrics "$dir/$name.jsonl" "$@" > "$dir/$name.log" 2>&1
         rc=$?
         end=$(date +%s.%N)
         rows+=("$name $rc $(echo "$end - $start" | bc)")

@@ -175,9 +175,15 @@ pub struct TrainConfig {
     /// servers choose per-coordinate steps; eta0 is its alpha).
     #[arg(long, value_enum, default_value_t = LrSchedule::Decay, help_heading = "Optimisation")]
     pub lr_schedule: LrSchedule,
-    /// Per-epoch factor for --lr-schedule decay.
+    /// Per-epoch factor for --lr-schedule decay. When not given and more than 8 ranks share the
+    /// data, each epoch decays by 0.8^(8/ranks) instead, i.e. 0.8 per 8-rank epoch's worth of
+    /// examples per rank (see `fit_to_ranks`; the start line says which was used).
     #[arg(long, value_name = "F", default_value_t = 0.8, help_heading = "Optimisation")]
     pub lr_decay: f32,
+    /// Whether --lr-decay came from the command line or the config file (not stored).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub lr_decay_given: bool,
     /// Seed for initialisation, shuffling and random graphs (same seed + ranks = same run).
     #[arg(long, default_value_t = 1, help_heading = "Optimisation")]
     pub seed: u64,
@@ -397,8 +403,34 @@ impl TrainConfig {
         }
         let mut cfg: TrainConfig = serde_json::from_value(merged)?;
         cfg.config_file = file.map(|p| p.to_string_lossy().into_owned());
+        cfg.lr_decay_given = on_command_line("lr_decay") || file_keys.iter().any(|k| k == "lr_decay");
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Size-dependent defaults, applied once the number of ranks is known; returns what was
+    /// changed and why, for the start line.
+    ///
+    /// `--lr-decay` (when not given, with `--lr-schedule decay`, more than 8 ranks): an epoch is a
+    /// pass over the shard, so with N ranks it holds N/8 times fewer steps than at 8 ranks, and a
+    /// fixed 0.8 per epoch spends the step size N/8 times faster per example seen. A 128-rank run
+    /// with the 8-rank default's examples per rank (160 epochs) would end at 0.3 * 0.8^160 ~ 1e-16
+    /// and have learnt nothing in its last ~130 epochs; the sum of its step sizes (what SGD can
+    /// travel) is 1/16 of the 8-rank run's. Scaling the factor to 0.8^(8/N) per epoch gives every
+    /// rank the 8-rank schedule per example seen. Up to 8 ranks nothing changes.
+    pub fn fit_to_ranks(&mut self, nranks: usize) -> Option<String> {
+        if self.lr_decay_given || self.lr_schedule != LrSchedule::Decay || nranks <= 8 {
+            return None;
+        }
+        let per_8 = self.lr_decay;
+        self.lr_decay = per_8.powf(8.0 / nranks as f32);
+        self.lr_decay_given = true;
+        Some(format!(
+            "--lr-decay not given: {:.5} per epoch on {nranks} ranks ({per_8} per {} epochs: shards {}x smaller than at 8 ranks, so the step decays per example seen as at 8 ranks)",
+            self.lr_decay,
+            nranks as f64 / 8.0,
+            nranks as f64 / 8.0
+        ))
     }
 
     /// Reads a TOML (`.toml`) or JSON (anything else) config file over the defaults.
@@ -626,6 +658,35 @@ mod tests {
         // Defaults come from the flags' declarations.
         assert_eq!(TrainConfig::default().ssp.ssp_staleness(), 3);
         assert_eq!(TrainConfig::default().batch_size, 32);
+    }
+
+    /// The --lr-decay default is scaled above 8 ranks so that the step after the same examples
+    /// per rank is the 8-rank one; a given value (flag or file) is never changed.
+    #[test]
+    fn lr_decay_default_follows_the_examples_per_rank_unless_given() {
+        use clap::{CommandFactory, FromArgMatches, Parser};
+        #[derive(Parser)]
+        struct Cmd {
+            #[command(flatten)]
+            c: TrainConfig,
+        }
+        let parse = |args: &[&str]| {
+            let m = Cmd::command().get_matches_from(args);
+            TrainConfig::merge(None, Cmd::from_arg_matches(&m).unwrap().c, Some(&m)).unwrap()
+        };
+        let mut c = parse(&["x"]);
+        assert!(c.fit_to_ranks(8).is_none());
+        assert_eq!(c.lr_decay, 0.8);
+        assert!(c.fit_to_ranks(128).is_some());
+        // 160 epochs at 128 ranks (the examples per rank of 10 epochs at 8) end where 10 do at 8.
+        let end = c.lr_decay.powi(160) as f64;
+        assert!((end - 0.8f64.powi(10)).abs() < 1e-4, "{end}");
+        assert!(c.fit_to_ranks(128).is_none(), "applied once");
+        let mut given = parse(&["x", "--lr-decay", "0.8"]);
+        assert!(given.fit_to_ranks(256).is_none());
+        assert_eq!(given.lr_decay, 0.8);
+        let mut constant = parse(&["x", "--lr-schedule", "constant"]);
+        assert!(constant.fit_to_ranks(256).is_none());
     }
 }
 

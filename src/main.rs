@@ -58,7 +58,14 @@ fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
     asap_train::comm::preempt::install_handlers();
     let world = universe.world();
     let rank = world.rank();
-    let cfg = args.effective_config(matches);
+    let cfg = args.effective_config(matches).map(|mut c| {
+        if let Some(why) = c.fit_to_ranks(world.size() as usize) {
+            if rank == 0 {
+                log::info!("{why}");
+            }
+        }
+        c
+    });
     let metrics = cfg.as_ref().ok().and_then(|c| c.metrics.clone());
     let result = cfg.and_then(|cfg| asap_train::train::run(&cfg, &world));
     phases::mark_run_returned();
@@ -78,6 +85,9 @@ fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
         if let Some(line) = phases::teardown_line(metrics.as_deref()) {
             eprintln!("{line}");
         }
+    }
+    if let Some(d) = asap_train::comm::linger_after_finalize() {
+        std::thread::sleep(d);
     }
     code
 }

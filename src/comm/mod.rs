@@ -44,16 +44,29 @@ pub fn library() -> MpiLibrary {
 ///   fence is needed here: every rank has completed all its communication in collectives before
 ///   it finalizes (the final agreement and the collective frees of the windows), and nothing
 ///   communicates before the first collective after `MPI_Init`.
+/// - `UCX_TLS=^sysv` (every UCX transport but System V shared memory), for Open MPI only: at
+///   shutdown osc/ucx destroys each window's UCX worker, and every endpoint of a worker detaches
+///   its peer's System V segment with `shmdt`, which UCX's memory hooks follow by reading
+///   `/proc/self/maps` to learn the segment's size (gdb stacks of ranks in the slow teardown:
+///   `ucp_worker_destroy` -> `uct_mm_ep_cleanup_remote_segs` -> `ucs_sysv_free` -> `read`).
+///   The POSIX shared-memory transport (`posix`, mmap of /dev/shm) carries the same traffic and
+///   unmaps without that. 128 ranks on 2 cores, one epoch, one sitting at load ~95: teardown
+///   (window frees + `MPI_Finalize`) 18.3 s by default, 4.9 s with `^sysv`, 3.8 s with
+///   `self,posix,cma` (which would also drop the network transports a multi-node job needs).
 ///
-/// Open MPI reads `OMPI_MCA_*` from the process environment inside `MPI_Init`, so setting them
-/// here (before [`init`]) is honoured even under `mpirun`/`srun`.
+/// Open MPI reads `OMPI_MCA_*` (and UCX its `UCX_*`) from the process environment inside
+/// `MPI_Init`, so setting them here (before [`init`]) is honoured even under `mpirun`/`srun`.
 pub fn prepare_environment() {
+    let ucx = if library() == MpiLibrary::OpenMpi { Some(("UCX_TLS", "^sysv")) } else { None };
     for (k, v) in [
         ("OMPI_MCA_osc", "ucx"),
         ("OMPI_MCA_mpi_yield_when_idle", "1"),
         ("OMPI_MCA_async_mpi_init", "1"),
         ("OMPI_MCA_async_mpi_finalize", "1"),
-    ] {
+    ]
+    .into_iter()
+    .chain(ucx)
+    {
         if std::env::var_os(k).is_none() {
             std::env::set_var(k, v);
         }
@@ -74,28 +87,77 @@ pub fn oversubscribed_niceness(local: usize, cores: usize) -> i32 {
 }
 
 /// With many more ranks than cores, lowers this rank's CPU priority (see
-/// [`oversubscribed_niceness`]) so the launcher is not starved.
+/// [`oversubscribed_niceness`]) below the launcher's, so the launcher is not starved.
 ///
 /// Measured reason: 256 ranks on 2 cores ran the launcher (mpirun, which serves every rank's
 /// PMIx requests at start-up and shutdown) at 1/257 of the CPU: launch 19 s, MPI_Init 48 s, and
 /// at shutdown a rank's PMIx_Finalize gave up waiting for mpirun's acknowledgement (2 s) and
 /// exited before mpirun had recorded its finalize, so mpirun reported "exited improperly" and
 /// the finished job exited 1 (2 of 2 runs with the fences above already removed). Niced, the
-/// least loaded 256-rank run launched in 4.9 s with MPI_Init 30.5 s, and 4 of 5 runs exited 0:
-/// the improper exit is rarer, not gone (benches/scale-ranks.md). The number of
-/// ranks per node comes from the launcher (`OMPI_COMM_WORLD_LOCAL_SIZE`, MPICH's
-/// `MPI_LOCALNRANKS`); without it nothing changes.
+/// least loaded 256-rank run launched in 4.9 s with MPI_Init 30.5 s, and 4 of 5 runs exited 0
+/// (benches/scale-ranks.md). The number of ranks per node comes from the launcher
+/// (`OMPI_COMM_WORLD_LOCAL_SIZE`, MPICH's `MPI_LOCALNRANKS`); without it nothing changes.
+///
+/// The niceness is added to the one the rank inherited (the launcher's), never set absolutely:
+/// under `nice -n 19 mpirun ...` an absolute nice 13 *raised* root's ranks above mpirun (seen
+/// with `ps -o ni`: mpirun 19, 128 ranks 13), the opposite of the intent, and 128-rank jobs
+/// exited improperly again (2 of 2). When the launcher already runs at 19 there is no lower
+/// nice level, so the ranks take `SCHED_IDLE` (a CFS weight of 3 against nice 19's 15).
 fn yield_to_the_launcher() {
     let local = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
         .iter()
         .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok());
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    let Some(nice) = local.map(|l| oversubscribed_niceness(l, cores)).filter(|&n| n > 0) else { return };
-    // SAFETY: setpriority takes plain integers; PRIO_PROCESS with who = 0 is this process.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
-    if rc != 0 {
-        log::warn!("cannot lower this rank's priority to nice {nice}: {}", std::io::Error::last_os_error());
+    let Some(extra) = local.map(|l| oversubscribed_niceness(l, cores)).filter(|&n| n > 0) else { return };
+    // getpriority can return -1 legitimately, so errno is cleared first and checked after.
+    // SAFETY: __errno_location returns this thread's errno slot; getpriority takes integers.
+    let inherited = unsafe {
+        *libc::__errno_location() = 0;
+        let p = libc::getpriority(libc::PRIO_PROCESS, 0);
+        if p == -1 && *libc::__errno_location() != 0 {
+            log::warn!("cannot read this rank's priority: {}", std::io::Error::last_os_error());
+            return;
+        }
+        p
+    };
+    let wanted = inherited + extra;
+    let nice = wanted.min(19);
+    if nice > inherited {
+        // SAFETY: setpriority takes plain integers; PRIO_PROCESS with who = 0 is this process.
+        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+        if rc != 0 {
+            log::warn!("cannot lower this rank's priority to nice {nice}: {}", std::io::Error::last_os_error());
+        }
     }
+    if wanted > 19 {
+        // SAFETY: sched_setscheduler reads the sched_param we pass; pid 0 is this process, and
+        // SCHED_IDLE requires priority 0. Lowering one's own policy needs no privilege.
+        let rc = unsafe {
+            let param = libc::sched_param { sched_priority: 0 };
+            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param)
+        };
+        if rc != 0 {
+            log::warn!("cannot move this rank to SCHED_IDLE: {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
+/// How long a rank stays alive, asleep, after `MPI_Finalize` returned: 5 s when more than 16
+/// ranks share a core, else none.
+///
+/// Measured reason: with the teardown cut to 13 s (`UCX_TLS=^sysv`) and the ranks below the
+/// launcher, the first 256-rank run at load ~300 (another job's 32 ranks at nice 0 beside
+/// `nice -n 19 mpirun`) still ended "exited improperly". PMIx_Finalize sends its finalize to
+/// mpirun and waits at most 2 s for the answer; a starved mpirun answers later, the rank exits,
+/// and if mpirun handles the child's exit before the finalize message it calls the exit
+/// improper. A rank that sleeps after `MPI_Finalize` uses no CPU and leaves the message time to
+/// be handled before its exit is seen.
+pub fn linger_after_finalize() -> Option<std::time::Duration> {
+    let local = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok())?;
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    (oversubscribed_niceness(local, cores) > 0).then(|| std::time::Duration::from_secs(5))
 }
 
 extern "C" {
