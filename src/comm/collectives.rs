@@ -140,7 +140,7 @@ pub fn agree<T>(comm: &SimpleCommunicator, r: anyhow::Result<T>) -> anyhow::Resu
     let me = comm.rank() as u64;
     let failed_rank = if r.is_err() { me } else { u64::MAX };
     if let Err(e) = &r {
-        eprintln!("asap-train: error on rank {me}: {e:#}");
+        crate::comm::say(&format!("asap-train: error on rank {me}: {e:#}"));
     }
     let first = min_u64(comm, failed_rank);
     match r {
