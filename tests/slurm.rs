@@ -230,8 +230,15 @@ fn preempted_job_requeues_and_resumes(name: &str, launcher: &str) {
         let f = job_fields(&cluster, &id);
         let state = f.get("JobState").cloned().unwrap_or_default();
         // Slurm holds a requeued job back before it is eligible again (here ~3 min, Reason=
-        // BeginTime); the test makes it eligible at once, as an operator could.
+        // BeginTime); the test makes it eligible early, as an operator could, but not within
+        // the same second as the requeue: slurmd revoked the job's credential when its first
+        // run was killed and refuses any credential whose creation time (whole seconds) is <=
+        // the revocation time (slurm_cred.c: `cred->ctime <= j->revoked`). A nudge in that
+        // second made the requeued run "non-startable ... Job credential revoked" and the job
+        // FAILED (slurmctld.log of one failed suite run: requeue at 10:55:02.304, new
+        // allocation at 10:55:02.935). Two seconds clear it whatever the rounding.
         if state == "PENDING" && f.get("Restarts").is_some_and(|r| r != "0") && !nudged {
+            std::thread::sleep(std::time::Duration::from_secs(2));
             eprintln!("requeued job {id} pending ({}); making it eligible now", f.get("Reason").map_or("", String::as_str));
             nudged = cluster.client(20, "scontrol").args(["update", &format!("JobId={id}"), "StartTime=now"]).status().unwrap().success();
         }
