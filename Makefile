@@ -42,7 +42,7 @@ run: build
 	mpirun -n $(NP) $(BIN) train --metrics runs/default.jsonl --save-model runs/default-model.h5 $(ARGS)
 
 test: deps
-	$(CARGO) test --release --locked -- --test-threads=1
+	$(CARGO) test --release --locked --no-fail-fast -- --test-threads=1
 	$(MAKE) --no-print-directory test-mpich-subset
 
 # Real public data sets from Debian packages into datasets/out/ (MovieLens needs r-cran-dslabs,
