@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use mpi::topology::{Color, Communicator, Key, SimpleCommunicator};
 
+use super::asap::{AsapOptions, NotifyMode, StochasticReduce};
 use super::{average_replicas, ring_allreduce_bytes, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::collectives;
 use crate::comm::mailbox::Backoff;
@@ -79,6 +80,23 @@ pub struct GaiaOptions {
     /// values when the link is backlogged).
     #[arg(long)]
     pub no_selective_barrier: bool,
+    /// How the replicas inside a group are averaged every clock: allreduce (MPI_Allreduce over
+    /// the group: its replicas stay equal) or asap (ASAP's NOTIFY-ACK stochastic reduce over
+    /// --graph built on each group's ranks, on the group's communicator; the graph must keep the
+    /// group's mean: every rank the same in- and out-degree). See docs/gaia.md for what a group's
+    /// update is then.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = GaiaInner::Allreduce)]
+    pub gaia_inner: GaiaInner,
+}
+
+/// `--gaia-inner`: how a group averages its replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GaiaInner {
+    /// MPI_Allreduce over the group every clock.
+    Allreduce,
+    /// ASAP's NOTIFY-ACK stochastic reduce on --graph among the group's ranks.
+    Asap,
 }
 
 impl Default for GaiaOptions {
@@ -294,6 +312,9 @@ struct Counts {
     worker_below_5pct: u64,
     /// Entries sent only because they passed the soft threshold on an idle link.
     soft_sent: u64,
+    /// `--gaia-inner asap`: the largest |group mean - own replica| the end's correction added
+    /// to this mirror server's residuals (0 where the group's replicas agreed).
+    inner_correction: f64,
 }
 
 /// Groups averaging inside, exchanging significant updates between (see the module docs).
@@ -319,12 +340,14 @@ pub struct Gaia {
     clock: u64,
     /// Clocks per decay step of the threshold.
     decay_every: u64,
+    /// `--gaia-inner asap`: the stochastic reduce among the group's ranks (None: allreduce).
+    inner: Option<StochasticReduce>,
 }
 
 impl Gaia {
     /// Collective over the world: splits it into groups and mirror communicators. Returns the
     /// mode and what the metrics' start line records about it.
-    pub fn build(ctx: &SyncContext, opts: &GaiaOptions, init: &[f32]) -> anyhow::Result<(Self, serde_json::Value)> {
+    pub fn build(ctx: &SyncContext, opts: &GaiaOptions, asap: &AsapOptions, init: &[f32]) -> anyhow::Result<(Self, serde_json::Value)> {
         let world = ctx.comm.duplicate();
         let n = world.size() as usize;
         let rank = world.rank() as usize;
@@ -374,14 +397,29 @@ impl Gaia {
                 early: Vec::new(),
             }
         });
-        let info = serde_json::json!({
+        let inner = match opts.gaia_inner {
+            GaiaInner::Allreduce => Ok(None),
+            GaiaInner::Asap => build_inner(ctx, &local, asap, init).map(Some).with_context(|| {
+                format!("--gaia-inner asap: group {group} ({} ranks: {:?})", members[group].len(), members[group])
+            }),
+        };
+        let inner = collectives::agree(&world, inner)?;
+        let mut info = serde_json::json!({
+            "gaia_inner": opts.gaia_inner,
             "groups": members, "mirror_shards": p, "significance": opts.significance, "soft_significance": opts.soft_significance,
             "dc_staleness": opts.dc_staleness, "selective_barrier": !opts.no_selective_barrier,
             "significance_decay_every": if opts.significance_decay_every == 0 { ctx.rounds_per_epoch.max(1) } else { opts.significance_decay_every },
         });
+        if let Some((_, i)) = &inner {
+            info["inner"] = i.clone();
+        }
         if rank == 0 {
             let sizes: Vec<String> = group_sizes.iter().map(|s| s.to_string()).collect();
-            eprintln!("asap-train: gaia: {groups} group(s) of {} ranks; {p} mirror shard(s) per group", sizes.join(", "));
+            eprintln!(
+                "asap-train: gaia: {groups} group(s) of {} ranks ({} inside); {p} mirror shard(s) per group",
+                sizes.join(", "),
+                if inner.is_some() { "asap" } else { "allreduce" }
+            );
         }
         let mode = Gaia {
             opts: opts.clone(),
@@ -401,8 +439,28 @@ impl Gaia {
             wait_timeout: ctx.wait_timeout,
             clock: 0,
             decay_every: if opts.significance_decay_every == 0 { ctx.rounds_per_epoch.max(1) } else { opts.significance_decay_every },
+            inner: inner.map(|(r, _)| r),
         };
         Ok((mode, info))
+    }
+
+    /// Averages the group's replicas (step (1) of a clock); returns the factor that turns the
+    /// result into the average (1/n after a sum, 1 after the stochastic reduce).
+    fn group_average(&mut self, params: &mut [f32], t: u64) -> anyhow::Result<f32> {
+        let Some(r) = self.inner.as_mut() else {
+            self.group_allreduce(params);
+            return Ok(1.0 / self.local.size() as f32);
+        };
+        let before = r.stats().clone();
+        r.sync(params, t)?;
+        let after = r.stats();
+        // Asap's bytes are the LAN's. The caller counts the step's time as communication; the
+        // part asap knew it was waiting (NOTIFY, ACK) moves to waiting.
+        self.counts.lan_bytes += after.bytes_sent - before.bytes_sent;
+        let waited = after.wait_seconds - before.wait_seconds;
+        self.stats.wait_seconds += waited;
+        self.stats.comm_seconds -= waited;
+        Ok(1.0)
     }
 
     fn group_allreduce(&mut self, v: &mut [f32]) {
@@ -518,6 +576,33 @@ impl Gaia {
         Ok(())
     }
 
+    /// `--gaia-inner asap`, at the end (collective over the group): drains the stochastic
+    /// reduce, averages the group's bases (the models its mirror servers' updates were taken
+    /// from) exactly, and adds to each mirror server's residuals what its replica's view of its
+    /// shard still differs from that mean, so the flush that follows makes the updates the other
+    /// groups received sum exactly to the group's mean update. Every replica of the group then
+    /// holds the mean (plus its own steps after the last clock, if any).
+    fn settle_inner(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
+        let Some(r) = self.inner.as_mut() else { return Ok(()) };
+        let mut mean = self.base.clone();
+        let before = r.stats().clone();
+        r.finish(&mut mean)?;
+        let after = r.stats();
+        self.counts.lan_bytes += after.bytes_sent - before.bytes_sent + after.final_bytes - before.final_bytes;
+        if let Some(m) = self.mirror.as_mut() {
+            let sh = m.shard.clone();
+            for ((a, &mu), &b) in m.acc.iter_mut().zip(&mean[sh.clone()]).zip(&self.base[sh]) {
+                *a += mu - b;
+                self.counts.inner_correction = self.counts.inner_correction.max((mu - b).abs() as f64);
+            }
+        }
+        for ((w, &mu), b) in params.iter_mut().zip(&mean).zip(self.base.iter_mut()) {
+            *w = mu + (*w - *b);
+            *b = mu;
+        }
+        Ok(())
+    }
+
     /// Sums what the group's mirror servers received into `params` (collective over the group).
     fn merge_incoming(&mut self, params: &mut [f32]) {
         self.sum.iter_mut().for_each(|x| *x = 0.0);
@@ -560,6 +645,49 @@ impl Gaia {
         self.stats.bytes_sent = self.counts.lan_bytes + self.counts.wan_bytes;
         Ok(())
     }
+}
+
+/// `--gaia-inner asap`: the stochastic reduce on the group's communicator `local`, built as
+/// `--sync asap` builds it, over the group's ranks: NOTIFY-ACK only (a clock's update needs
+/// every in-neighbour's model of that clock), unpaced (only the WAN is emulated), and on a graph
+/// whose averaging keeps the group's mean (else the group's update would not be the sum of its
+/// ranks' steps; see docs/gaia.md). Returns the mode and its start-line report.
+fn build_inner(
+    ctx: &SyncContext,
+    local: &SimpleCommunicator,
+    asap: &AsapOptions,
+    init: &[f32],
+) -> anyhow::Result<(StochasticReduce, serde_json::Value)> {
+    anyhow::ensure!(
+        asap.notify == NotifyMode::NotifyAck && !asap.overlap,
+        "the group's stochastic reduce runs with --notify notify-ack and without --overlap (a clock's group update needs every in-neighbour's model of that clock)"
+    );
+    let inner_ctx = SyncContext {
+        comm: local,
+        layout: ctx.layout.clone(),
+        wait_timeout: ctx.wait_timeout,
+        stop_sending_after: None,
+        seed: ctx.seed,
+        emulate: None,
+        record_sends: false,
+        rounds_per_epoch: ctx.rounds_per_epoch,
+    };
+    // Every rank of a group builds the same graph, so the group fails or succeeds as one (and
+    // drops the mailboxes together when the check below refuses the graph).
+    let (mode, info) = StochasticReduce::build(&inner_ctx, asap, init, None, 0)?;
+    let r = &info["report"];
+    let deg = |k: &str| r[k].as_u64().unwrap_or(0);
+    anyhow::ensure!(
+        r["doubly_stochastic"].as_bool() == Some(true),
+        "--graph {} on {} ranks averages with unequal weights (in-degrees {}..{}, out-degrees {}..{}), so it would not keep the group's mean and the group's update would not be its ranks' steps; use a graph where every rank has the same in- and out-degree (ring, complete, root-expander, exponential, hypercube, torus, random:D)",
+        asap.graph,
+        local.size(),
+        deg("min_in_degree"),
+        deg("max_in_degree"),
+        deg("min_out_degree"),
+        deg("max_out_degree")
+    );
+    Ok((mode, info))
 }
 
 /// Hands the paced data whose time has come to MPI.
@@ -642,9 +770,10 @@ impl SyncMode for Gaia {
                 c.worker_below_5pct += (d < 0.05 * b.abs()) as u64;
             }
         }
-        // (1) the group's average and its update; its weight in the global model.
-        self.group_allreduce(params);
-        let inv = 1.0 / self.local.size() as f32;
+        // (1) the group's average and its update; its weight in the global model. Under
+        // `--gaia-inner asap` the "average" is this rank's replica after the stochastic reduce,
+        // and a mirror server's update is its own replica's change (see the module docs).
+        let inv = self.group_average(params, t)?;
         let s = self.group_sizes[self.group] as f32 / self.world.size() as f32;
         let shard = self.mirror.as_ref().map_or(0..0, |m| m.shard.clone());
         let mut updates = 0;
@@ -674,6 +803,9 @@ impl SyncMode for Gaia {
     }
 
     fn quiesce(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        if let Some(r) = self.inner.as_mut() {
+            r.quiesce(params, round)?;
+        }
         self.cut(params, round, false)
     }
 
@@ -682,6 +814,7 @@ impl SyncMode for Gaia {
         let t = Instant::now();
         let (sent, received, wait) = (self.stats.bytes_sent, self.stats.bytes_received, self.stats.wait_seconds);
         let (lan, wan, significant) = (self.counts.lan_bytes, self.counts.wan_bytes, self.counts.significant);
+        self.settle_inner(params)?;
         self.cut(params, self.clock, true)?;
         self.counts.significant = significant;
         self.stats.final_bytes += self.counts.lan_bytes + self.counts.wan_bytes - lan - wan;
@@ -746,7 +879,7 @@ impl SyncMode for Gaia {
     fn metrics(&self) -> Vec<ModeMetric> {
         let c = &self.counts;
         let thr = threshold(self.opts.significance, decay_step(self.clock, self.decay_every));
-        vec![
+        let mut out = vec![
             ModeMetric::number("groups", Aggregate::Max, self.groups as f64),
             ModeMetric::number("updates", Aggregate::Sum, c.updates as f64),
             ModeMetric::number("significant_updates", Aggregate::Sum, c.significant as f64),
@@ -763,7 +896,24 @@ impl SyncMode for Gaia {
             ModeMetric::number("worker_updates_below_1pct", Aggregate::Sum, c.worker_below_1pct as f64),
             ModeMetric::number("worker_updates_below_5pct", Aggregate::Sum, c.worker_below_5pct as f64),
             ModeMetric::number("soft_updates_sent", Aggregate::Sum, c.soft_sent as f64),
-        ]
+        ];
+        if let Some(r) = &self.inner {
+            // Asap's own counters, renamed: every reduce's count of consistent in-neighbour
+            // models (NOTIFY-ACK: always the in-degree) and the torn reads (always 0).
+            out.push(ModeMetric::number("inner_rounds", Aggregate::Sum, r.stats().rounds as f64));
+            out.push(ModeMetric::number("inner_correction_max", Aggregate::Max, c.inner_correction));
+            for m in r.metrics() {
+                let name = match m.name {
+                    "consistency_histogram" => "inner_consistency_histogram",
+                    "torn" => "inner_torn",
+                    "stale" => "inner_stale",
+                    "in_degree" => "inner_in_degree",
+                    _ => continue,
+                };
+                out.push(ModeMetric { name, ..m });
+            }
+        }
+        out
     }
 }
 
