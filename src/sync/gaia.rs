@@ -253,6 +253,44 @@ const TAG_DATA: i32 = 21;
 const DENSE: u64 = 1 << 63;
 /// Selective barrier: `[clock u64][n u64]` + n x `index u32`.
 const TAG_BARRIER: i32 = 22;
+/// `--gaia-inner asap`: what a mirror server received, forwarded to its group's other ranks; a
+/// data message whose clock is the sender's count of merges.
+const TAG_FORWARD: i32 = 23;
+
+/// `--gaia-inner asap`: how the other groups' updates reach every rank of the group without a
+/// collective: each mirror server adds what it received to its own replica and forwards it to
+/// the group's other ranks, which add it when it arrives (to their replica and their base, so it
+/// never counts as their own update).
+struct Forwards {
+    /// Over the group's communicator.
+    postbox: Postbox,
+    /// Merges this rank has done; every mirror server of the group sends one forward per merge.
+    merges: u64,
+    /// Forwards received from each mirror server (by local index).
+    received: Vec<u64>,
+    /// The shard of each mirror server (by local index).
+    shards: Vec<Range<usize>>,
+}
+
+impl Forwards {
+    /// Adds every forward that has arrived into `params` and `base`.
+    fn take(&mut self, params: &mut [f32], base: &mut [f32]) -> anyhow::Result<()> {
+        while let Some((src, b)) = self.postbox.try_receive(TAG_FORWARD) {
+            let sh = self.shards.get(src).cloned().ok_or_else(|| anyhow::anyhow!("gaia: a forward from group rank {src}, which mirrors no shard"))?;
+            check_data(&b, sh.len()).with_context(|| format!("a gaia forward from group rank {src}"))?;
+            add_data(&b, &mut params[sh.clone()])?;
+            add_data(&b, &mut base[sh])?;
+            self.received[src] += 1;
+        }
+        self.postbox.progress_sends()?;
+        Ok(())
+    }
+
+    /// The mirror servers whose forwards of every merge so far have not all arrived.
+    fn missing(&self, me: usize) -> Vec<usize> {
+        (0..self.shards.len()).filter(|&k| k != me && self.received[k] < self.merges).collect()
+    }
+}
 
 /// A message: the header, then `n` entries written by `entry`.
 fn encode(clock: u64, n: usize, width: usize, mut entry: impl FnMut(usize, &mut Vec<u8>)) -> Vec<u8> {
@@ -261,6 +299,48 @@ fn encode(clock: u64, n: usize, width: usize, mut entry: impl FnMut(usize, &mut 
     b.extend_from_slice(&(n as u64).to_le_bytes());
     (0..n).for_each(|i| entry(i, &mut b));
     b
+}
+
+/// A data message of `clock` carrying the (index, value) entries `sig` of a shard of `len`
+/// values: sparse, or dense when that is shorter.
+fn encode_data(clock: u64, sig: &[(u32, f32)], len: usize) -> Vec<u8> {
+    if 2 * sig.len() > len {
+        let mut dense = vec![0f32; len];
+        sig.iter().for_each(|&(j, v)| dense[j as usize] = v);
+        let mut b = encode(clock, len, 4, |i, b| b.extend_from_slice(&dense[i].to_le_bytes()));
+        b[8..16].copy_from_slice(&(len as u64 | DENSE).to_le_bytes());
+        b
+    } else {
+        encode(clock, sig.len(), 8, |i, b| {
+            b.extend_from_slice(&sig[i].0.to_le_bytes());
+            b.extend_from_slice(&sig[i].1.to_le_bytes());
+        })
+    }
+}
+
+/// Checks that a data message for a shard of `len` values has the length its header says.
+fn check_data(b: &[u8], len: usize) -> anyhow::Result<()> {
+    let (_, n) = header(b)?;
+    let want = if n as u64 & DENSE != 0 { 16 + 4 * len } else { 16 + 8 * (n as u64 & !DENSE) as usize };
+    anyhow::ensure!(b.len() == want, "has {} bytes, expected {want}", b.len());
+    Ok(())
+}
+
+/// Adds the entries of a data message (checked by [`check_data`]) into `into`, the shard.
+fn add_data(b: &[u8], into: &mut [f32]) -> anyhow::Result<()> {
+    if header(b)?.1 as u64 & DENSE != 0 {
+        for (x, e) in into.iter_mut().zip(b[16..].chunks_exact(4)) {
+            *x += f32::from_le_bytes(e.try_into().expect("4 bytes"));
+        }
+        return Ok(());
+    }
+    for e in b[16..].chunks_exact(8) {
+        let j = u32::from_le_bytes(e[0..4].try_into().expect("4 bytes")) as usize;
+        let v = f32::from_le_bytes(e[4..8].try_into().expect("4 bytes"));
+        anyhow::ensure!(j < into.len(), "names index {j} outside the shard");
+        into[j] += v;
+    }
+    Ok(())
 }
 
 fn header(b: &[u8]) -> anyhow::Result<(u64, usize)> {
@@ -342,6 +422,8 @@ pub struct Gaia {
     decay_every: u64,
     /// `--gaia-inner asap`: the stochastic reduce among the group's ranks (None: allreduce).
     inner: Option<StochasticReduce>,
+    /// `--gaia-inner asap`: the other groups' updates passed on inside the group.
+    forwards: Option<Forwards>,
 }
 
 impl Gaia {
@@ -421,6 +503,12 @@ impl Gaia {
                 if inner.is_some() { "asap" } else { "allreduce" }
             );
         }
+        let forwards = inner.as_ref().map(|_| Forwards {
+            postbox: Postbox::new(&local),
+            merges: 0,
+            received: vec![0; p],
+            shards: (0..p).map(shard).collect(),
+        });
         let mode = Gaia {
             opts: opts.clone(),
             world,
@@ -439,6 +527,7 @@ impl Gaia {
             wait_timeout: ctx.wait_timeout,
             clock: 0,
             decay_every: if opts.significance_decay_every == 0 { ctx.rounds_per_epoch.max(1) } else { opts.significance_decay_every },
+            forwards,
             inner: inner.map(|(r, _)| r),
         };
         Ok((mode, info))
@@ -504,19 +593,7 @@ impl Gaia {
                 }
                 self.counts.barriers_sent += 1;
             }
-            let len = m.acc.len();
-            let data = if 2 * sig.len() > len {
-                let mut dense = vec![0f32; len];
-                sig.iter().for_each(|&(j, v)| dense[j as usize] = v);
-                let mut b = encode(t, len, 4, |i, b| b.extend_from_slice(&dense[i].to_le_bytes()));
-                b[8..16].copy_from_slice(&(len as u64 | DENSE).to_le_bytes());
-                b
-            } else {
-                encode(t, sig.len(), 8, |i, b| {
-                    b.extend_from_slice(&sig[i].0.to_le_bytes());
-                    b.extend_from_slice(&sig[i].1.to_le_bytes());
-                })
-            };
+            let data = encode_data(t, &sig, m.acc.len());
             for g in (0..groups).filter(|&g| g != me) {
                 match m.pacer.as_mut() {
                     Some(p) => {
@@ -583,7 +660,12 @@ impl Gaia {
     /// groups received sum exactly to the group's mean update. Every replica of the group then
     /// holds the mean (plus its own steps after the last clock, if any).
     fn settle_inner(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
-        let Some(r) = self.inner.as_mut() else { return Ok(()) };
+        if self.inner.is_none() {
+            return Ok(());
+        }
+        // Every replica must hold the same updates of the other groups before the mean is taken.
+        self.await_forwards(params)?;
+        let r = self.inner.as_mut().expect("checked");
         let mut mean = self.base.clone();
         let before = r.stats().clone();
         r.finish(&mut mean)?;
@@ -604,7 +686,25 @@ impl Gaia {
     }
 
     /// Sums what the group's mirror servers received into `params` (collective over the group).
-    fn merge_incoming(&mut self, params: &mut [f32]) {
+    fn merge_incoming(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
+        if let Some(f) = self.forwards.as_mut() {
+            // Asap inside: no collective. This rank's own received updates at once, then forwarded;
+            // the other mirror servers' as their forwards arrive.
+            f.merges += 1;
+            if let Some(m) = self.mirror.as_mut() {
+                let sig: Vec<(u32, f32)> =
+                    m.incoming.iter().enumerate().filter(|(_, x)| **x != 0.0).map(|(j, &x)| (j as u32, x)).collect();
+                params[m.shard.clone()].iter_mut().zip(&m.incoming).for_each(|(w, d)| *w += d);
+                let msg = encode_data(f.merges, &sig, m.incoming.len());
+                for j in (0..self.local.size() as usize).filter(|&j| j != self.local_index) {
+                    self.counts.lan_bytes += msg.len() as u64;
+                    f.postbox.send(j, TAG_FORWARD, msg.clone())?;
+                }
+                m.incoming.iter_mut().for_each(|x| *x = 0.0);
+            }
+            self.base.copy_from_slice(params);
+            return f.take(params, &mut self.base);
+        }
         self.sum.iter_mut().for_each(|x| *x = 0.0);
         if let Some(m) = self.mirror.as_mut() {
             self.sum[m.shard.clone()].copy_from_slice(&m.incoming);
@@ -615,6 +715,34 @@ impl Gaia {
         params.iter_mut().zip(&sum).for_each(|(w, d)| *w += d);
         self.sum = sum;
         self.base.copy_from_slice(params);
+        Ok(())
+    }
+
+    /// `--gaia-inner asap`: waits until the forwards of every merge so far have arrived from
+    /// every mirror server of the group and adds them (at a cut and at the end, when every rank
+    /// of the group has done the same merges).
+    fn await_forwards(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
+        let Some(f) = self.forwards.as_mut() else { return Ok(()) };
+        let start = Instant::now();
+        let mut backoff = Backoff::default();
+        loop {
+            f.take(params, &mut self.base)?;
+            let missing = f.missing(self.local_index);
+            if missing.is_empty() {
+                break;
+            }
+            anyhow::ensure!(
+                start.elapsed() < self.wait_timeout,
+                "gaia: waited {:.1} s (--wait-timeout) for the forwarded updates of merge {} from the group's mirror server(s) {:?} (ranks {:?})",
+                start.elapsed().as_secs_f64(),
+                f.merges,
+                missing,
+                missing.iter().map(|&k| self.members[self.group][k]).collect::<Vec<_>>()
+            );
+            backoff.pause();
+        }
+        self.stats.wait_seconds += start.elapsed().as_secs_f64();
+        Ok(())
     }
 
     fn wan_received(&self) -> u64 {
@@ -641,7 +769,8 @@ impl Gaia {
             }
             self.stats.wait_seconds += tw.elapsed().as_secs_f64();
         }
-        self.merge_incoming(params);
+        self.merge_incoming(params)?;
+        self.await_forwards(params)?;
         self.stats.bytes_sent = self.counts.lan_bytes + self.counts.wan_bytes;
         Ok(())
     }
@@ -710,11 +839,8 @@ fn receive(m: &mut Mirror, counts: &mut Counts, t: u64) -> anyhow::Result<()> {
         counts.barriers_received += 1;
     }
     while let Some((g, b)) = m.postbox.try_receive(TAG_DATA) {
-        let (clock, n) = header(&b)?;
-        let dense = n as u64 & DENSE != 0;
-        let n = (n as u64 & !DENSE) as usize;
-        let want = if dense { 16 + 4 * m.incoming.len() } else { 16 + 8 * n };
-        anyhow::ensure!(b.len() == want, "a gaia data message from group {g} has {} bytes, expected {want}", b.len());
+        let (clock, _) = header(&b)?;
+        check_data(&b, m.incoming.len()).with_context(|| format!("a gaia data message from group {g}"))?;
         m.early.push((clock, g, b));
     }
     // Messages of one group arrive in clock order; apply in that order.
@@ -725,19 +851,7 @@ fn receive(m: &mut Mirror, counts: &mut Counts, t: u64) -> anyhow::Result<()> {
             continue;
         }
         let (clock, g, b) = m.early.remove(i);
-        if header(&b)?.1 as u64 & DENSE != 0 {
-            for (x, e) in m.incoming.iter_mut().zip(b[16..].chunks_exact(4)) {
-                *x += f32::from_le_bytes(e.try_into().expect("4 bytes"));
-            }
-            m.clocks.data(g, clock);
-            continue;
-        }
-        for e in b[16..].chunks_exact(8) {
-            let j = u32::from_le_bytes(e[0..4].try_into().expect("4 bytes")) as usize;
-            let v = f32::from_le_bytes(e[4..8].try_into().expect("4 bytes"));
-            anyhow::ensure!(j < m.incoming.len(), "a gaia data message from group {g} names index {j} outside the shard");
-            m.incoming[j] += v;
-        }
+        add_data(&b, &mut m.incoming).with_context(|| format!("a gaia data message from group {g}"))?;
         m.clocks.data(g, clock);
     }
     Ok(())
@@ -793,7 +907,7 @@ impl SyncMode for Gaia {
         self.exchange(params, t, Some(thr), self.opts.dc_staleness)?;
         // (4) what the other groups sent.
         let tm = Instant::now();
-        self.merge_incoming(params);
+        self.merge_incoming(params)?;
         self.stats.comm_seconds += tm.elapsed().as_secs_f64();
         self.clock = t;
         self.stats.rounds += 1;
@@ -816,6 +930,10 @@ impl SyncMode for Gaia {
         let (lan, wan, significant) = (self.counts.lan_bytes, self.counts.wan_bytes, self.counts.significant);
         self.settle_inner(params)?;
         self.cut(params, self.clock, true)?;
+        if let Some(f) = self.forwards.as_mut() {
+            // Every rank of the group has taken every forward in the cut; let ours complete.
+            f.postbox.flush_sends(self.wait_timeout, |_| Ok(()))?;
+        }
         self.counts.significant = significant;
         self.stats.final_bytes += self.counts.lan_bytes + self.counts.wan_bytes - lan - wan;
         (self.stats.bytes_sent, self.stats.bytes_received, self.stats.wait_seconds) = (sent, received, wait);
