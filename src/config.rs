@@ -200,7 +200,7 @@ pub struct TrainConfig {
     /// rank-hosted parameter-server shards, --staleness), bosen (ssp with a bandwidth budget
     /// spent on the most significant updates first), async (coordinator and workers under a
     /// barrier predicate, --barrier, --optimizer), gaia (groups of ranks as data centres:
-    /// allreduce inside, significant updates between), none (independent replicas).
+    /// allreduce or, --gaia-inner asap, ASAP's stochastic reduce inside; significant updates between), none (independent replicas).
     #[arg(long, value_enum, default_value_t = SyncKind::Asap, help_heading = "Synchronisation")]
     pub sync: SyncKind,
     /// Local mini-batches between two exchanges (one round, or one clock for ssp).

@@ -1,7 +1,7 @@
 //! `--sync gaia`: groups of ranks as data centres (Gaia, Hsieh et al., NSDI'17, §3.3-4.4).
 //! Inside a group the replicas are averaged every clock (BSP allreduce over the group's own
-//! communicator: the LAN); between groups only significant updates travel (Approximate
-//! Synchronous Parallel over the WAN).
+//! communicator: the LAN; or ASAP's stochastic reduce, `--gaia-inner asap`, below); between
+//! groups only significant updates travel (Approximate Synchronous Parallel over the WAN).
 //!
 //! - **Groups** (`--groups`): consecutive blocks of ranks, one group per host, or a file mapping
 //!   ranks to groups ([`parse_groups`]).
@@ -27,6 +27,20 @@
 //!   parameters is blocking the clock).
 //! - **End**: every residual is sent (threshold 0), so every group ends with every update of
 //!   every group; then the replicas are averaged over all ranks.
+//!
+//! - **`--gaia-inner asap`**: step (1) is [`StochasticReduce`] (`--sync asap`'s NOTIFY-ACK
+//!   reduce, built by its own `build` on the group's communicator, `--graph` on the group's
+//!   ranks) instead of the allreduce, so the group's replicas differ. The group's model is their
+//!   mean, which the reduce keeps only on a graph with equal in- and out-degrees (checked; else
+//!   refused). A mirror server's u is its own replica minus its own base: it differs from the
+//!   mean's change by the change in how far its replica is from the mean, so summed over clocks
+//!   the error telescopes to that distance now; it does not accumulate. At the end the group
+//!   averages its bases exactly and each mirror server adds (mean - own base) of its shard to
+//!   its residuals before the flush, so every group still ends with every group's exact update
+//!   (`final_group_disagreement`; tested). Step (4) is not a collective either: a mirror server
+//!   adds what it received to its replica and forwards it (TAG_FORWARD) to its group's other
+//!   ranks, which add it to replica and base when it arrives (so it never counts as their own
+//!   update); cuts and the end wait for every forward.
 //!
 //! `--emulate-bandwidth` paces only the WAN messages here (the real set-up, `netlab/`, shapes
 //! only the links between groups).
