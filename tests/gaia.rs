@@ -192,6 +192,34 @@ fn asap_inside_the_groups_ends_with_equal_copies() {
     assert!(num(g, "final_group_disagreement") < 1e-4, "{g}");
 }
 
+/// A checkpoint with asap inside holds every rank's own replica (its base after the cut) and
+/// the residuals; the resumed run continues the sums the end's correction relies on, so the
+/// groups' copies still agree at the end (runs with different replicas per group: the ring on 3).
+#[test]
+fn asap_inside_resumes_and_still_ends_with_equal_copies() {
+    let dir = scratch("gaia-inner-resume");
+    let ck = dir.join("ck");
+    let m = dir.join("m.jsonl");
+    let common = ["train", "--data", &t10k(), "--epochs", "2", "--batch-size", "64", "--sync", "gaia", "--groups", "2",
+        "--gaia-inner", "asap", "--graph", "ring", "--significance", "0.02", "--checkpoint-dir", s(&ck)];
+    let mut a: Vec<&str> = common.to_vec();
+    a.extend(["--checkpoint-every", "20", "--max-rounds", "40"]);
+    mpirun(6, &a, 120).expect_ok();
+    let mut b: Vec<&str> = common.to_vec();
+    b.extend(["--resume", "--metrics", s(&m)]);
+    let job = mpirun(6, &b, 120).expect_ok();
+    assert!(job.stderr.contains("(epoch 1, round 40)"), "{}", job.stderr);
+    let sm = summary(&m);
+    let g = &sm["sync_metrics"];
+    // The resumed run's own inner reduces: the rounds after 40, on every rank.
+    let after = num(&sm, "rounds") - 40.0;
+    assert!(after > 0.0, "{sm}");
+    assert_eq!(num(g, "inner_rounds"), 6.0 * after, "{g}");
+    assert!(num(g, "inner_correction_max") > 1e-4, "{g}");
+    assert!(num(g, "final_group_disagreement") < 1e-4, "{g}");
+    assert!(num(&sm, "final_metric") > 0.75, "{sm}");
+}
+
 /// Bad --gaia-inner combinations fail on every rank with a message naming the flag and group.
 #[test]
 fn bad_inner_asap_fails_clearly() {
