@@ -699,7 +699,8 @@ impl Gaia {
         Ok(())
     }
 
-    /// Sums what the group's mirror servers received into `params` (collective over the group).
+    /// Sums what the group's mirror servers received into `params`: an allreduce over the group,
+    /// or, with asap inside, this rank's own at once and the others' forwards as they arrive.
     fn merge_incoming(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
         if let Some(f) = self.forwards.as_mut() {
             // Asap inside: no collective. This rank's own received updates at once, then forwarded;
