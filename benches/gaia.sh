@@ -10,6 +10,8 @@
 #   benches/gaia.sh emulate    --emulate-bandwidth against the real link, 2 ranks (one per
 #                              host, so the program's per-rank link is the host's link),
 #                              bandwidth-bound: gaia at significance 0 on MovieLens MF
+#   benches/gaia.sh inner      gaia 1 % with --gaia-inner allreduce against asap (root
+#                              expander on each group's 4 ranks), LAN and WAN, MLR to 84 %
 # Rows: allreduce over all 8 ranks on the LAN and across the WAN; gaia at 1 % and 5 % (DS 2)
 # across the WAN; gaia 1 % on the LAN. WAN MB = bytes the kernel's tap devices carried out of
 # the groups (every byte that crossed: MPI's own, TCP/IP and Ethernet headers included);
@@ -108,7 +110,45 @@ for n in ["real-link", "emulated", "unshaped"]:
 PY
     echo "load after: $(uptime)"
     exit 0 ;;
-*) echo "usage: benches/gaia.sh mlr|mf|link|emulate" >&2; exit 2 ;;
+inner)
+    # Every row gaia at 1 % (DS 2); only the averaging inside the groups differs.
+    [[ -n ${RETABLE:-} ]] || {
+        I=(--epochs 5 --eval-every 10 --sync gaia --groups 2 --significance 0.01 --max-rounds 1170)
+        run lan-inner-allreduce lan 8 "${I[@]}" --gaia-inner allreduce
+        run lan-inner-asap lan 8 "${I[@]}" --gaia-inner asap
+        if [[ -z ${LAN_ONLY:-} ]]; then
+            run wan-inner-allreduce wan 8 "${I[@]}" --gaia-inner allreduce
+            run wan-inner-asap wan 8 "${I[@]}" --gaia-inner asap
+        fi
+    }
+    python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+names = [n for n in ["lan-inner-allreduce", "lan-inner-asap", "wan-inner-allreduce", "wan-inner-asap"] if os.path.exists(f"{out}/{n}.jsonl")]
+def load(name):
+    lines = [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
+    hit = next((e for e in lines if e["event"] == "eval" and e["test_metric"] is not None and e["test_metric"] >= 0.84), None)
+    return next(e for e in lines if e["event"] == "summary"), hit
+ref = load("lan-inner-allreduce")[1]
+print("| run | clocks (to 84 % / run) | train s to 84 % | vs LAN inner allreduce | final metric | WAN MB (kernel, all) | WAN MB (program, training) | LAN MB (program, training) | insignificant (filter) | sync s/rank (mean) | mirror wait s (max) | inner reduces (torn) | inner correction (max) | relay late max ms |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for name in names:
+    s, hit = load(name)
+    sm = s["sync_metrics"]
+    link = json.load(open(f"{out}/{name}.link.json"))
+    wan = sum(t["out_bytes"] for t in link["taps"]) / 1e6
+    late = (link.get("relay") or {}).get("late_max_ms")
+    to = f"{hit['round']} / {s['rounds']} | {hit['train_seconds']:.2f}" if hit else f"not reached / {s['rounds']} | -"
+    ratio = f"{hit['train_seconds']/ref['train_seconds']:.2f}x" if hit and ref else "-"
+    ins = f"{100*(1-sm['significant_updates']/sm['updates']):.1f} %"
+    inner = f"{sm['inner_rounds']:.0f} ({sm['inner_torn']:.0f})" if "inner_rounds" in sm else "-"
+    corr = f"{sm['inner_correction_max']:.2e}" if "inner_correction_max" in sm else "-"
+    print(f"| {name} | {to} | {ratio} | {100*s['final_metric']:.2f} % | {wan:.1f} | {sm['wan_bytes_sent']/1e6:.1f} | {sm['lan_bytes_sent']/1e6:.1f} | {ins} | "
+          f"{s['counters']['sync_seconds']['mean']:.2f} | {sm['mirror_wait_seconds']:.2f} | {inner} | {corr} | {'-' if late is None else f'{late:.1f}'} |")
+PY
+    [[ -n ${RETABLE:-} ]] || echo "load after: $(uptime)"
+    exit 0 ;;
+*) echo "usage: benches/gaia.sh mlr|mf|link|emulate|inner" >&2; exit 2 ;;
 esac
 if [[ -n ${RETABLE:-} ]]; then # the table of the last run again (e.g. after adding a column)
     rows=(lan-allreduce wan-allreduce wan-gaia-1pct wan-gaia-5pct lan-gaia-1pct)

@@ -142,8 +142,12 @@ up() {
         # where permitted (else nice -10), so other jobs' CPU use does not stretch the delay
         # (at load ~100 with plain priority it fell up to 1.1 s behind). It blocks in poll()
         # between frames, ~15 % of a core at 100 Mbit/s.
+        # NETLAB_RELAY_PRIO=inherit keeps the caller's priority instead (e.g. under `nice -n 19`
+        # on a machine whose other users must not be disturbed; then read the relay's lateness
+        # counters in `stats`).
         local prio=(nice -n -10)
         chrt -f 20 true 2>/dev/null && prio=(chrt -f 20)
+        [[ ${NETLAB_RELAY_PRIO:-} == inherit ]] && prio=()
         ip netns exec "$sw" "${prio[@]}" "$PY" "$HERE/wanlink.py" "${taps[@]}" --rate-mbit "$rate" --delay-ms "$delay" \
             --stats "$DIR/link.json" --ready "$DIR/wanlink.ready" > "$DIR/wanlink.log" 2>&1 &
         echo $! > "$DIR/wanlink.pid"

@@ -200,7 +200,7 @@ pub struct TrainConfig {
     /// rank-hosted parameter-server shards, --staleness), bosen (ssp with a bandwidth budget
     /// spent on the most significant updates first), async (coordinator and workers under a
     /// barrier predicate, --barrier, --optimizer), gaia (groups of ranks as data centres:
-    /// allreduce inside, significant updates between), none (independent replicas).
+    /// allreduce or, --gaia-inner asap, ASAP's stochastic reduce inside; significant updates between), none (independent replicas).
     #[arg(long, value_enum, default_value_t = SyncKind::Asap, help_heading = "Synchronisation")]
     pub sync: SyncKind,
     /// Local mini-batches between two exchanges (one round, or one clock for ssp).
@@ -512,6 +512,13 @@ impl TrainConfig {
             self.gaia.significance
         );
         anyhow::ensure!(self.gaia.dc_staleness <= 1_000_000, "--dc-staleness must be at most 1000000 clocks, got {}", self.gaia.dc_staleness);
+        if self.gaia.gaia_inner == crate::sync::gaia::GaiaInner::Asap {
+            anyhow::ensure!(self.sync == SyncKind::Gaia, "--gaia-inner asap applies to --sync gaia (the stochastic reduce inside each group)");
+            anyhow::ensure!(
+                self.asap.notify == crate::sync::asap::NotifyMode::NotifyAck && !self.asap.overlap,
+                "--gaia-inner asap runs the group's stochastic reduce with --notify notify-ack and without --overlap (a clock's group update needs every in-neighbour's model of that clock)"
+            );
+        }
         anyhow::ensure!(self.bosen.queue_size >= 1, "--queue-size must be at least 1 row");
         anyhow::ensure!(self.bosen.max_snapshots >= 1, "--max-snapshots must be at least 1");
         anyhow::ensure!(

@@ -1,7 +1,7 @@
 //! `--sync gaia`: groups of ranks as data centres (Gaia, Hsieh et al., NSDI'17, §3.3-4.4).
 //! Inside a group the replicas are averaged every clock (BSP allreduce over the group's own
-//! communicator: the LAN); between groups only significant updates travel (Approximate
-//! Synchronous Parallel over the WAN).
+//! communicator: the LAN; or ASAP's stochastic reduce, `--gaia-inner asap`, below); between
+//! groups only significant updates travel (Approximate Synchronous Parallel over the WAN).
 //!
 //! - **Groups** (`--groups`): consecutive blocks of ranks, one group per host, or a file mapping
 //!   ranks to groups ([`parse_groups`]).
@@ -28,6 +28,20 @@
 //! - **End**: every residual is sent (threshold 0), so every group ends with every update of
 //!   every group; then the replicas are averaged over all ranks.
 //!
+//! - **`--gaia-inner asap`**: step (1) is [`StochasticReduce`] (`--sync asap`'s NOTIFY-ACK
+//!   reduce, built by its own `build` on the group's communicator, `--graph` on the group's
+//!   ranks) instead of the allreduce, so the group's replicas differ. The group's model is their
+//!   mean, which the reduce keeps only on a graph with equal in- and out-degrees (checked; else
+//!   refused). A mirror server's u is its own replica minus its own base: it differs from the
+//!   mean's change by the change in how far its replica is from the mean, so summed over clocks
+//!   the error telescopes to that distance now; it does not accumulate. At the end the group
+//!   averages its bases exactly and each mirror server adds (mean - own base) of its shard to
+//!   its residuals before the flush, so every group still ends with every group's exact update
+//!   (`final_group_disagreement`; tested). Step (4) is not a collective either: a mirror server
+//!   adds what it received to its replica and forwards it (TAG_FORWARD) to its group's other
+//!   ranks, which add it to replica and base when it arrives (so it never counts as their own
+//!   update); cuts and the end wait for every forward.
+//!
 //! `--emulate-bandwidth` paces only the WAN messages here (the real set-up, `netlab/`, shapes
 //! only the links between groups).
 
@@ -38,6 +52,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use mpi::topology::{Color, Communicator, Key, SimpleCommunicator};
 
+use super::asap::{AsapOptions, NotifyMode, StochasticReduce};
 use super::{average_replicas, ring_allreduce_bytes, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::collectives;
 use crate::comm::mailbox::Backoff;
@@ -79,6 +94,23 @@ pub struct GaiaOptions {
     /// values when the link is backlogged).
     #[arg(long)]
     pub no_selective_barrier: bool,
+    /// How the replicas inside a group are averaged every clock: allreduce (MPI_Allreduce over
+    /// the group: its replicas stay equal) or asap (ASAP's NOTIFY-ACK stochastic reduce over
+    /// --graph built on each group's ranks, on the group's communicator; the graph must keep the
+    /// group's mean: every rank the same in- and out-degree). See docs/gaia.md for what a group's
+    /// update is then.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = GaiaInner::Allreduce)]
+    pub gaia_inner: GaiaInner,
+}
+
+/// `--gaia-inner`: how a group averages its replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GaiaInner {
+    /// MPI_Allreduce over the group every clock.
+    Allreduce,
+    /// ASAP's NOTIFY-ACK stochastic reduce on --graph among the group's ranks.
+    Asap,
 }
 
 impl Default for GaiaOptions {
@@ -235,6 +267,44 @@ const TAG_DATA: i32 = 21;
 const DENSE: u64 = 1 << 63;
 /// Selective barrier: `[clock u64][n u64]` + n x `index u32`.
 const TAG_BARRIER: i32 = 22;
+/// `--gaia-inner asap`: what a mirror server received, forwarded to its group's other ranks; a
+/// data message whose clock is the sender's count of merges.
+const TAG_FORWARD: i32 = 23;
+
+/// `--gaia-inner asap`: how the other groups' updates reach every rank of the group without a
+/// collective: each mirror server adds what it received to its own replica and forwards it to
+/// the group's other ranks, which add it when it arrives (to their replica and their base, so it
+/// never counts as their own update).
+struct Forwards {
+    /// Over the group's communicator.
+    postbox: Postbox,
+    /// Merges this rank has done; every mirror server of the group sends one forward per merge.
+    merges: u64,
+    /// Forwards received from each mirror server (by local index).
+    received: Vec<u64>,
+    /// The shard of each mirror server (by local index).
+    shards: Vec<Range<usize>>,
+}
+
+impl Forwards {
+    /// Adds every forward that has arrived into `params` and `base`.
+    fn take(&mut self, params: &mut [f32], base: &mut [f32]) -> anyhow::Result<()> {
+        while let Some((src, b)) = self.postbox.try_receive(TAG_FORWARD) {
+            let sh = self.shards.get(src).cloned().ok_or_else(|| anyhow::anyhow!("gaia: a forward from group rank {src}, which mirrors no shard"))?;
+            check_data(&b, sh.len()).with_context(|| format!("a gaia forward from group rank {src}"))?;
+            add_data(&b, &mut params[sh.clone()])?;
+            add_data(&b, &mut base[sh])?;
+            self.received[src] += 1;
+        }
+        self.postbox.progress_sends()?;
+        Ok(())
+    }
+
+    /// The mirror servers whose forwards of every merge so far have not all arrived.
+    fn missing(&self, me: usize) -> Vec<usize> {
+        (0..self.shards.len()).filter(|&k| k != me && self.received[k] < self.merges).collect()
+    }
+}
 
 /// A message: the header, then `n` entries written by `entry`.
 fn encode(clock: u64, n: usize, width: usize, mut entry: impl FnMut(usize, &mut Vec<u8>)) -> Vec<u8> {
@@ -243,6 +313,48 @@ fn encode(clock: u64, n: usize, width: usize, mut entry: impl FnMut(usize, &mut 
     b.extend_from_slice(&(n as u64).to_le_bytes());
     (0..n).for_each(|i| entry(i, &mut b));
     b
+}
+
+/// A data message of `clock` carrying the (index, value) entries `sig` of a shard of `len`
+/// values: sparse, or dense when that is shorter.
+fn encode_data(clock: u64, sig: &[(u32, f32)], len: usize) -> Vec<u8> {
+    if 2 * sig.len() > len {
+        let mut dense = vec![0f32; len];
+        sig.iter().for_each(|&(j, v)| dense[j as usize] = v);
+        let mut b = encode(clock, len, 4, |i, b| b.extend_from_slice(&dense[i].to_le_bytes()));
+        b[8..16].copy_from_slice(&(len as u64 | DENSE).to_le_bytes());
+        b
+    } else {
+        encode(clock, sig.len(), 8, |i, b| {
+            b.extend_from_slice(&sig[i].0.to_le_bytes());
+            b.extend_from_slice(&sig[i].1.to_le_bytes());
+        })
+    }
+}
+
+/// Checks that a data message for a shard of `len` values has the length its header says.
+fn check_data(b: &[u8], len: usize) -> anyhow::Result<()> {
+    let (_, n) = header(b)?;
+    let want = if n as u64 & DENSE != 0 { 16 + 4 * len } else { 16 + 8 * (n as u64 & !DENSE) as usize };
+    anyhow::ensure!(b.len() == want, "has {} bytes, expected {want}", b.len());
+    Ok(())
+}
+
+/// Adds the entries of a data message (checked by [`check_data`]) into `into`, the shard.
+fn add_data(b: &[u8], into: &mut [f32]) -> anyhow::Result<()> {
+    if header(b)?.1 as u64 & DENSE != 0 {
+        for (x, e) in into.iter_mut().zip(b[16..].chunks_exact(4)) {
+            *x += f32::from_le_bytes(e.try_into().expect("4 bytes"));
+        }
+        return Ok(());
+    }
+    for e in b[16..].chunks_exact(8) {
+        let j = u32::from_le_bytes(e[0..4].try_into().expect("4 bytes")) as usize;
+        let v = f32::from_le_bytes(e[4..8].try_into().expect("4 bytes"));
+        anyhow::ensure!(j < into.len(), "names index {j} outside the shard");
+        into[j] += v;
+    }
+    Ok(())
 }
 
 fn header(b: &[u8]) -> anyhow::Result<(u64, usize)> {
@@ -294,6 +406,9 @@ struct Counts {
     worker_below_5pct: u64,
     /// Entries sent only because they passed the soft threshold on an idle link.
     soft_sent: u64,
+    /// `--gaia-inner asap`: the largest |group mean - own replica| the end's correction added
+    /// to this mirror server's residuals (0 where the group's replicas agreed).
+    inner_correction: f64,
 }
 
 /// Groups averaging inside, exchanging significant updates between (see the module docs).
@@ -319,12 +434,16 @@ pub struct Gaia {
     clock: u64,
     /// Clocks per decay step of the threshold.
     decay_every: u64,
+    /// `--gaia-inner asap`: the stochastic reduce among the group's ranks (None: allreduce).
+    inner: Option<StochasticReduce>,
+    /// `--gaia-inner asap`: the other groups' updates passed on inside the group.
+    forwards: Option<Forwards>,
 }
 
 impl Gaia {
     /// Collective over the world: splits it into groups and mirror communicators. Returns the
     /// mode and what the metrics' start line records about it.
-    pub fn build(ctx: &SyncContext, opts: &GaiaOptions, init: &[f32]) -> anyhow::Result<(Self, serde_json::Value)> {
+    pub fn build(ctx: &SyncContext, opts: &GaiaOptions, asap: &AsapOptions, init: &[f32]) -> anyhow::Result<(Self, serde_json::Value)> {
         let world = ctx.comm.duplicate();
         let n = world.size() as usize;
         let rank = world.rank() as usize;
@@ -374,15 +493,36 @@ impl Gaia {
                 early: Vec::new(),
             }
         });
-        let info = serde_json::json!({
+        let inner = match opts.gaia_inner {
+            GaiaInner::Allreduce => Ok(None),
+            GaiaInner::Asap => build_inner(ctx, &local, asap, init).map(Some).with_context(|| {
+                format!("--gaia-inner asap: group {group} ({} ranks: {:?})", members[group].len(), members[group])
+            }),
+        };
+        let inner = collectives::agree(&world, inner)?;
+        let mut info = serde_json::json!({
+            "gaia_inner": opts.gaia_inner,
             "groups": members, "mirror_shards": p, "significance": opts.significance, "soft_significance": opts.soft_significance,
             "dc_staleness": opts.dc_staleness, "selective_barrier": !opts.no_selective_barrier,
             "significance_decay_every": if opts.significance_decay_every == 0 { ctx.rounds_per_epoch.max(1) } else { opts.significance_decay_every },
         });
+        if let Some((_, i)) = &inner {
+            info["inner"] = i.clone();
+        }
         if rank == 0 {
             let sizes: Vec<String> = group_sizes.iter().map(|s| s.to_string()).collect();
-            eprintln!("asap-train: gaia: {groups} group(s) of {} ranks; {p} mirror shard(s) per group", sizes.join(", "));
+            eprintln!(
+                "asap-train: gaia: {groups} group(s) of {} ranks ({} inside); {p} mirror shard(s) per group",
+                sizes.join(", "),
+                if inner.is_some() { "asap" } else { "allreduce" }
+            );
         }
+        let forwards = inner.as_ref().map(|_| Forwards {
+            postbox: Postbox::new(&local),
+            merges: 0,
+            received: vec![0; p],
+            shards: (0..p).map(shard).collect(),
+        });
         let mode = Gaia {
             opts: opts.clone(),
             world,
@@ -401,8 +541,29 @@ impl Gaia {
             wait_timeout: ctx.wait_timeout,
             clock: 0,
             decay_every: if opts.significance_decay_every == 0 { ctx.rounds_per_epoch.max(1) } else { opts.significance_decay_every },
+            forwards,
+            inner: inner.map(|(r, _)| r),
         };
         Ok((mode, info))
+    }
+
+    /// Averages the group's replicas (step (1) of a clock); returns the factor that turns the
+    /// result into the average (1/n after a sum, 1 after the stochastic reduce).
+    fn group_average(&mut self, params: &mut [f32], t: u64) -> anyhow::Result<f32> {
+        let Some(r) = self.inner.as_mut() else {
+            self.group_allreduce(params);
+            return Ok(1.0 / self.local.size() as f32);
+        };
+        let before = r.stats().clone();
+        r.sync(params, t)?;
+        let after = r.stats();
+        // Asap's bytes are the LAN's. The caller counts the step's time as communication; the
+        // part asap knew it was waiting (NOTIFY, ACK) moves to waiting.
+        self.counts.lan_bytes += after.bytes_sent - before.bytes_sent;
+        let waited = after.wait_seconds - before.wait_seconds;
+        self.stats.wait_seconds += waited;
+        self.stats.comm_seconds -= waited;
+        Ok(1.0)
     }
 
     fn group_allreduce(&mut self, v: &mut [f32]) {
@@ -446,19 +607,7 @@ impl Gaia {
                 }
                 self.counts.barriers_sent += 1;
             }
-            let len = m.acc.len();
-            let data = if 2 * sig.len() > len {
-                let mut dense = vec![0f32; len];
-                sig.iter().for_each(|&(j, v)| dense[j as usize] = v);
-                let mut b = encode(t, len, 4, |i, b| b.extend_from_slice(&dense[i].to_le_bytes()));
-                b[8..16].copy_from_slice(&(len as u64 | DENSE).to_le_bytes());
-                b
-            } else {
-                encode(t, sig.len(), 8, |i, b| {
-                    b.extend_from_slice(&sig[i].0.to_le_bytes());
-                    b.extend_from_slice(&sig[i].1.to_le_bytes());
-                })
-            };
+            let data = encode_data(t, &sig, m.acc.len());
             for g in (0..groups).filter(|&g| g != me) {
                 match m.pacer.as_mut() {
                     Some(p) => {
@@ -518,8 +667,59 @@ impl Gaia {
         Ok(())
     }
 
-    /// Sums what the group's mirror servers received into `params` (collective over the group).
-    fn merge_incoming(&mut self, params: &mut [f32]) {
+    /// `--gaia-inner asap`, at the end (collective over the group): drains the stochastic
+    /// reduce, averages the group's bases (the models its mirror servers' updates were taken
+    /// from) exactly, and adds to each mirror server's residuals what its replica's view of its
+    /// shard still differs from that mean, so the flush that follows makes the updates the other
+    /// groups received sum exactly to the group's mean update. Every replica of the group then
+    /// holds the mean (plus its own steps after the last clock, if any).
+    fn settle_inner(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
+        if self.inner.is_none() {
+            return Ok(());
+        }
+        // Every replica must hold the same updates of the other groups before the mean is taken.
+        self.await_forwards(params)?;
+        let r = self.inner.as_mut().expect("checked");
+        let mut mean = self.base.clone();
+        let before = r.stats().clone();
+        r.finish(&mut mean)?;
+        let after = r.stats();
+        self.counts.lan_bytes += after.bytes_sent - before.bytes_sent + after.final_bytes - before.final_bytes;
+        if let Some(m) = self.mirror.as_mut() {
+            let sh = m.shard.clone();
+            for ((a, &mu), &b) in m.acc.iter_mut().zip(&mean[sh.clone()]).zip(&self.base[sh]) {
+                *a += mu - b;
+                self.counts.inner_correction = self.counts.inner_correction.max((mu - b).abs() as f64);
+            }
+        }
+        for ((w, &mu), b) in params.iter_mut().zip(&mean).zip(self.base.iter_mut()) {
+            *w = mu + (*w - *b);
+            *b = mu;
+        }
+        Ok(())
+    }
+
+    /// Sums what the group's mirror servers received into `params`: an allreduce over the group,
+    /// or, with asap inside, this rank's own at once and the others' forwards as they arrive.
+    fn merge_incoming(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
+        if let Some(f) = self.forwards.as_mut() {
+            // Asap inside: no collective. This rank's own received updates at once, then forwarded;
+            // the other mirror servers' as their forwards arrive.
+            f.merges += 1;
+            if let Some(m) = self.mirror.as_mut() {
+                let sig: Vec<(u32, f32)> =
+                    m.incoming.iter().enumerate().filter(|(_, x)| **x != 0.0).map(|(j, &x)| (j as u32, x)).collect();
+                params[m.shard.clone()].iter_mut().zip(&m.incoming).for_each(|(w, d)| *w += d);
+                let msg = encode_data(f.merges, &sig, m.incoming.len());
+                for j in (0..self.local.size() as usize).filter(|&j| j != self.local_index) {
+                    self.counts.lan_bytes += msg.len() as u64;
+                    f.postbox.send(j, TAG_FORWARD, msg.clone())?;
+                }
+                m.incoming.iter_mut().for_each(|x| *x = 0.0);
+            }
+            self.base.copy_from_slice(params);
+            return f.take(params, &mut self.base);
+        }
         self.sum.iter_mut().for_each(|x| *x = 0.0);
         if let Some(m) = self.mirror.as_mut() {
             self.sum[m.shard.clone()].copy_from_slice(&m.incoming);
@@ -530,6 +730,34 @@ impl Gaia {
         params.iter_mut().zip(&sum).for_each(|(w, d)| *w += d);
         self.sum = sum;
         self.base.copy_from_slice(params);
+        Ok(())
+    }
+
+    /// `--gaia-inner asap`: waits until the forwards of every merge so far have arrived from
+    /// every mirror server of the group and adds them (at a cut and at the end, when every rank
+    /// of the group has done the same merges).
+    fn await_forwards(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
+        let Some(f) = self.forwards.as_mut() else { return Ok(()) };
+        let start = Instant::now();
+        let mut backoff = Backoff::default();
+        loop {
+            f.take(params, &mut self.base)?;
+            let missing = f.missing(self.local_index);
+            if missing.is_empty() {
+                break;
+            }
+            anyhow::ensure!(
+                start.elapsed() < self.wait_timeout,
+                "gaia: waited {:.1} s (--wait-timeout) for the forwarded updates of merge {} from the group's mirror server(s) {:?} (ranks {:?})",
+                start.elapsed().as_secs_f64(),
+                f.merges,
+                missing,
+                missing.iter().map(|&k| self.members[self.group][k]).collect::<Vec<_>>()
+            );
+            backoff.pause();
+        }
+        self.stats.wait_seconds += start.elapsed().as_secs_f64();
+        Ok(())
     }
 
     fn wan_received(&self) -> u64 {
@@ -556,10 +784,54 @@ impl Gaia {
             }
             self.stats.wait_seconds += tw.elapsed().as_secs_f64();
         }
-        self.merge_incoming(params);
+        self.merge_incoming(params)?;
+        self.await_forwards(params)?;
         self.stats.bytes_sent = self.counts.lan_bytes + self.counts.wan_bytes;
         Ok(())
     }
+}
+
+/// `--gaia-inner asap`: the stochastic reduce on the group's communicator `local`, built as
+/// `--sync asap` builds it, over the group's ranks: NOTIFY-ACK only (a clock's update needs
+/// every in-neighbour's model of that clock), unpaced (only the WAN is emulated), and on a graph
+/// whose averaging keeps the group's mean (else the group's update would not be the sum of its
+/// ranks' steps; see docs/gaia.md). Returns the mode and its start-line report.
+fn build_inner(
+    ctx: &SyncContext,
+    local: &SimpleCommunicator,
+    asap: &AsapOptions,
+    init: &[f32],
+) -> anyhow::Result<(StochasticReduce, serde_json::Value)> {
+    anyhow::ensure!(
+        asap.notify == NotifyMode::NotifyAck && !asap.overlap,
+        "the group's stochastic reduce runs with --notify notify-ack and without --overlap (a clock's group update needs every in-neighbour's model of that clock)"
+    );
+    let inner_ctx = SyncContext {
+        comm: local,
+        layout: ctx.layout.clone(),
+        wait_timeout: ctx.wait_timeout,
+        stop_sending_after: None,
+        seed: ctx.seed,
+        emulate: None,
+        record_sends: false,
+        rounds_per_epoch: ctx.rounds_per_epoch,
+    };
+    // Every rank of a group builds the same graph, so the group fails or succeeds as one (and
+    // drops the mailboxes together when the check below refuses the graph).
+    let (mode, info) = StochasticReduce::build(&inner_ctx, asap, init, None, 0)?;
+    let r = &info["report"];
+    let deg = |k: &str| r[k].as_u64().unwrap_or(0);
+    anyhow::ensure!(
+        r["doubly_stochastic"].as_bool() == Some(true),
+        "--graph {} on {} ranks averages with unequal weights (in-degrees {}..{}, out-degrees {}..{}), so it would not keep the group's mean and the group's update would not be its ranks' steps; use a graph where every rank has the same in- and out-degree (ring, complete, root-expander, exponential, hypercube, torus, random:D)",
+        asap.graph,
+        local.size(),
+        deg("min_in_degree"),
+        deg("max_in_degree"),
+        deg("min_out_degree"),
+        deg("max_out_degree")
+    );
+    Ok((mode, info))
 }
 
 /// Hands the paced data whose time has come to MPI.
@@ -582,11 +854,8 @@ fn receive(m: &mut Mirror, counts: &mut Counts, t: u64) -> anyhow::Result<()> {
         counts.barriers_received += 1;
     }
     while let Some((g, b)) = m.postbox.try_receive(TAG_DATA) {
-        let (clock, n) = header(&b)?;
-        let dense = n as u64 & DENSE != 0;
-        let n = (n as u64 & !DENSE) as usize;
-        let want = if dense { 16 + 4 * m.incoming.len() } else { 16 + 8 * n };
-        anyhow::ensure!(b.len() == want, "a gaia data message from group {g} has {} bytes, expected {want}", b.len());
+        let (clock, _) = header(&b)?;
+        check_data(&b, m.incoming.len()).with_context(|| format!("a gaia data message from group {g}"))?;
         m.early.push((clock, g, b));
     }
     // Messages of one group arrive in clock order; apply in that order.
@@ -597,19 +866,7 @@ fn receive(m: &mut Mirror, counts: &mut Counts, t: u64) -> anyhow::Result<()> {
             continue;
         }
         let (clock, g, b) = m.early.remove(i);
-        if header(&b)?.1 as u64 & DENSE != 0 {
-            for (x, e) in m.incoming.iter_mut().zip(b[16..].chunks_exact(4)) {
-                *x += f32::from_le_bytes(e.try_into().expect("4 bytes"));
-            }
-            m.clocks.data(g, clock);
-            continue;
-        }
-        for e in b[16..].chunks_exact(8) {
-            let j = u32::from_le_bytes(e[0..4].try_into().expect("4 bytes")) as usize;
-            let v = f32::from_le_bytes(e[4..8].try_into().expect("4 bytes"));
-            anyhow::ensure!(j < m.incoming.len(), "a gaia data message from group {g} names index {j} outside the shard");
-            m.incoming[j] += v;
-        }
+        add_data(&b, &mut m.incoming).with_context(|| format!("a gaia data message from group {g}"))?;
         m.clocks.data(g, clock);
     }
     Ok(())
@@ -642,9 +899,10 @@ impl SyncMode for Gaia {
                 c.worker_below_5pct += (d < 0.05 * b.abs()) as u64;
             }
         }
-        // (1) the group's average and its update; its weight in the global model.
-        self.group_allreduce(params);
-        let inv = 1.0 / self.local.size() as f32;
+        // (1) the group's average and its update; its weight in the global model. Under
+        // `--gaia-inner asap` the "average" is this rank's replica after the stochastic reduce,
+        // and a mirror server's update is its own replica's change (see the module docs).
+        let inv = self.group_average(params, t)?;
         let s = self.group_sizes[self.group] as f32 / self.world.size() as f32;
         let shard = self.mirror.as_ref().map_or(0..0, |m| m.shard.clone());
         let mut updates = 0;
@@ -664,7 +922,7 @@ impl SyncMode for Gaia {
         self.exchange(params, t, Some(thr), self.opts.dc_staleness)?;
         // (4) what the other groups sent.
         let tm = Instant::now();
-        self.merge_incoming(params);
+        self.merge_incoming(params)?;
         self.stats.comm_seconds += tm.elapsed().as_secs_f64();
         self.clock = t;
         self.stats.rounds += 1;
@@ -674,6 +932,9 @@ impl SyncMode for Gaia {
     }
 
     fn quiesce(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        if let Some(r) = self.inner.as_mut() {
+            r.quiesce(params, round)?;
+        }
         self.cut(params, round, false)
     }
 
@@ -682,7 +943,12 @@ impl SyncMode for Gaia {
         let t = Instant::now();
         let (sent, received, wait) = (self.stats.bytes_sent, self.stats.bytes_received, self.stats.wait_seconds);
         let (lan, wan, significant) = (self.counts.lan_bytes, self.counts.wan_bytes, self.counts.significant);
+        self.settle_inner(params)?;
         self.cut(params, self.clock, true)?;
+        if let Some(f) = self.forwards.as_mut() {
+            // Every rank of the group has taken every forward in the cut; let ours complete.
+            f.postbox.flush_sends(self.wait_timeout, |_| Ok(()))?;
+        }
         self.counts.significant = significant;
         self.stats.final_bytes += self.counts.lan_bytes + self.counts.wan_bytes - lan - wan;
         (self.stats.bytes_sent, self.stats.bytes_received, self.stats.wait_seconds) = (sent, received, wait);
@@ -746,7 +1012,7 @@ impl SyncMode for Gaia {
     fn metrics(&self) -> Vec<ModeMetric> {
         let c = &self.counts;
         let thr = threshold(self.opts.significance, decay_step(self.clock, self.decay_every));
-        vec![
+        let mut out = vec![
             ModeMetric::number("groups", Aggregate::Max, self.groups as f64),
             ModeMetric::number("updates", Aggregate::Sum, c.updates as f64),
             ModeMetric::number("significant_updates", Aggregate::Sum, c.significant as f64),
@@ -763,7 +1029,24 @@ impl SyncMode for Gaia {
             ModeMetric::number("worker_updates_below_1pct", Aggregate::Sum, c.worker_below_1pct as f64),
             ModeMetric::number("worker_updates_below_5pct", Aggregate::Sum, c.worker_below_5pct as f64),
             ModeMetric::number("soft_updates_sent", Aggregate::Sum, c.soft_sent as f64),
-        ]
+        ];
+        if let Some(r) = &self.inner {
+            // Asap's own counters, renamed: every reduce's count of consistent in-neighbour
+            // models (NOTIFY-ACK: always the in-degree) and the torn reads (always 0).
+            out.push(ModeMetric::number("inner_rounds", Aggregate::Sum, r.stats().rounds as f64));
+            out.push(ModeMetric::number("inner_correction_max", Aggregate::Max, c.inner_correction));
+            for m in r.metrics() {
+                let name = match m.name {
+                    "consistency_histogram" => "inner_consistency_histogram",
+                    "torn" => "inner_torn",
+                    "stale" => "inner_stale",
+                    "in_degree" => "inner_in_degree",
+                    _ => continue,
+                };
+                out.push(ModeMetric { name, ..m });
+            }
+        }
+        out
     }
 }
 

@@ -65,6 +65,10 @@ impl RunIdentity {
             crate::config::SyncKind::Asap => cfg.ssp.staleness.unwrap_or(0),
             _ => cfg.ssp.ssp_staleness(),
         });
+        // Gaia's inner mode changes the trajectory (added only when not the default).
+        if cfg.sync == crate::config::SyncKind::Gaia && cfg.gaia.gaia_inner != crate::sync::gaia::GaiaInner::Allreduce {
+            c["gaia_inner"] = serde_json::json!(cfg.gaia.gaia_inner);
+        }
         if cfg.partition != "iid" {
             c["partition"] = serde_json::json!(cfg.partition);
         }

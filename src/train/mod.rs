@@ -67,7 +67,7 @@ fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Res
             (Box::new(crate::sync::ssp::StaleSynchronous::new(ctx, &cfg.ssp, init, setup)?), info)
         }
         SyncKind::Gaia => {
-            let (mode, info) = crate::sync::gaia::Gaia::build(ctx, &cfg.gaia, init)?;
+            let (mode, info) = crate::sync::gaia::Gaia::build(ctx, &cfg.gaia, &cfg.asap, init)?;
             (Box::new(mode), info)
         }
         SyncKind::Async => {
