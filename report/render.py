@@ -359,7 +359,7 @@ def section(args, name):
                                                       "torch_installed_at", "torch_installed_now", "torch_venv")}
         ti = res["torch_install"]
         text.append(f"torch: `{ti['torch_version']}` from {ti['torch_source']}, its venv `{ti['torch_venv']}` holds "
-                    f"{ti['torch_venv_mb']} MB; `pip install` took {ti['torch_install_seconds']} s at {ti['torch_installed_at']}"
+                    f"{ti['torch_venv_mb']} MB; `pip install` took {ti['torch_install_seconds']} s (finished {ti['torch_installed_at']})"
                     + (" (this run's set-up, not counted in the training times)" if ti.get("torch_installed_now") == "1" else " (an earlier run's set-up)")
                     + ". " + TORCH_WHY)
         for model in ("mlr", "mlp"):
