@@ -8,7 +8,11 @@
 #     mixing      consensus rounds (training off, --consensus-only) vs the spectral gap's prediction
 #     stragglers  every mode with 2 of 8 ranks at half speed (+ production pattern at 32 ranks)
 #     bandwidth   bosen vs ssp (and gaia, allreduce) under an emulated 100 Mbit/s link
+#     libsvm      allreduce vs asap vs ssp, logreg and svm, on the LIBSVM set datasets/ prepares
+#     movielens   matrix factorisation on MovieLens: allreduce vs asap vs ssp to a held-out RMSE
 #     peers       scikit-learn and LIBLINEAR on the same data and machine, our 1 and 8 ranks
+#     torch       PyTorch DDP (gloo, CPU, 8 processes) next to our allreduce and asap; opt-in:
+#                 only with PEERS=torch or when named (installs torch into runs/torch-venv, ~5 GB)
 #     sparse      examples/s and peak RSS per rank on the RCV1-shape synthetic set, 1/4/8 ranks
 #
 # Every table comes from one run of its section (ratios within a table are meaningful; the load
@@ -17,8 +21,8 @@
 #
 # Environment: QUICK=1 runs the ~2-minute subset (fewer runs, 1 epoch, small synthetic set; used by
 # tests/report.rs); BIN (binary; default target/release/asap-train), RUNS (raw metrics, default
-# runs/report[-quick]), OUT (default report[-quick] under runs/ for QUICK), PEERS=torch (PyTorch
-# DDP: not implemented, the report says so).
+# runs/report[-quick]), OUT (default report[-quick] under runs/ for QUICK), PEERS=torch (adds the
+# torch section to the default list), TORCH_VENV (default runs/torch-venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=$PWD
@@ -30,9 +34,11 @@ else
     RUNS=${RUNS:-runs/report}; OUT=${OUT:-report}
 fi
 PEERS=${PEERS:-}
-ALL=(asap61 asap62 mixing stragglers bandwidth peers sparse)
+ALL=(asap61 asap62 mixing stragglers bandwidth libsvm movielens peers torch sparse)
 SECTIONS=("$@")
-[ ${#SECTIONS[@]} -gt 0 ] || SECTIONS=("${ALL[@]}")
+if [ ${#SECTIONS[@]} -eq 0 ]; then
+    for s in "${ALL[@]}"; do [ "$s" != torch ] || [ "$PEERS" = torch ] && SECTIONS+=("$s"); done
+fi
 mkdir -p "$RUNS" "$OUT"
 [ -x "$BIN" ] || { echo "no binary at $BIN: cargo build --release first" >&2; exit 1; }
 # Debian's python3 has the packaged scikit-learn; a python3 earlier on PATH may not.
@@ -155,7 +161,104 @@ peers() {
     run ours-1rank 1 --model mlr --epochs 5 --sync none --eval-every 0 --seed 1
     [ "$QUICK" = 1 ] || run ours-allreduce-8 8 --model mlr --epochs 5 --sync allreduce --eval-every 0 --seed 1
     $PY report/peers.py --rows "$n" --out "$out/peers.json" >&2
-    if [ "$PEERS" = torch ]; then meta torch="requested but not implemented in this report yet"; fi
+    end
+}
+
+# The real LIBSVM set datasets/prepare.sh makes (heart_scale, 270 x 13, +1/-1 labels; it is the
+# only LIBSVM file there): 30 % held out by the seeded row hash, batches of 8 so each of the 8
+# ranks' ~24 rows gives 3 mini-batches per epoch; lr 0.1 decayed 0.95 per epoch over 30 epochs
+# (the default 0.3 * 0.8^epoch has all but stopped after 15 of these short epochs).
+libsvm() {
+    begin libsvm
+    datasets/prepare.sh >&2
+    local epochs=30
+    [ "$QUICK" = 1 ] && epochs=10
+    local H=(--data datasets/out/heart_scale.svm --test-fraction 0.3 --batch-size 8 --epochs "$epochs" --lr 0.1
+             --lr-decay 0.95 --eval-every 3 --seed 1)
+    meta data=datasets/out/heart_scale.svm test_fraction=0.3 what="binary classification, 8 ranks" options="${H[*]}"
+    local models="logreg svm"
+    [ "$QUICK" = 1 ] && models=logreg
+    for model in $models; do
+        run "allreduce-$model" 8 "${H[@]}" --model "$model" --sync allreduce
+        run "asap-root-expander-$model" 8 "${H[@]}" --model "$model" --sync asap --graph root-expander
+        [ "$QUICK" = 1 ] || run "ssp-S0-consgd-$model" 8 "${H[@]}" --model "$model" --sync ssp --staleness 0 --apply consgd
+        run "ssp-S3-consgd-$model" 8 "${H[@]}" --model "$model" --sync ssp --staleness 3 --apply consgd
+    done
+    end
+}
+
+# MovieLens (datasets/prepare.sh: 90,004 training ratings, 10,000 held out): the options of
+# benches/ssp.sh mf and docs/datasets (lr 1, lambda 0.1, 0.9 per epoch), one round every 22
+# mini-batches (16 per epoch: averaging the 107,108-parameter model after every mini-batch made
+# allreduce 37 s of training for 20 epochs against 0.7 s for 12 epochs this way), 12 epochs.
+movielens() {
+    begin movielens
+    datasets/prepare.sh >&2
+    local epochs=12
+    [ "$QUICK" = 1 ] && epochs=3
+    local M=(--data datasets/out/movielens-train.ratings --test-data datasets/out/movielens-test.ratings --model mf
+             --lr 1 --lambda 0.1 --lr-decay 0.9 --epochs "$epochs" --sync-every 22 --eval-every 4 --seed 1)
+    meta data=datasets/out/movielens-train.ratings what="matrix factorisation (10 factors), 8 ranks" options="${M[*]}"
+    run allreduce 8 "${M[@]}" --sync allreduce
+    run asap-root-expander 8 "${M[@]}" --sync asap --graph root-expander
+    [ "$QUICK" = 1 ] || run ssp-S0-consgd 8 "${M[@]}" --sync ssp --staleness 0 --apply consgd
+    run ssp-S3-dynsgd 8 "${M[@]}" --sync ssp --staleness 3 --apply dynsgd
+    end
+}
+
+# PyTorch DDP's venv, owned by the report: the CPU-only wheel index first; where it cannot be
+# reached, PyPI's torch with its dependencies (the Linux wheel is the CUDA build: it does not
+# import without the NVIDIA libraries, so --no-deps is not enough). Notes what it used.
+TORCH_VENV=${TORCH_VENV:-runs/torch-venv}
+torch_venv() {
+    local py=$TORCH_VENV/bin/python t0 src now=0
+    if ! { [ -x "$py" ] && [ -f "$TORCH_VENV/.installed" ] && "$py" -c 'import torch, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; }; then
+        echo "torch: installing into $TORCH_VENV" >&2
+        t0=$(date +%s)
+        rm -rf "$TORCH_VENV"
+        # System site packages: Debian's numpy (the peer reads IDX files with it).
+        $PY -m venv --system-site-packages "$TORCH_VENV"
+        if "$TORCH_VENV/bin/pip" install -q --retries 1 torch --index-url https://download.pytorch.org/whl/cpu >&2; then
+            src="the PyTorch CPU-only wheel index"
+        elif "$TORCH_VENV/bin/pip" install -q torch >&2; then
+            src="PyPI (CUDA build with its NVIDIA libraries; the CPU-only index was unreachable)"
+        else
+            echo "torch: cannot install torch into $TORCH_VENV" >&2; exit 1
+        fi
+        "$py" -c 'import torch, torch.distributed as d; assert d.is_gloo_available(), "torch without gloo"' \
+            || { echo "torch: installed but cannot import it with gloo" >&2; exit 1; }
+        # What the set-up did, kept with the venv for later runs' reports.
+        printf '%s\n%s\n%s\n' "$src" "$(( $(date +%s) - t0 ))" "$(date -u +%FT%TZ)" > "$TORCH_VENV/.installed"
+        now=1
+    fi
+    meta torch_source="$(sed -n 1p "$TORCH_VENV/.installed")" torch_install_seconds="$(sed -n 2p "$TORCH_VENV/.installed")" \
+        torch_installed_at="$(sed -n 3p "$TORCH_VENV/.installed")" torch_installed_now="$now" torch_venv="$TORCH_VENV" \
+        torch_venv_mb="$(du -sm "$TORCH_VENV" | cut -f1)" torch_version="$("$py" -c 'import torch; print(torch.__version__)')"
+}
+
+torch() {
+    begin torch
+    torch_venv
+    # The asap61 options at 8 ranks, IID: our allreduce, our best asap at 8 ranks in asap61
+    # (root expander), and DDP with the same model, shards, batch, schedule and evaluations.
+    # MLR's last evaluations swing by +-2 points between seeds (eta is still 0.19 in epoch 3), so
+    # allreduce and DDP run with seeds 1-3; then the same for the MLP (seed 1).
+    local c=(--batch-size 64 --epochs "$EPOCHS" --eval-every 10)
+    meta options="${c[*]}"
+    local seeds="1 2 3" models="mlr mlp"
+    [ "$QUICK" = 1 ] && { seeds=1; models=mlr; }
+    for model in $models; do
+        for seed in $seeds; do
+            [ "$model" = mlp ] && [ "$seed" != 1 ] && continue
+            run "allreduce-$model-s$seed" 8 "${c[@]}" --model "$model" --seed "$seed" --sync allreduce
+            [ "$seed" = 1 ] && run "asap-root-expander-$model-s$seed" 8 "${c[@]}" --model "$model" --seed "$seed" --sync asap --graph root-expander
+            local name="torch-ddp-$model-s$seed"
+            "$TORCH_VENV/bin/python" report/torch_ddp.py --ranks 8 --model "$model" --hidden 128 --batch-size 64 --lr 0.3 --decay 0.8 \
+                --lambda 1e-5 --epochs "$EPOCHS" --eval-every 10 --seed "$seed" --metrics "$out/$name.jsonl" > "$out/$name.log" 2>&1 \
+                || { echo "torch DDP run failed: see $out/$name.log" >&2; exit 1; }
+            rows+=("$name")
+        done
+    done
     end
 }
 
