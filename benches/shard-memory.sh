@@ -50,11 +50,15 @@ echo "data: $data ($(du -h "$data" | cut -f1))"
 run() { # binary label ranks
     local bin=$1 label=$2 n=$3 log
     log="$dir/$label-$n.log"
-    mpirun -n "$n" /usr/bin/time -f "PEAK_RSS_KB %M" "$bin" --data "$data" --model svm --epochs 1 \
+    # Each rank's /usr/bin/time writes its own file: through mpirun's merged stderr the ranks'
+    # lines interleaved ("PEAK_RSS_KB PEAK_RSS_KB 293652293456" in one 4-rank run).
+    rm -f "$dir/$label-$n.rss."*
+    mpirun -n "$n" sh -c 'exec /usr/bin/time -o "$0.${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}" -f "%M" "$@"' \
+        "$dir/$label-$n.rss" "$bin" --data "$data" --model svm --epochs 1 \
         --max-rounds 1 >"$log" 2>&1 || { echo "$label at $n ranks failed, see $log" >&2; return 0; }
     local load rss
     load=$(sed -n 's/.*= load \([0-9.]*\) s.*/\1/p' "$log" | head -1)
-    rss=$(awk '/^PEAK_RSS_KB/ {s += $2; if ($2 > m) m = $2; n++} END {printf "%8.0f %8.0f", m / 1024, s / n / 1024}' "$log")
+    rss=$(cat "$dir/$label-$n.rss."* | awk '{s += $1; if ($1 + 0 > m + 0) m = $1; n++} END {printf "%8.0f %8.0f", m / 1024, s / n / 1024}')
     printf "%-7s %5d %8s %s\n" "$label" "$n" "$load" "$rss"
 }
 
