@@ -253,8 +253,11 @@ struct RunReport {
 
 /// The transport's own speed, measured in the same run as the reduces: every rank puts `len`
 /// f32s into the next rank's window and flushes, `rounds` times (after one warm-up); returns the
-/// slowest rank's mean microseconds per put + flush.
-fn raw_put_flush_us(world: &SimpleCommunicator, len: usize, rounds: u64) -> anyhow::Result<f64> {
+/// slowest rank's mean microseconds per put + flush. With `receiver_reads`, the ranks meet after
+/// every put and each sums what it was sent (untimed) before the next put, as a receiver that
+/// uses the data does: then the put's destination is in the receiver's cache, not the sender's
+/// (docs/asap.md, NOTIFY-ACK step 3).
+fn raw_put_flush_us(world: &SimpleCommunicator, len: usize, rounds: u64, receiver_reads: bool) -> anyhow::Result<f64> {
     let n = world.size();
     let win = Window::allocate(world, 4 * len.max(1))?;
     let data = vec![1f32; len];
@@ -262,12 +265,21 @@ fn raw_put_flush_us(world: &SimpleCommunicator, len: usize, rounds: u64) -> anyh
     win.put(next, 0, &data)?;
     win.flush(next)?;
     world.barrier();
-    let start = Instant::now();
+    let mut timed = 0.0;
     for _ in 0..rounds.max(1) {
+        let start = Instant::now();
         win.put(next, 0, &data)?;
         win.flush(next)?;
+        timed += start.elapsed().as_secs_f64();
+        if receiver_reads {
+            world.barrier();
+            win.sync()?;
+            let sum: f32 = win.quiescent_local(0, len, |x: &[f32]| x.iter().sum());
+            std::hint::black_box(sum);
+            world.barrier();
+        }
     }
-    let us = start.elapsed().as_secs_f64() / rounds.max(1) as f64 * 1e6;
+    let us = timed / rounds.max(1) as f64 * 1e6;
     world.barrier();
     Ok(all_max(world, us))
 }
@@ -564,15 +576,19 @@ fn main() {
         ModeChoice::Barrier => vec![NotifyMode::Barrier],
         ModeChoice::None => vec![NotifyMode::None],
     };
-    let raw_us = match raw_put_flush_us(&world, args.len, args.rounds) {
+    let (raw_us, read_us) = match raw_put_flush_us(&world, args.len, args.rounds, false)
+        .and_then(|raw| Ok((raw, raw_put_flush_us(&world, args.len, args.rounds, true)?)))
+    {
         Ok(us) => us,
         Err(e) => abort_job(&format!("rma-check: raw put baseline: {e:#}"), 3),
     };
     if world.rank() == 0 && n > 1 {
         println!(
-            "rma-check: raw put+flush of len={} to the next rank: {raw_us:.1} us ({:.0} MB/s)",
+            "rma-check: raw put+flush of len={} to the next rank: {raw_us:.1} us ({:.0} MB/s); \
+             with the receiver reading its window between puts: {read_us:.1} us ({:.0} MB/s)",
             args.len,
-            4.0 * args.len as f64 / raw_us
+            4.0 * args.len as f64 / raw_us,
+            4.0 * args.len as f64 / read_us
         );
     }
     for &g in &graphs {
@@ -580,7 +596,7 @@ fn main() {
             match run(&world, g, m, &args) {
                 Ok(r) if world.rank() == 0 => println!(
                     "rma-check: ok graph={g:?} n={n} notify={m:?} rounds={} len={} \
-                     round_latency_us={:.1} transfer_us={:.1} transfer_vs_raw_put={:.2} consistency_histogram={:?} torn={} stale={} \
+                     round_latency_us={:.1} transfer_us={:.1} transfer_vs_raw_put={:.2} transfer_vs_read_put={:.2} consistency_histogram={:?} torn={} stale={} \
                      distance_before_finish={:.3e} final={} max_comm_s={:.4} max_wait_s={:.4} \
                      max_bytes_sent={}",
                     args.rounds,
@@ -588,6 +604,7 @@ fn main() {
                     r.latency_us,
                     r.transfer_us,
                     raw_us / r.transfer_us,
+                    read_us / r.transfer_us,
                     r.histogram,
                     r.torn,
                     r.stale,
@@ -666,8 +683,8 @@ mod probe {
         let round = per_round(t.round_wall);
         if world.rank() == 0 {
             println!(
-                "rma-check: probe cycle={cycle} len={len} {name:<22} transfer_us={wall:7.1} cpu_us={cpu:7.1} \
-                 GB_per_s={:5.1} put/flush/notify_us={:.1}/{:.1}/{:.1} reduce_us={rw:.1} reduce_cpu_us={rc:.1} round_us={round:.1}",
+                "rma-check: probe cycle={cycle} len={len} {name:<22} transfer_us={wall:.1} cpu_us={cpu:.1} \
+                 GB_per_s={:.1} put/flush/notify_us={:.1}/{:.1}/{:.1} reduce_us={rw:.1} reduce_cpu_us={rc:.1} round_us={round:.1}",
                 4.0 * len as f64 / wall / 1e3,
                 parts[0],
                 parts[1],
@@ -883,6 +900,17 @@ mod probe {
             report(world, "raw-together-cold", cycle, len, raw(world, &win, &mut data, rounds, Pattern::Together, Some(&mut cold))?);
             let mut reads = |w: &Window, _: &mut [f32]| read_window(w, len);
             report(world, "raw-together-reads", cycle, len, raw(world, &win, &mut data, rounds, Pattern::Together, Some(&mut reads))?);
+            let mut acc = vec![0f32; len];
+            let mut reads_nta = |w: &Window, _: &mut [f32]| {
+                w.quiescent_local(0, len, |x: &[f32]| asap_train::comm::window::add_streaming(&mut acc, x));
+                black_box(&acc[0]);
+            };
+            report(world, "raw-together-reads-nta", cycle, len, raw(world, &win, &mut data, rounds, Pattern::Together, Some(&mut reads_nta))?);
+            let mut reads_add = |w: &Window, _: &mut [f32]| {
+                w.quiescent_local(0, len, |x: &[f32]| acc.iter_mut().zip(x).for_each(|(a, b)| *a += *b));
+                black_box(&acc[0]);
+            };
+            report(world, "raw-together-reads-add", cycle, len, raw(world, &win, &mut data, rounds, Pattern::Together, Some(&mut reads_add))?);
             report(world, "notify-ack-accumulator", cycle, len, mailbox(world, &ins, len, rounds, Reduce::Accumulator, timeout)?);
             report(world, "notify-ack-no-reduce", cycle, len, mailbox(world, &ins, len, rounds, Reduce::Skip, timeout)?);
             report(world, "notify-ack-in-place", cycle, len, mailbox(world, &ins, len, rounds, Reduce::InPlace, timeout)?);
