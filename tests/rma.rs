@@ -281,8 +281,6 @@ fn transfer_probe_runs_every_variant() {
         "raw-one-way-peer-sums ",
         "raw-together-cold ",
         "raw-together-reads ",
-        "raw-together-reads-nta ",
-        "raw-together-reads-add ",
         "notify-ack-accumulator ",
         "notify-ack-no-reduce ",
         "notify-ack-in-place ",

@@ -900,17 +900,6 @@ mod probe {
             report(world, "raw-together-cold", cycle, len, raw(world, &win, &mut data, rounds, Pattern::Together, Some(&mut cold))?);
             let mut reads = |w: &Window, _: &mut [f32]| read_window(w, len);
             report(world, "raw-together-reads", cycle, len, raw(world, &win, &mut data, rounds, Pattern::Together, Some(&mut reads))?);
-            let mut acc = vec![0f32; len];
-            let mut reads_nta = |w: &Window, _: &mut [f32]| {
-                w.quiescent_local(0, len, |x: &[f32]| asap_train::comm::window::add_streaming(&mut acc, x));
-                black_box(&acc[0]);
-            };
-            report(world, "raw-together-reads-nta", cycle, len, raw(world, &win, &mut data, rounds, Pattern::Together, Some(&mut reads_nta))?);
-            let mut reads_add = |w: &Window, _: &mut [f32]| {
-                w.quiescent_local(0, len, |x: &[f32]| acc.iter_mut().zip(x).for_each(|(a, b)| *a += *b));
-                black_box(&acc[0]);
-            };
-            report(world, "raw-together-reads-add", cycle, len, raw(world, &win, &mut data, rounds, Pattern::Together, Some(&mut reads_add))?);
             report(world, "notify-ack-accumulator", cycle, len, mailbox(world, &ins, len, rounds, Reduce::Accumulator, timeout)?);
             report(world, "notify-ack-no-reduce", cycle, len, mailbox(world, &ins, len, rounds, Reduce::Skip, timeout)?);
             report(world, "notify-ack-in-place", cycle, len, mailbox(world, &ins, len, rounds, Reduce::InPlace, timeout)?);

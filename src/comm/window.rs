@@ -525,30 +525,6 @@ impl Window {
     }
 }
 
-/// `acc[i] += src[i]`, with `src` prefetched non-temporally (x86-64 `prefetchnta`, 512 bytes
-/// ahead), so reading it does not leave it in this core's caches. Elsewhere a plain add.
-pub fn add_streaming(acc: &mut [f32], src: &[f32]) {
-    assert_eq!(acc.len(), src.len(), "add_streaming: lengths differ");
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_NTA};
-        for (k, (a, s)) in acc.chunks_mut(16).zip(src.chunks(16)).enumerate() {
-            let ahead = src.as_ptr().wrapping_add(16 * k + 128);
-            // SAFETY: a prefetch is only a hint: it never faults, even past the end of `src`
-            // (wrapping_add forms the address without dereferencing it), and SSE, which
-            // `prefetchnta` needs, is part of the x86-64 baseline.
-            unsafe { _mm_prefetch::<_MM_HINT_NTA>(ahead.cast()) };
-            for (x, y) in a.iter_mut().zip(s) {
-                *x += *y;
-            }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    for (x, y) in acc.iter_mut().zip(src) {
-        *x += *y;
-    }
-}
-
 impl Drop for Window {
     fn drop(&mut self) {
         // Freeing after MPI_Finalize is undefined; the OS reclaims the memory then anyway.
