@@ -451,8 +451,8 @@ impl StochasticReduce {
     /// arithmetic, in the same order, as adding into a copy (so results are bit for bit those of
     /// `w <- (w + sum_j w_j) / (1 + d)`), without the copy. `params` is free to change: every put
     /// of it completed remotely inside `send_all`. Measured reason (`rma-check --probe`, 2 ranks,
-    /// docs/asap.md): the reduce of an 8 MiB model took 1,104-1,376 us of CPU through the
-    /// accumulator and 668-782 us in place; at 1 MiB 104-107 us against 79-88 us.
+    /// benches/rma-transfer.md, 6 runs): the reduce of an 8 MiB model took 1,255-2,027 us of CPU
+    /// through the accumulator and 786-971 us in place; at 1 MiB 92-145 us against 67-91 us.
     fn sync_notify_ack(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
         self.send_all(params, round)?;
         let t = self.add_round(round, params)?;
