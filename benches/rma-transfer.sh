@@ -80,6 +80,9 @@ for rep, tun, load, line in rows:
         load, a, b = pending[(rep, tun, d["len"])]
         print(f"| {rep} | {d['len']} | {tun} | {load} | {a} | {b} | {d['transfer_us']} | {d['transfer_vs_raw_put']} | "
               f"{d['transfer_vs_read_put']} | {d['round_latency_us']} |")
+probe = [(rep, tun, load, line) for rep, tun, load, line in rows if line.startswith("rma-check: probe")]
+if not probe:
+    sys.exit(0)
 print()
 print("## 2. `rma-check --probe`: wall / CPU microseconds per put, one line per run")
 print()
