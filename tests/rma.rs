@@ -266,3 +266,26 @@ fn push_sum_conserves_mass() {
         expect_ok(n, &["--push-sum", "--rounds", "300", "--len", "1000", "--slow-rank-us", "200"], 1);
     }
 }
+
+/// `--probe` (docs/asap.md, where a NOTIFY-ACK transfer's time goes) runs every variant in one
+/// job, each cycle, and its NOTIFY-ACK variants find every slot consistent after its NOTIFY
+/// (rma-check aborts otherwise). Times are printed, never asserted.
+#[test]
+fn transfer_probe_runs_every_variant() {
+    let out = expect_ok(2, &["--probe", "--rounds", "5", "--len", "4096", "--probe-cycles", "2"], 0);
+    for variant in [
+        "raw ",
+        "raw-together ",
+        "raw-one-way ",
+        "raw-alternate ",
+        "raw-one-way-peer-sums ",
+        "raw-together-cold ",
+        "raw-together-reads ",
+        "notify-ack-accumulator ",
+        "notify-ack-no-reduce ",
+        "notify-ack-in-place ",
+    ] {
+        let lines = out.lines().filter(|l| l.starts_with("rma-check: probe ") && l.contains(variant)).count();
+        assert_eq!(lines, 2, "variant {variant}: expected one line per cycle\n{out}");
+    }
+}

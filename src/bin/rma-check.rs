@@ -14,6 +14,7 @@
 
 use std::time::{Duration, Instant};
 
+use asap_train::comm::mailbox::{Mailboxes, SlotRead};
 use asap_train::comm::window::{RmaOp, Window};
 use asap_train::comm::{abort_job, init};
 use asap_train::sync::asap::{AsapConfig, NotifyMode, StochasticReduce};
@@ -88,6 +89,16 @@ struct Args {
     /// (sum of the initial values + rounds) / N, and the weights must sum to N.
     #[arg(long)]
     push_sum: bool,
+    /// Transfer probe instead of the runs above (exactly 2 ranks): where the time of a
+    /// NOTIFY-ACK message of --len f32s goes, against raw put + flush variants, all in this one
+    /// run, with wall and CPU time (CPU time holds up on a loaded machine). Prints one line per
+    /// variant and cycle; see docs/asap.md.
+    #[arg(long)]
+    probe: bool,
+    /// With --probe: cycles through all variants this many times (variants interleaved, so a
+    /// change of machine load shows up in every variant alike).
+    #[arg(long, default_value_t = 3)]
+    probe_cycles: u32,
 }
 
 fn parse_fault(s: &str) -> Result<(usize, u64), String> {
@@ -242,8 +253,11 @@ struct RunReport {
 
 /// The transport's own speed, measured in the same run as the reduces: every rank puts `len`
 /// f32s into the next rank's window and flushes, `rounds` times (after one warm-up); returns the
-/// slowest rank's mean microseconds per put + flush.
-fn raw_put_flush_us(world: &SimpleCommunicator, len: usize, rounds: u64) -> anyhow::Result<f64> {
+/// slowest rank's mean microseconds per put + flush. With `receiver_reads`, the ranks meet after
+/// every put and each sums what it was sent (untimed) before the next put, as a receiver that
+/// uses the data does: then the put's destination is in the receiver's cache, not the sender's
+/// (docs/asap.md, NOTIFY-ACK step 3).
+fn raw_put_flush_us(world: &SimpleCommunicator, len: usize, rounds: u64, receiver_reads: bool) -> anyhow::Result<f64> {
     let n = world.size();
     let win = Window::allocate(world, 4 * len.max(1))?;
     let data = vec![1f32; len];
@@ -251,12 +265,21 @@ fn raw_put_flush_us(world: &SimpleCommunicator, len: usize, rounds: u64) -> anyh
     win.put(next, 0, &data)?;
     win.flush(next)?;
     world.barrier();
-    let start = Instant::now();
+    let mut timed = 0.0;
     for _ in 0..rounds.max(1) {
+        let start = Instant::now();
         win.put(next, 0, &data)?;
         win.flush(next)?;
+        timed += start.elapsed().as_secs_f64();
+        if receiver_reads {
+            world.barrier();
+            win.sync()?;
+            let sum: f32 = win.quiescent_local(0, len, |x: &[f32]| x.iter().sum());
+            std::hint::black_box(sum);
+            world.barrier();
+        }
     }
-    let us = start.elapsed().as_secs_f64() / rounds.max(1) as f64 * 1e6;
+    let us = timed / rounds.max(1) as f64 * 1e6;
     world.barrier();
     Ok(all_max(world, us))
 }
@@ -516,6 +539,12 @@ fn main() {
         }
         return;
     }
+    if args.probe {
+        if let Err(e) = probe::run(&world, &args) {
+            abort_job(&format!("rma-check: probe: {e:#}"), 3);
+        }
+        return;
+    }
     if args.one_peer {
         match run_one_peer(&world, &args) {
             Ok(periods) if world.rank() == 0 => {
@@ -547,15 +576,19 @@ fn main() {
         ModeChoice::Barrier => vec![NotifyMode::Barrier],
         ModeChoice::None => vec![NotifyMode::None],
     };
-    let raw_us = match raw_put_flush_us(&world, args.len, args.rounds) {
+    let (raw_us, read_us) = match raw_put_flush_us(&world, args.len, args.rounds, false)
+        .and_then(|raw| Ok((raw, raw_put_flush_us(&world, args.len, args.rounds, true)?)))
+    {
         Ok(us) => us,
         Err(e) => abort_job(&format!("rma-check: raw put baseline: {e:#}"), 3),
     };
     if world.rank() == 0 && n > 1 {
         println!(
-            "rma-check: raw put+flush of len={} to the next rank: {raw_us:.1} us ({:.0} MB/s)",
+            "rma-check: raw put+flush of len={} to the next rank: {raw_us:.1} us ({:.0} MB/s); \
+             with the receiver reading its window between puts: {read_us:.1} us ({:.0} MB/s)",
             args.len,
-            4.0 * args.len as f64 / raw_us
+            4.0 * args.len as f64 / raw_us,
+            4.0 * args.len as f64 / read_us
         );
     }
     for &g in &graphs {
@@ -563,7 +596,7 @@ fn main() {
             match run(&world, g, m, &args) {
                 Ok(r) if world.rank() == 0 => println!(
                     "rma-check: ok graph={g:?} n={n} notify={m:?} rounds={} len={} \
-                     round_latency_us={:.1} transfer_us={:.1} transfer_vs_raw_put={:.2} consistency_histogram={:?} torn={} stale={} \
+                     round_latency_us={:.1} transfer_us={:.1} transfer_vs_raw_put={:.2} transfer_vs_read_put={:.2} consistency_histogram={:?} torn={} stale={} \
                      distance_before_finish={:.3e} final={} max_comm_s={:.4} max_wait_s={:.4} \
                      max_bytes_sent={}",
                     args.rounds,
@@ -571,6 +604,7 @@ fn main() {
                     r.latency_us,
                     r.transfer_us,
                     raw_us / r.transfer_us,
+                    read_us / r.transfer_us,
                     r.histogram,
                     r.torn,
                     r.stale,
@@ -587,5 +621,292 @@ fn main() {
     }
     if args.stop_sending.is_some() {
         abort_job("rma-check: fault injected but no wait timeout happened", 4);
+    }
+}
+
+/// `--probe`: where the time of a large NOTIFY-ACK transfer goes (docs/asap.md, NOTIFY-ACK step 3).
+mod probe {
+    use super::*;
+    use asap_train::comm::thread_cpu_seconds;
+    use std::hint::black_box;
+
+    /// Bytes written (one per cache line) between two puts of the cold variant: twice this
+    /// machine's 32 MiB L3, so neither the put's source nor its destination is still cached.
+    const EVICT_BYTES: usize = 64 << 20;
+
+    /// Wall and CPU time of one part, summed over a variant's puts.
+    #[derive(Default, Clone, Copy)]
+    struct Clock {
+        wall: f64,
+        cpu: f64,
+    }
+
+    impl Clock {
+        fn time<R>(&mut self, f: impl FnOnce() -> R) -> R {
+            let (w, c) = (Instant::now(), thread_cpu_seconds());
+            let r = f();
+            self.cpu += thread_cpu_seconds() - c;
+            self.wall += w.elapsed().as_secs_f64();
+            r
+        }
+    }
+
+    /// One variant's sums; reported per put in microseconds, the slowest rank's.
+    #[derive(Default, Clone, Copy)]
+    struct Times {
+        /// The transfer: put + flush (raw) or `Mailboxes::send_to` (header, payload and footer
+        /// puts, flush, NOTIFY).
+        transfer: Clock,
+        /// Of the mailbox transfer: puts (each MPI_Put + MPI_Win_flush_local), flush, NOTIFY.
+        parts: [f64; 3],
+        /// The receiver's reduce (mailbox variants).
+        reduce: Clock,
+        /// Whole rounds (mailbox variants: ACK waits, send, NOTIFY waits, reduce, ACKs).
+        round_wall: f64,
+        puts: u64,
+        rounds: u64,
+    }
+
+    fn evict(scratch: &mut [u8]) {
+        for line in scratch.chunks_mut(64) {
+            line[0] = line[0].wrapping_add(1);
+        }
+        black_box(&scratch[0]);
+    }
+
+    fn report(world: &SimpleCommunicator, name: &str, cycle: u32, len: usize, t: Times) {
+        let per_put = |x: f64| all_max(world, x / t.puts.max(1) as f64 * 1e6);
+        let per_round = |x: f64| all_max(world, x / t.rounds.max(1) as f64 * 1e6);
+        let (wall, cpu) = (per_put(t.transfer.wall), per_put(t.transfer.cpu));
+        let parts = t.parts.map(per_put);
+        let (rw, rc) = (per_round(t.reduce.wall), per_round(t.reduce.cpu));
+        let round = per_round(t.round_wall);
+        if world.rank() == 0 {
+            println!(
+                "rma-check: probe cycle={cycle} len={len} {name:<22} transfer_us={wall:.1} cpu_us={cpu:.1} \
+                 GB_per_s={:.1} put/flush/notify_us={:.1}/{:.1}/{:.1} reduce_us={rw:.1} reduce_cpu_us={rc:.1} round_us={round:.1}",
+                4.0 * len as f64 / wall / 1e3,
+                parts[0],
+                parts[1],
+                parts[2]
+            );
+        }
+    }
+
+    /// When the ranks of a raw variant put.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Pattern {
+        /// Every rank puts to the next one and flushes, again and again, without waiting.
+        Free,
+        /// All ranks meet in a barrier before every put, so all puts start together.
+        Together,
+        /// Only rank 0 puts (to rank 1); the others wait in a barrier after every put.
+        OneWay,
+        /// Rank 0 puts to rank 1, then (after a barrier) rank 1 to rank 0, and so on: a put never
+        /// shares the machine with another.
+        Alternate,
+    }
+
+    /// Puts `data` at offset 0 of the next rank's window and flushes, `rounds` times, in
+    /// `pattern`. With `between`, the ranks meet in a barrier after every put, run `between`
+    /// (untimed: a peer's put is complete by then), and meet again.
+    fn raw(world: &SimpleCommunicator, win: &Window, data: &mut [f32], rounds: u64, pattern: Pattern, mut between: Option<&mut dyn FnMut(&Window, &mut [f32])>) -> anyhow::Result<Times> {
+        let (me, n) = (world.rank(), world.size());
+        let next = (me + 1) % n;
+        let mut t = Times { rounds, ..Times::default() };
+        world.barrier();
+        for k in 0..rounds {
+            let turns: &[bool] = match pattern {
+                Pattern::Free => &[true],
+                Pattern::Together => {
+                    world.barrier();
+                    &[true]
+                }
+                Pattern::OneWay => &[me == 0],
+                Pattern::Alternate => {
+                    if (k % 2 == 0) == (me == 0) {
+                        &[true, false]
+                    } else {
+                        &[false, true]
+                    }
+                }
+            };
+            for &mine in turns {
+                if mine {
+                    t.transfer.time(|| -> anyhow::Result<()> {
+                        win.put(next, 0, data)?;
+                        Ok(win.flush(next)?)
+                    })?;
+                    t.puts += 1;
+                }
+                if pattern != Pattern::Free && pattern != Pattern::Together {
+                    world.barrier();
+                }
+            }
+            if let Some(f) = between.as_mut() {
+                world.barrier();
+                win.sync()?;
+                f(win, data);
+                world.barrier();
+            }
+        }
+        world.barrier();
+        t.round_wall = t.transfer.wall;
+        Ok(t)
+    }
+
+    /// Rank 0 puts `data` to rank 1 and flushes, `rounds` times, while rank 1 repeats the
+    /// library's reduce traffic for one in-neighbour on its own 3 x len f32s (acc <- params,
+    /// acc += slot, params <- acc / 2) until rank 0 says stop in the window's last word.
+    fn one_way_peer_sums(world: &SimpleCommunicator, win: &Window, data: &[f32], rounds: u64) -> anyhow::Result<Times> {
+        let len = data.len();
+        let flag = 4 * len.div_ceil(2) * 2;
+        let mut t = Times { rounds, ..Times::default() };
+        world.barrier();
+        match world.rank() {
+            0 => {
+                for _ in 0..rounds {
+                    t.transfer.time(|| -> anyhow::Result<()> {
+                        win.put(1, 0, data)?;
+                        Ok(win.flush(1)?)
+                    })?;
+                    t.puts += 1;
+                }
+                win.put(1, flag, &[1u64])?;
+                win.flush(1)?;
+            }
+            1 => {
+                let (mut params, mut acc, slot) = (vec![1f32; len], vec![0f32; len], vec![2f32; len]);
+                loop {
+                    // MPICH (ch4:ucx) completes rank 0's puts here only while this rank calls
+                    // into MPI: without the probe the job hung.
+                    win.progress()?;
+                    win.sync()?;
+                    if win.load_u64(flag) != 0 {
+                        break;
+                    }
+                    acc.copy_from_slice(&params);
+                    for (a, x) in acc.iter_mut().zip(&slot) {
+                        *a += *x;
+                    }
+                    for (p, a) in params.iter_mut().zip(&acc) {
+                        *p = *a / 2.0;
+                    }
+                    black_box(&params[0]);
+                    t.rounds += 1;
+                }
+                win.store_u64(flag, 0);
+                win.sync()?;
+            }
+            _ => {}
+        }
+        world.barrier();
+        t.round_wall = t.transfer.wall;
+        Ok(t)
+    }
+
+    /// Sums the `len` f32s at the start of the local window in place (the receiver reading what
+    /// it was sent, as a reduce does).
+    fn read_window(win: &Window, len: usize) {
+        let s: f32 = win.quiescent_local(0, len, |x: &[f32]| x.iter().sum());
+        black_box(s);
+    }
+
+    /// How a mailbox variant's receiver reduces.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Reduce {
+        /// Through an accumulator, as `StochasticReduce` did until it reduced in place: acc <-
+        /// params, acc += slots (read in the window), params <- acc / (1 + d).
+        Accumulator,
+        /// ACK at once, never read the slot (not a protocol: the transfer without a reader).
+        Skip,
+        /// params += slots in place, then params /= 1 + d: no accumulator (as `StochasticReduce`).
+        InPlace,
+    }
+
+    /// NOTIFY-ACK on the library's mailboxes over `ins`, `rounds` rounds.
+    fn mailbox(world: &SimpleCommunicator, ins: &[Vec<usize>], len: usize, rounds: u64, reduce: Reduce, timeout: Duration) -> anyhow::Result<Times> {
+        let mut mail = Mailboxes::new(world, ins, len)?;
+        let me = world.rank() as usize;
+        let mut params = initial(me, len);
+        let mut acc = vec![0f32; len];
+        let (d, outs) = (mail.in_neighbours().len(), mail.out_neighbours().len());
+        let mut t = Times { puts: rounds * outs as u64, rounds, ..Times::default() };
+        world.barrier();
+        let start = Instant::now();
+        for round in 1..=rounds {
+            for j in 0..outs {
+                mail.wait_ack(j, round, timeout)?;
+                t.transfer.time(|| mail.send_to(j, round, &params))?;
+            }
+            mail.wait_notifications(round, timeout)?;
+            if reduce != Reduce::Skip {
+                t.reduce.time(|| -> anyhow::Result<()> {
+                    let target: &mut [f32] = if reduce == Reduce::Accumulator {
+                        acc.copy_from_slice(&params);
+                        &mut acc
+                    } else {
+                        &mut params
+                    };
+                    for i in 0..d {
+                        let read = mail.add_notified_slot(i, target)?;
+                        if read != SlotRead::Consistent(round) {
+                            anyhow::bail!("rank {me} round {round}: slot {i} was {read:?} after its NOTIFY");
+                        }
+                    }
+                    let denom = (1 + d) as f32;
+                    if reduce == Reduce::Accumulator {
+                        for (p, a) in params.iter_mut().zip(&acc) {
+                            *p = *a / denom;
+                        }
+                    } else {
+                        params.iter_mut().for_each(|p| *p /= denom);
+                    }
+                    Ok(())
+                })?;
+            }
+            for i in 0..d {
+                mail.ack(i)?;
+            }
+        }
+        t.round_wall = start.elapsed().as_secs_f64();
+        mail.wait_acks(rounds, timeout)?;
+        world.barrier();
+        t.parts = mail.transfer_parts();
+        Ok(t)
+    }
+
+    pub fn run(world: &SimpleCommunicator, args: &Args) -> anyhow::Result<()> {
+        let n = world.size() as usize;
+        if n != 2 {
+            anyhow::bail!("--probe needs exactly 2 ranks, got {n}");
+        }
+        let (len, rounds) = (args.len.max(1), args.rounds.max(1));
+        let timeout = Duration::from_millis(args.wait_timeout_ms);
+        let ins = graph(GraphKind::Complete, n);
+        let win = Window::allocate(world, 4 * len.div_ceil(2) * 2 + 8)?;
+        let mut data = vec![1f32; len];
+        let mut scratch = vec![0u8; EVICT_BYTES];
+        // Warm-up: first touch of both windows and the data.
+        raw(world, &win, &mut data, 2, Pattern::Free, None)?;
+        for cycle in 1..=args.probe_cycles {
+            for (name, pattern) in [
+                ("raw", Pattern::Free),
+                ("raw-together", Pattern::Together),
+                ("raw-one-way", Pattern::OneWay),
+                ("raw-alternate", Pattern::Alternate),
+            ] {
+                report(world, name, cycle, len, raw(world, &win, &mut data, rounds, pattern, None)?);
+            }
+            report(world, "raw-one-way-peer-sums", cycle, len, one_way_peer_sums(world, &win, &data, rounds)?);
+            let mut cold = |_: &Window, _: &mut [f32]| evict(&mut scratch);
+            report(world, "raw-together-cold", cycle, len, raw(world, &win, &mut data, rounds, Pattern::Together, Some(&mut cold))?);
+            let mut reads = |w: &Window, _: &mut [f32]| read_window(w, len);
+            report(world, "raw-together-reads", cycle, len, raw(world, &win, &mut data, rounds, Pattern::Together, Some(&mut reads))?);
+            report(world, "notify-ack-accumulator", cycle, len, mailbox(world, &ins, len, rounds, Reduce::Accumulator, timeout)?);
+            report(world, "notify-ack-no-reduce", cycle, len, mailbox(world, &ins, len, rounds, Reduce::Skip, timeout)?);
+            report(world, "notify-ack-in-place", cycle, len, mailbox(world, &ins, len, rounds, Reduce::InPlace, timeout)?);
+        }
+        Ok(())
     }
 }

@@ -243,6 +243,10 @@ pub struct Mailboxes {
     bytes_received: u64,
     /// `--emulate-bandwidth`: every put waits until a link of that rate would have carried it.
     pacer: Option<Pacer>,
+    /// Seconds of [`Mailboxes::send_to`] by part: the puts (each locally complete), the flush
+    /// that makes them remotely complete (also counted for [`Mailboxes::post`]), and the NOTIFY
+    /// (put + flush).
+    transfer_parts: [f64; 3],
 }
 
 impl Mailboxes {
@@ -296,6 +300,7 @@ impl Mailboxes {
             bytes_sent: 0,
             bytes_received: 0,
             pacer: None,
+            transfer_parts: [0.0; 3],
         })
     }
 
@@ -393,7 +398,9 @@ impl Mailboxes {
             self.win.put(target, lay.payload(base), payload)?;
         }
         self.win.put(target, lay.footer(base), &[round])?;
+        let t = Instant::now();
         self.win.flush(target)?;
+        self.transfer_parts[1] += t.elapsed().as_secs_f64();
         self.sends[j] += 1;
         self.bytes_sent += lay.message_bytes() as u64;
         Ok(())
@@ -414,8 +421,22 @@ impl Mailboxes {
     /// The NOTIFY half for one out-neighbour `j` (index into `out_neighbours()`): puts the
     /// message in one step, flushes it, then notifies. Call [`Mailboxes::wait_ack`] first.
     pub fn send_to(&mut self, j: usize, round: u64, payload: &[f32]) -> MailboxResult<()> {
+        let t = Instant::now();
+        let flush_before = self.transfer_parts[1];
         self.post_to(j, round, payload, false)?;
-        self.notify(j)
+        let t2 = Instant::now();
+        self.transfer_parts[0] += (t2 - t).as_secs_f64() - (self.transfer_parts[1] - flush_before);
+        self.notify(j)?;
+        self.transfer_parts[2] += t2.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Seconds spent in [`Mailboxes::send_to`] so far, by part: `[puts, flush, notify]`. The
+    /// puts are header, payload and footer, each locally complete on return (MPI_Put +
+    /// MPI_Win_flush_local); the flush makes them remotely complete; the notify is a put + flush
+    /// of one word. For `rma-check --probe`, which sets them against a raw put + flush.
+    pub fn transfer_parts(&self) -> [f64; 3] {
+        self.transfer_parts
     }
 
     /// Mailboxes for variable-length byte messages of at most `max_body` bytes

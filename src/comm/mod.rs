@@ -160,6 +160,20 @@ pub fn linger_after_finalize() -> Option<std::time::Duration> {
     (oversubscribed_niceness(local, cores) > 0).then(|| std::time::Duration::from_secs(5))
 }
 
+/// CPU seconds this thread has run (`CLOCK_THREAD_CPUTIME_ID`): user and system time, so a
+/// copy the kernel makes for this thread (a CMA put) counts, and time spent descheduled on a
+/// loaded machine does not. For measurements that must hold up next to other jobs.
+pub fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call; the clock id is
+    // a constant every Linux supports.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
 extern "C" {
     /// OpenBLAS's run-time thread setting (libopenblas, linked through ndarray-linalg).
     fn openblas_set_num_threads(n: std::os::raw::c_int);
