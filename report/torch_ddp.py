@@ -28,23 +28,14 @@ it). bytes_sent is the ring all-reduce volume 2 (N-1)/N * model bytes per step, 
 asap-train counts its own allreduce (gloo does not report what it sent).
 """
 import argparse
-import gzip
 import json
 import os
 import sys
 import time
 
-FASHION = "/usr/share/datasets/fashion-mnist"
-
-
-def idx(path):
-    import numpy as np
-
-    with gzip.open(path) as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+# The IDX reader the scikit-learn peers use (report/ is this script's directory, so it is on
+# sys.path here and in the spawned workers, which inherit it).
+from peers import FASHION, idx
 
 
 def shard(n, rank, nranks):
