@@ -385,8 +385,8 @@ impl Mailboxes {
         let target = t as i32;
         // Straight from the caller's slice: no staging copy. (Copying the payload byte by byte
         // into a buffer once per neighbour made a 1 MiB round at 2 ranks spend ~0.5 ms where a
-        // raw put + flush takes ~30 us: the raw baseline `rma-check` prints; docs/asap.md.) The padding after the payload
-        // is never written: readers ignore it.
+        // raw put + flush takes ~30 us: the raw baseline `rma-check` prints; docs/asap.md.)
+        // The padding after the payload is never written: readers ignore it.
         self.pace(lay.message_bytes() as u64);
         if ordered {
             self.win.put(target, base, &[round])?;
