@@ -10,11 +10,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Build: MPI, BLAS, HDF5, libclang for rsmpi's bindgen. Run/test: data sets, h5py to check that
 # our HDF5 files are readable by the usual Python tools, Slurm for the scheduler tests, MPICH for
-# the second-MPI build that `make test` also checks; scikit-learn for the report's peers and GNU time
-# for its peak RSS per rank (the report's subset runs in `make test`).
+# the second-MPI build that `make test` also checks; scikit-learn for the report's peers, GNU time
+# for its peak RSS per rank and r-cran-dslabs for its MovieLens section (datasets/prepare.sh; the
+# report's subset runs in `make test`, so the set-up installs them rather than the test).
 DEB_PACKAGES := libopenmpi-dev openmpi-bin libclang-dev clang libopenblas-dev libhdf5-dev gfortran \
 	pkg-config dataset-fashion-mnist liblinear-tools python3-h5py python3-numpy python3-sklearn time \
-	slurm-wlm slurmctld slurmd slurm-client munge mpich libmpich-dev
+	r-cran-dslabs slurm-wlm slurmctld slurmd slurm-client munge mpich libmpich-dev
 
 # Open MPI refuses root and more ranks than slots unless told; the program itself sets the
 # one-sided component (osc=ucx) and yield-when-idle before MPI_Init.
