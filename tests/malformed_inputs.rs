@@ -238,7 +238,9 @@ fn every_malformed_input_fails_fast_clearly_and_cleanly() {
         if snapshot(&dir) != before {
             problems.push("an input file changed".into());
         }
-        let left = processes_mentioning(dir.to_str().unwrap());
+        let needle = dir.to_str().unwrap();
+        settled_count(|| processes_mentioning(needle).len());
+        let left = processes_mentioning(needle);
         if !left.is_empty() {
             problems.push(format!("processes left behind: {left:?}"));
         }
