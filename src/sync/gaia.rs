@@ -802,10 +802,8 @@ fn build_inner(
     asap: &AsapOptions,
     init: &[f32],
 ) -> anyhow::Result<(StochasticReduce, serde_json::Value)> {
-    anyhow::ensure!(
-        asap.notify == NotifyMode::NotifyAck && !asap.overlap,
-        "the group's stochastic reduce runs with --notify notify-ack and without --overlap (a clock's group update needs every in-neighbour's model of that clock)"
-    );
+    // --notify notify-ack without --overlap is checked with the options (`TrainConfig::validate`).
+    debug_assert!(asap.notify == NotifyMode::NotifyAck && !asap.overlap);
     let inner_ctx = SyncContext {
         comm: local,
         layout: ctx.layout.clone(),
