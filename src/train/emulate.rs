@@ -58,7 +58,8 @@ pub struct StepPacer {
     wait: StragglerWait,
     /// Without declared times: the measured-time slow-down still owed (slept in >= 1 ms chunks).
     debt: f64,
-    /// With declared times: how late the last step ended (taken off the next one).
+    /// With declared times: how much later than declared the steps so far ended (taken off the
+    /// next one; never below 0, never more than half a step at once).
     carry: f64,
     pub stats: EmulationStats,
     /// Seconds slept or spun to slow this rank down (the `straggler_sleep_seconds` counter).
@@ -114,7 +115,10 @@ impl StepPacer {
         let took = end.saturating_duration_since(t0).as_secs_f64();
         self.stats.actual_seconds += took;
         let late = took - target;
-        self.carry = late.clamp(0.0, target / 2.0);
+        // The debt carries over: a wake-up late by L every step is made up every step (a carry
+        // of only the last step's lateness made up every other one: 3.6-6.6 % drift measured at
+        // load 10 with 20 ms steps, 8 ranks).
+        self.carry = (self.carry + late).clamp(0.0, target / 2.0);
         if std::env::var_os("ASAP_TRAIN_EMU_TRACE").is_some() {
             eprintln!("emu rank {} compute {:.3} ms late {:.3} ms", self.rank, compute * 1e3, late * 1e3);
         }
