@@ -9,8 +9,9 @@
 #   benches/emulated-cluster.sh production  NP ranks (32) with --straggler production, MLR
 #
 # Time is training seconds until the worst rank's own model reaches TARGET (every rank's own
-# model scored, --own-models 0), evaluated every EVAL_EVERY rounds; REPS runs per row give the
-# median and the range. A row whose runs were not all valid (more than 1 % of steps broken or
+# model scored, --own-models 0), evaluated every EVAL_EVERY rounds; a run stops there
+# (--stop-at-target: the evaluations make the ranks meet, outside the training time); REPS runs
+# per row give the median and the range. A row whose runs were not all valid (more than 1 % of steps broken or
 # 1 % drift on some rank, docs/emulation.md) is marked INVALID and is not a result.
 #
 # Environment (defaults in brackets): REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10],
@@ -53,7 +54,7 @@ compute | even)
     fi
     ;;
 links)
-    NP=8; EPOCHS=${EPOCHS:-3}; TARGET=${TARGET:-0.80}; DILATION=${DILATION:-8}
+    NP=8; EPOCHS=${EPOCHS:-10}; TARGET=${TARGET:-0.80}; DILATION=${DILATION:-8}
     common=(--cluster clusters/1gbe-2slow.toml --dilation "$DILATION" --model mlp --hidden 1024 --batch-size 256 --lr 0.3)
     slow=(); bal=()
     variants=(
@@ -89,7 +90,7 @@ for v in "${variants[@]}"; do
         # shellcheck disable=SC2086
         if ! nice -n "$NICE" mpirun -n "$NP" "$BIN" train "${common[@]}" "${slow[@]}" $args \
             --partition "$PARTITION" --epochs "$EPOCHS" --eval-every "$EVAL_EVERY" --own-models 0 \
-            --target "$TARGET" --target-on worst-rank --metrics "$f.jsonl" > "$f.log" 2>&1; then
+            --target "$TARGET" --target-on worst-rank --stop-at-target --metrics "$f.jsonl" > "$f.log" 2>&1; then
             echo "run $name #$rep failed: see $f.log" >&2
             touch "$f.failed"
         fi

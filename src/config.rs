@@ -303,6 +303,11 @@ pub struct TrainConfig {
     /// (at 256 ranks and 3 epochs about 5x the training itself). The summary names the ranks.
     #[arg(long, value_name = "K", default_value_t = 8, help_heading = "Output")]
     pub own_models: usize,
+    /// Stop at the first evaluation that reaches --target (benchmarks of time to target). Under
+    /// asynchronous modes every evaluation then runs at once, making the ranks meet at it
+    /// (outside the training time) instead of later from snapshots.
+    #[arg(long, help_heading = "Output")]
+    pub stop_at_target: bool,
     /// Stop after this many rounds (the run can be continued with --resume).
     #[arg(long, value_name = "N", help_heading = "Output")]
     pub max_rounds: Option<u64>,
@@ -540,6 +545,7 @@ impl TrainConfig {
             self.asap.notify != crate::sync::asap::NotifyMode::Deadline || self.checkpoint_dir.is_none(),
             "--notify deadline keeps unread messages in the windows, which a checkpoint does not hold: run it without --checkpoint-dir"
         );
+        anyhow::ensure!(!self.stop_at_target || self.target.is_some(), "--stop-at-target needs --target VALUE");
         anyhow::ensure!(self.dilation.is_none() || self.cluster.is_some(), "--dilation scales a --cluster profile: give --cluster FILE");
         anyhow::ensure!(
             !self.balance || self.straggler.is_some(),

@@ -222,6 +222,10 @@ impl Run<'_> {
         });
         if self.sync.lockstep() {
             self.evaluate_pending()?;
+        } else if self.cfg.stop_at_target {
+            // --stop-at-target must know at once: the ranks meet here (outside training time).
+            self.quiesce(params);
+            self.evaluate_pending()?;
         } else if self.pending.len() * params.len() * 4 > PENDING_EVAL_BYTES {
             self.quiesce(params);
             self.evaluate_pending()?;
@@ -653,7 +657,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
             if cfg.eval_every > 0 && run.pos.round % cfg.eval_every as u64 == 0 {
                 run.mark_evaluation(&mut params)?;
             }
-            let last = Some(run.pos.round) == cfg.max_rounds;
+            let last = Some(run.pos.round) == cfg.max_rounds || (cfg.stop_at_target && run.reached.is_some());
             let stop = match stop_vote.stop_after(run.pos.round) {
                 Ok(s) => s,
                 Err(e) => comm::abort_job(&format!("{e:#}"), 4),
@@ -799,7 +803,7 @@ fn print_summary(s: &serde_json::Value, kind: MetricKind) {
     println!("epochs {:.2}, rounds {}{}", f("epochs"), s["rounds"], if s["preempted"] == json!(true) {
         " (stopped by a signal)"
     } else if s["stopped_early"] == json!(true) {
-        " (stopped by --max-rounds)"
+        " (stopped by --max-rounds or --stop-at-target)"
     } else {
         ""
     });
