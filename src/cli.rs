@@ -36,6 +36,8 @@ pub enum Command {
     Bench(crate::bench::BenchArgs),
     /// Plot the curves and histograms of `--metrics` files as one SVG (no MPI needed).
     Plot(crate::plot::PlotArgs),
+    /// Score a data file with a model saved by `train --save-model` (no MPI needed).
+    Predict(crate::predict::PredictArgs),
 }
 
 /// Options of `asap-train train`. Every option can also be set in a `--config` file (TOML or

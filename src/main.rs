@@ -104,6 +104,7 @@ fn main() -> ExitCode {
         Some(Command::Data(d)) => asap_train::data::command::run(d),
         Some(Command::Bench(b)) => asap_train::bench::run(b),
         Some(Command::Plot(p)) => asap_train::plot::run(p),
+        Some(Command::Predict(p)) => asap_train::predict::run(p),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -44,10 +44,10 @@ impl Mf {
     /// Rating `i`'s user row, item row and residual r - l_u . r_i.
     fn residual(&self, params: &[f32], data: &Dataset, i: usize) -> (usize, usize, f32) {
         let (u, v) = self.rows(data, i);
-        (u, v, data.labels[i] - self.predict(params, u, v))
+        (u, v, data.labels[i] - self.rating(params, u, v))
     }
 
-    fn predict(&self, params: &[f32], u: usize, v: usize) -> f32 {
+    fn rating(&self, params: &[f32], u: usize, v: usize) -> f32 {
         let k = self.spec.factors;
         let dot: f32 = params[u..u + k].iter().zip(&params[v..v + k]).map(|(a, b)| a * b).sum();
         dot + params[u + k] + params[v + k] + params[self.mu()]
@@ -129,5 +129,19 @@ impl Model for Mf {
     }
     fn metric_kind(&self) -> MetricKind {
         MetricKind::Rmse
+    }
+    fn predict(&self, params: &[f32], data: &Dataset) -> Vec<f32> {
+        (0..data.len()).map(|i| {
+            let (u, v) = self.rows(data, i);
+            self.rating(params, u, v)
+        }).collect()
+    }
+    fn describe_layout(&self) -> String {
+        let k = self.spec.factors;
+        format!(
+            "mf: {} user rows, then {} item rows, each {k} factors then the bias ({} values), then one value mu; \
+             the predicted rating of user u and item i is l_u . r_i + b_u + c_i + mu",
+            self.spec.users, self.spec.items, k + 1
+        )
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod checkpoint;
 pub mod eval;
+pub mod model_file;
 pub mod optimizer;
 pub mod outputs;
 pub mod phases;
@@ -720,10 +721,16 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     run.write_metrics(&summary);
     phases::mark_summary();
     let mut saved = Ok(());
+    // What a saved model needs to predict on its own (the labels are a collective).
+    let extras = cfg.save_model.as_ref().filter(|_| !preempted).map(|_| model_file::Extras {
+        scaling: run.shards.scaling.clone(),
+        class_labels: setup::output_labels(run.model.spec(), &run.shards.train, comm),
+        label_threshold: cfg.label_threshold,
+    });
     if rank0 {
         print_summary(&summary, kind);
-        if let Some(path) = cfg.save_model.as_ref().filter(|_| !preempted) {
-            saved = checkpoint::save_model(path, run.model.as_ref(), &params, &serde_json::to_string(cfg)?, &summary.to_string())
+        if let (Some(path), Some(extras)) = (cfg.save_model.as_ref(), &extras) {
+            saved = model_file::save(path, run.model.as_ref(), &params, extras, &serde_json::to_string(cfg)?, &summary.to_string())
                 .with_context(|| "cannot save the final model (--save-model)");
             if saved.is_ok() {
                 eprintln!("asap-train: final model written to {path}");
