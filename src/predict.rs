@@ -45,9 +45,9 @@ fn check_fits(spec: &ModelSpec, d: &Dataset, model: &str) -> Result<()> {
     let is_ratings = matches!(d.features, Features::Ratings { .. });
     if (spec.kind == ModelKind::Mf) != is_ratings {
         bail!(
-            "{src}: {} data, but --model {model} is a {:?} model trained on {}: give data of the kind it was trained on",
+            "{src}: {} data, but --model {model} is a {} model trained on {}: give data of the kind it was trained on",
             if is_ratings { "ratings" } else { "feature" },
-            spec.kind,
+            format!("{:?}", spec.kind).to_lowercase(),
             if spec.kind == ModelKind::Mf { "ratings (user item rating)" } else { "feature vectors" }
         );
     }
@@ -96,6 +96,18 @@ fn original_label(p: f32, labels: Option<&[f32]>) -> f32 {
 pub fn run(args: &PredictArgs) -> Result<()> {
     let model_path = path_str(&args.model)?;
     let data_path = path_str(&args.data)?;
+    if let Some(out) = &args.out {
+        // A typo in the output's directory is found before the work, not after.
+        let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if !dir.is_dir() {
+            bail!("--out {}: directory {} does not exist; create it first", out.display(), dir.display());
+        }
+        for (opt, input) in [("--model", &args.model), ("--data", &args.data)] {
+            if out.exists() && std::fs::canonicalize(out).ok() == std::fs::canonicalize(input).ok() {
+                bail!("--out {} is the same file as {opt} {}: choose another path", out.display(), input.display());
+            }
+        }
+    }
     let saved = model_file::load(model_path)?;
     let model = crate::model::build(&saved.spec)?;
     let opts = LoadOptions { format: args.format, ..Default::default() };

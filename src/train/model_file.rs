@@ -110,7 +110,12 @@ fn read_f32(f: &hdf5::File, name: &str) -> anyhow::Result<Option<Vec<f32>>> {
 /// Reads a model file written by [`save`], checking that it is one and that its arrays agree
 /// with its spec. Errors name the file and what is wrong.
 pub fn load(path: &str) -> anyhow::Result<SavedModel> {
-    crate::data::check_regular(path).map_err(|e| anyhow::anyhow!("--model {e}"))?;
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!("--model {path}: no such file; give a file written by `asap-train train --save-model`"),
+        Err(e) => bail!("--model {path}: cannot read: {e}"),
+        Ok(m) if !m.is_file() => bail!("--model {path}: not a regular file; give a file written by `asap-train train --save-model`"),
+        Ok(_) => {}
+    }
     let f = hdf5::File::open(path).map_err(|e| anyhow::anyhow!("--model {path}: not an HDF5 file ({e}); give a file written by `asap-train train --save-model`"))?;
     let format = read_str(&f, "format").unwrap_or_default();
     if format != FORMAT {
