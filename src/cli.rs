@@ -47,6 +47,10 @@ pub struct TrainArgs {
     /// TOML (.toml) or JSON config file with any of the options below; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Print the effective configuration (defaults, config file and flags resolved) as JSON at
+    /// the start. It is always stored in the metrics' start line, checkpoints and saved models.
+    #[arg(long)]
+    pub print_config: bool,
     #[command(flatten)]
     pub options: TrainConfig,
 }
