@@ -132,8 +132,13 @@ pub trait Model: Send + Sync {
         }
         loss
     }
-    /// The regulariser's value at `params`.
+    /// The regulariser's value at `params` (0 where the loss holds it: MF's is per rating).
     fn regulariser(&self, params: &[f32]) -> f64;
+    /// What the objective is, in words, where "mean training loss + L2 regulariser" would not
+    /// say it (empty otherwise).
+    fn objective_definition(&self) -> &'static str {
+        ""
+    }
     /// Loss and metric sums over the whole shard `data`.
     fn evaluate(&self, params: &[f32], data: &Dataset) -> EvalSums;
     /// Which metric [`Model::evaluate`] measures.

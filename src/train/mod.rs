@@ -710,6 +710,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         "wall_seconds": t_start.elapsed().as_secs_f64(),
         "examples_per_second_per_rank": examples_per_rank / train_seconds.max(1e-9),
         "objective": final_eval.objective,
+        // What the objective is, where "mean training loss + L2" would not say it (MF).
+        "objective_definition": Some(run.model.objective_definition()).filter(|d| !d.is_empty()),
         "metric": kind,
         "final_metric": final_eval.metric,
         "train_metric": final_eval.train_metric,
@@ -783,6 +785,9 @@ fn print_summary(s: &serde_json::Value, kind: MetricKind) {
     println!("per rank (mean / max): compute {comp:.2} / {comp_max:.2} s, communication {comm_s:.2} / {comm_max:.2} s, waiting {wait:.2} / {wait_max:.2} s");
     println!("bytes per rank (mean / max): sent {} / {}, received {} / {}", human(sent), human(sent_max), human(recv), human(recv_max));
     let metric = f("final_metric");
+    if let Some(d) = s["objective_definition"].as_str() {
+        println!("objective: {d}");
+    }
     if held_out {
         println!("final objective {:.6}, held-out {} (final model), training {}", f("objective"), fmt_metric(kind, metric), fmt_metric(kind, f("train_metric")));
     } else {
