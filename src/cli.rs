@@ -36,6 +36,8 @@ pub enum Command {
     Bench(crate::bench::BenchArgs),
     /// Plot the curves and histograms of `--metrics` files as one SVG (no MPI needed).
     Plot(crate::plot::PlotArgs),
+    /// Score a data file with a model saved by `train --save-model` (no MPI needed).
+    Predict(crate::predict::PredictArgs),
 }
 
 /// Options of `asap-train train`. Every option can also be set in a `--config` file (TOML or
@@ -45,6 +47,10 @@ pub struct TrainArgs {
     /// TOML (.toml) or JSON config file with any of the options below; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Print the effective configuration (defaults, config file and flags resolved) as JSON at
+    /// the start. It is always stored in the metrics' start line, checkpoints and saved models.
+    #[arg(long)]
+    pub print_config: bool,
     #[command(flatten)]
     pub options: TrainConfig,
 }

@@ -606,8 +606,8 @@ impl TrainConfig {
             "--send-log records paced sends: it needs --emulate-bandwidth, --bandwidth-mbps or --sync bosen"
         );
         anyhow::ensure!(
-            self.model != ModelKind::Mlp || (1..=2).contains(&self.hidden.len()),
-            "--hidden takes one or two layer widths for --model mlp, got {:?}",
+            self.model != ModelKind::Mlp || ((1..=2).contains(&self.hidden.len()) && self.hidden.iter().all(|&h| h > 0)),
+            "--hidden takes one or two positive layer widths for --model mlp, got {:?}",
             self.hidden
         );
         Ok(())

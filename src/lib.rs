@@ -18,6 +18,7 @@ pub mod data;
 pub mod graph;
 pub mod model;
 pub mod plot;
+pub mod predict;
 pub mod rng;
 pub mod sync;
 pub mod train;

@@ -21,7 +21,10 @@ fn launcher_rank() -> Option<usize> {
 fn init_logging() {
     // Rank 0 logs at info, the others only warnings, so N ranks do not print N copies.
     let rank = launcher_rank();
-    let default = if rank.unwrap_or(0) == 0 { "info" } else { "warn" };
+    // Graph messages (the choice of --graph auto, the graph's analysis, its warnings) come from
+    // a pure function of the options and the rank count that every rank evaluates alike, so only
+    // rank 0 prints them: N copies of one warning told nothing more.
+    let default = if rank.unwrap_or(0) == 0 { "info" } else { "warn,asap_train::graph=error" };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
         .format(move |buf, rec| match rank {
             Some(r) => writeln!(buf, "[{} rank {r}] {}", rec.level(), rec.args()),
@@ -66,6 +69,12 @@ fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
         }
         c
     });
+    if let (true, 0, Ok(c)) = (args.print_config, rank, &cfg) {
+        match serde_json::to_string_pretty(c) {
+            Ok(text) => eprintln!("asap-train: effective configuration:\n{text}"),
+            Err(e) => eprintln!("asap-train: cannot print the configuration: {e}"),
+        }
+    }
     let metrics = cfg.as_ref().ok().and_then(|c| c.metrics.clone());
     let result = cfg.and_then(|cfg| asap_train::train::run(&cfg, &world));
     phases::mark_run_returned();
@@ -104,6 +113,7 @@ fn main() -> ExitCode {
         Some(Command::Data(d)) => asap_train::data::command::run(d),
         Some(Command::Bench(b)) => asap_train::bench::run(b),
         Some(Command::Plot(p)) => asap_train::plot::run(p),
+        Some(Command::Predict(p)) => asap_train::predict::run(p),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,8 +4,11 @@
 //! Panels: held-out metric and objective against training seconds and against bytes sent per
 //! rank (one line per run), then, when any run has them, ASAP's consistency histogram and the
 //! staleness distribution as grouped bar charts (fractions of each run's total, so runs of
-//! different lengths compare). A run is labelled by its mode and the options that tell it apart
-//! (from its `start` line), or by `--labels`.
+//! different lengths compare; the axis stops at 1). A run is labelled by its mode and the options
+//! that tell it apart (from its `start` line), or by `--labels`, in one legend below the panels
+//! (never over the data). A mode has the same colour in every figure (allreduce blue, asap
+//! orange, ssp green, ...); further runs of a mode in one figure get lighter shades and other
+//! markers. Accuracy is in percent, as the console prints it; only the major grid is drawn.
 //!
 //! Only the SVG backend of `plotters` is used, without its `ttf` feature: text goes into the SVG
 //! as `<text>` elements for the viewer's fonts, so building needs no fontconfig or FreeType.
@@ -62,6 +65,8 @@ pub struct Point {
 pub struct Run {
     pub path: PathBuf,
     pub label: String,
+    /// The sync mode (`--sync`), which picks the run's colour in every figure.
+    pub mode: String,
     /// "accuracy" or "rmse".
     pub metric_name: String,
     /// Whether `metric` is on held-out data.
@@ -223,9 +228,11 @@ pub fn parse_run(path: &Path, text: &str) -> Result<Run> {
             .iter()
             .find_map(|k| hist(s, k).map(|h| (k.to_string(), h)))
     });
+    let mode = start.pointer("/config/sync").and_then(Value::as_str).unwrap_or("?").to_string();
     Ok(Run {
         path: path.to_path_buf(),
         label: label_from_start(&start),
+        mode,
         metric_name: metric_name.unwrap_or_else(|| "metric".into()),
         held_out,
         points,
@@ -267,30 +274,44 @@ pub fn fractions(h: &[f64]) -> Vec<f64> {
     h.iter().map(|x| if t > 0.0 { x / t } else { 0.0 }).collect()
 }
 
-fn color(i: usize) -> RGBColor {
-    // Distinguishable on white: Tableau 10, then black and the light halves of Tableau 20, so
-    // up to 16 runs in one plot never share a colour (the straggler table has 11).
-    const C: [(u8, u8, u8); 16] = [
-        (31, 119, 180),
-        (255, 127, 14),
-        (44, 160, 44),
-        (214, 39, 40),
-        (148, 103, 189),
-        (140, 86, 75),
-        (227, 119, 194),
-        (127, 127, 127),
-        (188, 189, 34),
-        (23, 190, 207),
-        (0, 0, 0),
-        (174, 199, 232),
-        (255, 187, 120),
-        (152, 223, 138),
-        (255, 152, 150),
-        (197, 176, 213),
-    ];
-    let (r, g, b) = C[i % C.len()];
-    RGBColor(r, g, b)
+/// Each mode's colour, the same in every figure (Tableau 10), so a reader follows one mode
+/// across figures; runs of one mode in one figure get lighter shades and other markers.
+fn mode_color(mode: &str) -> (u8, u8, u8) {
+    match mode {
+        "allreduce" => (31, 119, 180),
+        "asap" => (255, 127, 14),
+        "ssp" => (44, 160, 44),
+        "bosen" => (214, 39, 40),
+        "gaia" => (148, 103, 189),
+        "async" => (140, 86, 75),
+        "none" => (127, 127, 127),
+        _ => (23, 190, 207),
+    }
 }
+
+/// How run `i` of `runs` is drawn: its mode's colour, mixed towards white for the k-th run of the
+/// same mode (k = 0 keeps the mode's colour itself), and a marker per k.
+#[derive(Clone, Copy)]
+struct Look {
+    color: RGBColor,
+    marker: usize,
+}
+
+fn look(runs: &[Run], i: usize) -> Look {
+    let k = runs[..i].iter().filter(|r| r.mode == runs[i].mode).count();
+    let (r, g, b) = mode_color(&runs[i].mode);
+    // Shades 0, 0.3, 0.5, 0.6, ...: lighter, never white.
+    let t = [0.0, 0.3, 0.5, 0.6, 0.15, 0.4][k % 6];
+    let mix = |c: u8| (c as f64 + (255.0 - c as f64) * t).round() as u8;
+    Look { color: RGBColor(mix(r), mix(g), mix(b)), marker: k }
+}
+
+/// Text sizes (px) for a 1400-px-wide canvas viewed whole.
+const TITLE: u32 = 26;
+const CAPTION: u32 = 22;
+const AXIS_DESC: u32 = 19;
+const TICKS: u32 = 17;
+const LEGEND: u32 = 18;
 
 fn padded(lo: f64, hi: f64) -> (f64, f64) {
     if !(lo.is_finite() && hi.is_finite()) {
@@ -314,8 +335,7 @@ fn curve_panel(
     x_desc: &str,
     y_desc: &str,
     x: fn(&Point) -> f64,
-    y: fn(&Point) -> Option<f64>,
-    legend: SeriesLabelPosition,
+    y: &dyn Fn(&Point) -> Option<f64>,
 ) -> Result<()> {
     let series: Vec<Vec<(f64, f64)>> =
         runs.iter().map(|r| r.points.iter().filter_map(|p| y(p).map(|v| (x(p), v))).collect()).collect();
@@ -325,53 +345,79 @@ fn curve_panel(
     let (x0, x1) = padded(x0.min(0.0), x1);
     let (y0, y1) = padded(y0, y1);
     let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
+        .caption(title, ("sans-serif", CAPTION))
+        .margin(14)
+        .x_label_area_size(52)
+        .y_label_area_size(78)
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(draw_err)?;
+    // Major grid lines only, light: the minor grid cluttered the panels.
     chart
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
-        .label_style(("sans-serif", 13))
-        .axis_desc_style(("sans-serif", 14))
-        .light_line_style(RGBColor(235, 235, 235))
+        .x_labels(6)
+        .y_labels(6)
+        .label_style(("sans-serif", TICKS))
+        .axis_desc_style(("sans-serif", AXIS_DESC))
+        .bold_line_style(RGBColor(225, 225, 225))
+        .light_line_style(TRANSPARENT)
         .draw()
         .map_err(draw_err)?;
-    for (i, (r, s)) in runs.iter().zip(&series).enumerate() {
-        let c = color(i);
-        chart
-            .draw_series(LineSeries::new(s.iter().copied(), c.stroke_width(2)))
-            .map_err(draw_err)?
-            .label(r.label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-        // A dot per evaluation, so a run with one evaluation is still visible.
-        chart.draw_series(s.iter().map(|&p| Circle::new(p, 2, c.filled()))).map_err(draw_err)?;
+    // The legend is one for the whole figure, outside the panels (`legend`).
+    for (i, s) in series.iter().enumerate() {
+        let l = look(runs, i);
+        chart.draw_series(LineSeries::new(s.iter().copied(), l.color.stroke_width(2))).map_err(draw_err)?;
+        // A mark per evaluation (so a run with one evaluation is still visible), its shape by
+        // the run's marker: circle, triangle, square, cross.
+        let c = l.color;
+        let pts = s.iter().copied();
+        match l.marker % 4 {
+            0 => chart.draw_series(pts.map(|p| Circle::new(p, 3, c.filled()))).map(|_| ()),
+            1 => chart.draw_series(pts.map(|p| TriangleMarker::new(p, 4, c.filled()))).map(|_| ()),
+            2 => chart.draw_series(pts.map(|p| EmptyElement::at(p) + Rectangle::new([(-3, -3), (3, 3)], c.filled()))).map(|_| ()),
+            _ => chart.draw_series(pts.map(|p| Cross::new(p, 4, c.stroke_width(2)))).map(|_| ()),
+        }
+        .map_err(draw_err)?;
     }
-    chart
-        .configure_series_labels()
-        .label_font(("sans-serif", 12))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(180, 180, 180))
-        .position(legend)
-        .draw()
-        .map_err(draw_err)?;
     Ok(())
 }
 
+/// One legend for every panel, below them: each run's line and mark in its look, and its label.
+fn legend(area: &Area, runs: &[Run]) -> Result<()> {
+    let (w, _) = area.dim_in_pixel();
+    let cols = if runs.len() > 1 { 2 } else { 1 };
+    let col_w = w as i32 / cols;
+    for (i, r) in runs.iter().enumerate() {
+        let l = look(runs, i);
+        let (x, y) = (20 + (i as i32 % cols) * col_w, 16 + (i as i32 / cols) * LEGEND_ROW);
+        area.draw(&PathElement::new(vec![(x, y), (x + 36, y)], l.color.stroke_width(3))).map_err(draw_err)?;
+        let c = l.color;
+        match l.marker % 4 {
+            0 => area.draw(&Circle::new((x + 18, y), 4, c.filled())),
+            1 => area.draw(&TriangleMarker::new((x + 18, y), 5, c.filled())),
+            2 => area.draw(&Rectangle::new([(x + 14, y - 4), (x + 22, y + 4)], c.filled())),
+            _ => area.draw(&Cross::new((x + 18, y), 5, c.stroke_width(2))),
+        }
+        .map_err(draw_err)?;
+        area.draw(&Text::new(r.label.clone(), (x + 46, y - LEGEND as i32 / 2 - 1), ("sans-serif", LEGEND))).map_err(draw_err)?;
+    }
+    Ok(())
+}
+
+/// Height of one legend row (px).
+const LEGEND_ROW: i32 = 28;
+
 /// Grouped bars: bucket k on the x axis, one bar per run that has the histogram.
-fn bar_panel(area: &Area, bars: &[(String, usize, Vec<f64>)], title: &str, x_desc: &str) -> Result<()> {
+fn bar_panel(area: &Area, bars: &[(String, RGBColor, Vec<f64>)], title: &str, x_desc: &str) -> Result<()> {
     let buckets = bars.iter().map(|b| b.2.len()).max().unwrap_or(1);
-    // Head room above the tallest bar for the legend (one line per run).
-    let top = bars.iter().flat_map(|b| b.2.iter().copied()).fold(0.0_f64, f64::max).max(1e-9)
-        * (1.15 + 0.07 * bars.len() as f64);
+    // A fraction never passes 1: a little head room above the tallest bar, up to 1.
+    let top = (bars.iter().flat_map(|b| b.2.iter().copied()).fold(0.0_f64, f64::max).max(1e-9) * 1.08).min(1.0);
     let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
+        .caption(title, ("sans-serif", CAPTION))
+        .margin(14)
+        .x_label_area_size(52)
+        .y_label_area_size(78)
         .build_cartesian_2d(-0.5..(buckets as f64 - 0.5), 0.0..top)
         .map_err(draw_err)?;
     chart
@@ -380,51 +426,40 @@ fn bar_panel(area: &Area, bars: &[(String, usize, Vec<f64>)], title: &str, x_des
         .y_desc("fraction of the run's total")
         .x_labels(buckets.min(20))
         .x_label_formatter(&|v| format!("{}", v.round() as i64))
-        .label_style(("sans-serif", 13))
-        .axis_desc_style(("sans-serif", 14))
+        .y_labels(6)
+        .label_style(("sans-serif", TICKS))
+        .axis_desc_style(("sans-serif", AXIS_DESC))
         .disable_x_mesh()
-        .light_line_style(RGBColor(235, 235, 235))
+        .bold_line_style(RGBColor(225, 225, 225))
+        .light_line_style(TRANSPARENT)
         .draw()
         .map_err(draw_err)?;
     let w = 0.8 / bars.len().max(1) as f64;
-    for (j, (label, ci, h)) in bars.iter().enumerate() {
-        let c = color(*ci);
+    for (j, (_, c, h)) in bars.iter().enumerate() {
+        let c = *c;
         chart
             .draw_series(h.iter().enumerate().map(|(k, &v)| {
                 let x = k as f64 - 0.4 + j as f64 * w;
                 Rectangle::new([(x, 0.0), (x + w * 0.9, v)], c.filled())
             }))
-            .map_err(draw_err)?
-            .label(label.clone())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+            .map_err(draw_err)?;
     }
-    chart
-        .configure_series_labels()
-        .label_font(("sans-serif", 12))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(180, 180, 180))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(draw_err)?;
     Ok(())
 }
 
-/// Draws `runs` into the SVG file `out`.
+/// Draws `runs` into the SVG file `out`: two rows of curve panels (metric and objective, against
+/// time and bytes), a row of the histograms that any run has (one or two panels, as wide as the
+/// row: no empty cell), and one legend below.
 pub fn plot(runs: &[Run], out: &Path, title: Option<&str>, panels: Panels) -> Result<()> {
     if runs.is_empty() {
         bail!("nothing to plot");
     }
     let curves = panels != Panels::Bars;
-    let consistency: Vec<(String, usize, Vec<f64>)> = runs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| r.consistency.as_ref().map(|h| (r.label.clone(), i, fractions(h))))
-        .collect();
-    let staleness: Vec<(String, usize, Vec<f64>)> = runs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| r.staleness.as_ref().map(|(_, h)| (r.label.clone(), i, fractions(h))))
-        .collect();
+    let bars = |h: fn(&Run) -> Option<&Vec<f64>>| -> Vec<(String, RGBColor, Vec<f64>)> {
+        runs.iter().enumerate().filter_map(|(i, r)| h(r).map(|h| (r.label.clone(), look(runs, i).color, fractions(h)))).collect()
+    };
+    let consistency = bars(|r| r.consistency.as_ref());
+    let staleness = bars(|r| r.staleness.as_ref().map(|s| &s.1));
     let bar_panels = if panels == Panels::Curves {
         0
     } else {
@@ -433,47 +468,42 @@ pub fn plot(runs: &[Run], out: &Path, title: Option<&str>, panels: Panels) -> Re
     if !curves && bar_panels == 0 {
         bail!("--panels bars: none of the runs has a consistency or staleness histogram");
     }
-    let rows = if curves { 2 } else { 0 } + bar_panels.div_ceil(2);
-    let head = if title.is_some() { 40 } else { 0 };
-    let (w, h) = (1400u32, 420 * rows as u32 + head);
+    let row_h = 460u32;
+    let head = if title.is_some() { 48 } else { 0 };
+    let legend_h = 24 + LEGEND_ROW as u32 * runs.len().div_ceil(if runs.len() > 1 { 2 } else { 1 }) as u32;
+    let curve_h = if curves { 2 * row_h } else { 0 };
+    let bar_h = if bar_panels > 0 { row_h } else { 0 };
+    let (w, h) = (1400u32, head + curve_h + bar_h + legend_h);
     let root = SVGBackend::new(out, (w, h)).into_drawing_area();
     root.fill(&WHITE).map_err(draw_err)?;
-    let body = match title {
-        Some(t) => {
-            let (top, rest) = root.split_vertically(head);
-            top.titled(t, ("sans-serif", 22)).map_err(draw_err)?;
-            rest
-        }
-        None => root.clone(),
-    };
-    let cells = body.split_evenly((rows, 2));
-    let mut next = 0;
+    let (top, body) = root.split_vertically(head);
+    if let Some(t) = title {
+        top.titled(t, ("sans-serif", TITLE)).map_err(draw_err)?;
+    }
+    let (curve_area, rest) = body.split_vertically(curve_h);
+    let (bar_area, legend_area) = rest.split_vertically(bar_h);
     if curves {
+        let cells = curve_area.split_evenly((2, 2));
         let metric = &runs[0].metric_name;
         let which = if runs[0].held_out { "held-out" } else { "training" };
-        let m = format!("{which} {metric}");
+        // Accuracy in percent, as the console prints it.
+        let percent = metric == "accuracy";
+        let m = format!("{which} {metric}{}", if percent { " (%)" } else { "" });
         let mb = |p: &Point| p.bytes_sent / 1e6;
         let t = |p: &Point| p.train_seconds;
-        let met = |p: &Point| p.metric;
+        let met = move |p: &Point| p.metric.map(|v| if percent { 100.0 * v } else { v });
         let obj = |p: &Point| p.objective;
-        // Legends where the curves usually are not: below a rising accuracy, above a falling
-        // loss or RMSE.
-        let up = SeriesLabelPosition::UpperRight;
-        let ml = if metric == "accuracy" { SeriesLabelPosition::LowerRight } else { up.clone() };
-        curve_panel(&cells[0], runs, &format!("{m} vs training time"), "training seconds", &m, t, met, ml.clone())?;
-        curve_panel(&cells[1], runs, &format!("{m} vs bytes sent"), "MB sent per rank", &m, mb, met, ml)?;
-        curve_panel(&cells[2], runs, "objective vs training time", "training seconds", "objective", t, obj, up.clone())?;
-        curve_panel(&cells[3], runs, "objective vs bytes sent", "MB sent per rank", "objective", mb, obj, up)?;
-        next = 4;
+        let name = format!("{which} {metric}");
+        curve_panel(&cells[0], runs, &format!("{name} vs training time"), "training seconds", &m, t, &met)?;
+        curve_panel(&cells[1], runs, &format!("{name} vs bytes sent"), "MB sent per rank", &m, mb, &met)?;
+        curve_panel(&cells[2], runs, "objective vs training time", "training seconds", "objective", t, &obj)?;
+        curve_panel(&cells[3], runs, "objective vs bytes sent", "MB sent per rank", "objective", mb, &obj)?;
     }
     if bar_panels > 0 {
+        let cells = bar_area.split_evenly((1, bar_panels));
+        let mut next = 0;
         if !consistency.is_empty() {
-            bar_panel(
-                &cells[next],
-                &consistency,
-                "consistency histogram (ASAP Fig. 8)",
-                "consistent in-neighbour models used in a reduce",
-            )?;
+            bar_panel(&cells[next], &consistency, "consistency histogram (ASAP Fig. 8)", "consistent in-neighbour models used in a reduce")?;
             next += 1;
         }
         if !staleness.is_empty() {
@@ -486,6 +516,7 @@ pub fn plot(runs: &[Run], out: &Path, title: Option<&str>, panels: Panels) -> Re
             bar_panel(&cells[next], &staleness, "staleness distribution", what)?;
         }
     }
+    legend(&legend_area, runs)?;
     root.present().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
     Ok(())
 }
@@ -508,6 +539,18 @@ mod tests {
         format!(
             r#"{{"event":"eval","train_seconds":{t},"counters":{{"bytes_sent":{{"mean":{bytes},"max":{bytes}}}}},"objective":{obj},"metric":"accuracy","test_metric":{metric},"train_metric":0.5,"sync":{sync}}}"#
         )
+    }
+
+    #[test]
+    fn a_mode_has_its_colour_in_every_figure() {
+        let run = |mode: &str| Run { path: "x".into(), label: mode.into(), mode: mode.into(), metric_name: "accuracy".into(), held_out: true, points: vec![], consistency: None, staleness: None };
+        let a = [run("allreduce"), run("asap"), run("asap")];
+        let b = [run("ssp"), run("asap"), run("gaia"), run("allreduce")];
+        let c = |runs: &[Run], i| { let RGBColor(r, g, b) = look(runs, i).color; (r, g, b) };
+        assert_eq!(c(&a, 0), c(&b, 3), "allreduce");
+        assert_eq!(c(&a, 1), c(&b, 1), "the first asap run");
+        assert_ne!(c(&a, 2), c(&a, 1), "a second asap run in one figure is told apart");
+        assert_ne!(look(&a, 2).marker, look(&a, 1).marker);
     }
 
     #[test]

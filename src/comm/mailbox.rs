@@ -239,6 +239,9 @@ pub struct Mailboxes {
     acks_seen: Vec<u64>,
     /// Per in-neighbour: notifications consumed (acknowledged) so far.
     consumed: Vec<u64>,
+    /// Per in-neighbour: the round of the last consistent [`Mailboxes::read_slot`] (0: none), so
+    /// that reading an unchanged slot again receives nothing.
+    last_read: Vec<u64>,
     bytes_sent: u64,
     bytes_received: u64,
     /// `--emulate-bandwidth`: every put waits until a link of that rate would have carried it.
@@ -297,6 +300,7 @@ impl Mailboxes {
             sends: vec![0; out_nb.len()],
             acks_seen: vec![0; out_nb.len()],
             consumed: vec![0; in_nb.len()],
+            last_read: vec![0; in_nb.len()],
             layouts,
             in_nb,
             out_nb,
@@ -375,7 +379,9 @@ impl Mailboxes {
         self.bytes_sent
     }
 
-    /// Bytes of others' data this rank consumed (slots read consistent, notifications, acks).
+    /// Bytes of others' data this rank consumed: each message once (read consistent, or added,
+    /// or carried by a newer one: [`Mailboxes::count_superseded`]; a slot read again unchanged
+    /// adds nothing), each notification and ack once.
     pub fn bytes_received(&self) -> u64 {
         self.bytes_received
     }
@@ -712,11 +718,21 @@ impl Mailboxes {
         Ok(if header == 0 && footer == 0 {
             SlotRead::Empty
         } else if header == footer {
-            self.bytes_received += lay.message_bytes() as u64;
+            if header != self.last_read[i] {
+                self.last_read[i] = header;
+                self.bytes_received += lay.message_bytes() as u64;
+            }
             SlotRead::Consistent(header)
         } else {
             SlotRead::Torn(header, footer)
         })
+    }
+
+    /// Counts `messages` messages of an in-neighbour as received that a newer message overwrote
+    /// in its slot before this rank read them, for protocols whose messages are running totals
+    /// (push-sum): the newer message carries their data, so it was delivered and used.
+    pub fn count_superseded(&mut self, messages: u64) {
+        self.bytes_received += messages * self.layouts[self.me].message_bytes() as u64;
     }
 
     /// Adds the payload of in-neighbour `i`'s message number `m` to `acc` in place (no copy) and

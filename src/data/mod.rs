@@ -347,6 +347,17 @@ pub fn column_moments(d: &Dataset) -> (Vec<f64>, Vec<f64>, f64) {
     (s, q, d.len() as f64)
 }
 
+/// Per-feature scaling fitted on a training set (`--scale`), kept so that a saved model can apply
+/// it to new data with the same arithmetic ([`scale_columns`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnScaling {
+    /// "standard" (mean and standard deviation) or "max-abs" (largest absolute value).
+    pub method: String,
+    pub scale: Vec<f32>,
+    /// Zero for max-abs, and ignored on sparse data.
+    pub shift: Vec<f32>,
+}
+
 /// x_ij <- (x_ij - shift_j) * scale_j for dense data; x_ij <- x_ij * scale_j for sparse data
 /// (a shift would densify it, so it is ignored there).
 pub fn scale_columns(d: &mut Dataset, scale: &[f32], shift: &[f32]) {

@@ -378,9 +378,10 @@ pub fn auto_kind(n: usize) -> (String, String) {
     let root = generate("root-expander", n, 0).expect("the root expander exists for every n >= 1");
     let rounds = spectral::mixing_rounds(spectral::sigma_2(&root), 1e-3);
     match rounds {
+        _ if n <= 1 => ("root-expander".into(), "a single rank has nobody to exchange with".into()),
         Some(r) if r <= AUTO_MAX_ROUNDS || n <= 5 => (
             "root-expander".into(),
-            format!("the root expander mixes within {r} rounds at {n} ranks for 2 sends per rank"),
+            format!("the root expander mixes within {r} rounds at {n} ranks"),
         ),
         _ => (
             "random:4".into(),
@@ -426,20 +427,22 @@ pub fn one_peer_target(rank: usize, n: usize, round: u64) -> usize {
 pub fn graph_for_training(spec: &str, nranks: usize, seed: u64) -> anyhow::Result<(Graph, GraphReport)> {
     let g = generate(spec, nranks, seed)?;
     let r = analyse(&g, 0);
-    if spec == "auto" {
+    // One line: the choice (for auto) and the graph's facts.
+    let chose = if spec == "auto" {
         let (kind, why) = auto_kind(nranks);
+        format!("--graph auto chose {kind} ({why}); ")
+    } else {
+        String::new()
+    };
+    if nranks <= 1 {
+        log::info!("{chose}communication graph {} on 1 rank: no edges, nothing is sent", g.name);
+    } else {
         log::info!(
-            "--graph auto on {nranks} ranks chose {kind}: {why}; spectral gap {:.4}, replicas agree to 1e-3 within ~{} rounds, {} sends per rank per round",
-            r.spectral_gap,
-            r.mixing_rounds.map_or("inf".into(), |t| t.to_string()),
-            r.max_out_degree
+            "{chose}communication graph {} on {} ranks: {} edges, up to {} sends per rank per round, in-degree {}..{}, spectral gap {:.5} (sigma_2 {:.5}), diameter {}, replicas agree to 1e-3 within ~{} rounds",
+            g.name, nranks, r.edges, r.max_out_degree, r.min_in_degree, r.max_in_degree, r.spectral_gap, r.sigma_2,
+            r.diameter_text(), r.mixing_rounds.map_or("inf".into(), |t| t.to_string())
         );
     }
-    log::info!(
-        "communication graph {} on {} ranks: {} edges, in-degree {}..{}, spectral gap {:.5} (sigma_2 {:.5}), diameter {}",
-        g.name, nranks, r.edges, r.min_in_degree, r.max_in_degree, r.spectral_gap, r.sigma_2,
-        r.diameter_text()
-    );
     if !r.strongly_connected {
         anyhow::bail!(
             "graph {spec} on {nranks} ranks is not strongly connected: some ranks never \

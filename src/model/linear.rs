@@ -150,6 +150,26 @@ impl Model for Linear {
     fn margin_loss(&self) -> Option<&dyn super::MarginLoss> {
         Some(self)
     }
+    fn predict(&self, params: &[f32], data: &Dataset) -> Vec<f32> {
+        let d = self.d();
+        (0..data.len())
+            .map(|i| {
+                let z = row_dot(data.row(i), &params[..d]) + params[d];
+                match self.spec.kind {
+                    ModelKind::Lsq => z,
+                    _ if z > 0.0 => 1.0,
+                    _ => -1.0,
+                }
+            })
+            .collect()
+    }
+    fn describe_layout(&self) -> String {
+        let what = match self.spec.kind {
+            ModelKind::Lsq => "the predicted value is x.w + b",
+            _ => "the class is +1 where x.w + b > 0, else -1",
+        };
+        format!("{:?}: {} feature weights w, then the bias b ({} values; {what})", self.spec.kind, self.d(), self.d() + 1).to_lowercase()
+    }
 }
 
 impl super::MarginLoss for Linear {

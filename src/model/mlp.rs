@@ -190,4 +190,15 @@ impl Model for Mlp {
     fn metric_kind(&self) -> MetricKind {
         MetricKind::Accuracy
     }
+    fn predict(&self, params: &[f32], data: &Dataset) -> Vec<f32> {
+        let idx: Vec<usize> = (0..data.len()).collect();
+        let last = self.layers() - 1;
+        idx.chunks(512).flat_map(|chunk| super::argmax_rows(&self.forward(params, data, chunk).z[last]).collect::<Vec<_>>()).collect()
+    }
+    fn describe_layout(&self) -> String {
+        let blocks: Vec<String> = (0..self.layers())
+            .map(|l| format!("layer {}: {} rows (one per neuron) of {} incoming weights then the bias", l + 1, self.widths[l + 1], self.widths[l]))
+            .collect();
+        format!("mlp (ReLU hidden layers, softmax output; the last layer's rows are the classes in label order): {}", blocks.join("; "))
+    }
 }

@@ -141,4 +141,13 @@ impl Model for Mlr {
     fn metric_kind(&self) -> MetricKind {
         MetricKind::Accuracy
     }
+    fn predict(&self, params: &[f32], data: &Dataset) -> Vec<f32> {
+        let idx: Vec<usize> = (0..data.len()).collect();
+        // The chunks of `evaluate`, so each score is computed by the same products.
+        idx.chunks(512).flat_map(|chunk| super::argmax_rows(&self.scores(params, data, chunk)).collect::<Vec<_>>()).collect()
+    }
+    fn describe_layout(&self) -> String {
+        let (j, d) = self.dims();
+        format!("mlr: {j} rows, one per class in label order; each row is the class's {d} feature weights, then its bias ({} values)", d + 1)
+    }
 }

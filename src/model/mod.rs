@@ -132,12 +132,23 @@ pub trait Model: Send + Sync {
         }
         loss
     }
-    /// The regulariser's value at `params`.
+    /// The regulariser's value at `params` (0 where the loss holds it: MF's is per rating).
     fn regulariser(&self, params: &[f32]) -> f64;
+    /// What the objective is, in words, where "mean training loss + L2 regulariser" would not
+    /// say it (empty otherwise).
+    fn objective_definition(&self) -> &'static str {
+        ""
+    }
     /// Loss and metric sums over the whole shard `data`.
     fn evaluate(&self, params: &[f32], data: &Dataset) -> EvalSums;
     /// Which metric [`Model::evaluate`] measures.
     fn metric_kind(&self) -> MetricKind;
+    /// The model's output for every example of `data`, decided as [`Model::evaluate`] decides
+    /// (so counting the outputs that match the labels gives its metric): the class index for
+    /// mlr/mlp, +1 or -1 for svm/logreg, the predicted value for lsq and mf.
+    fn predict(&self, params: &[f32], data: &Dataset) -> Vec<f32>;
+    /// How the flat parameter vector is laid out, in words (stored with a saved model).
+    fn describe_layout(&self) -> String;
     /// The model as a [`MarginLoss`], when it is one (what SAGA needs to keep one scalar per
     /// example); None for models whose gradient is not a multiple of the input.
     fn margin_loss(&self) -> Option<&dyn MarginLoss> {
@@ -185,6 +196,11 @@ pub fn row_axpy(row: Row<'_>, a: f32, w: &mut [f32]) {
 /// Class index of a label (labels outside 0..J never match a class).
 pub(crate) fn class_of(y: f32) -> usize {
     if y >= 0.0 { y as usize } else { usize::MAX }
+}
+
+/// The index of each row's largest score, the first one on ties (as [`softmax_residual`] decides).
+pub(crate) fn argmax_rows(z: &ndarray::Array2<f32>) -> impl Iterator<Item = f32> + '_ {
+    z.rows().into_iter().map(|row| row.iter().enumerate().fold((0, f32::NEG_INFINITY), |a, (k, &v)| if v > a.1 { (k, v) } else { a }).0 as f32)
 }
 
 /// Softmax cross entropy on a B x J score matrix, in place: each row becomes
@@ -321,6 +337,32 @@ mod tests {
         check_gradient(m.as_ref(), &ratings(&mut rng), &mut rng);
         let two = ModelSpec { hidden: vec![4, 3], ..spec(ModelKind::Mlp, 4) };
         check_gradient(build(&two).unwrap().as_ref(), &dense(7, 4, 3, &mut rng), &mut rng);
+    }
+
+    /// `predict` decides as `evaluate` does: its outputs reproduce the metric's sums exactly
+    /// (classifiers) or to rounding (regression), on dense, sparse and ratings data.
+    #[test]
+    fn predictions_reproduce_the_evaluated_metric() {
+        let mut rng = Rng::new(4);
+        for kind in [ModelKind::Svm, ModelKind::Logreg, ModelKind::Lsq, ModelKind::Mlr, ModelKind::Mlp, ModelKind::Mf] {
+            let m = build(&spec(kind, 4)).unwrap();
+            let sets = if kind == ModelKind::Mf { vec![ratings(&mut rng)] } else { vec![dense(700, 4, 3, &mut rng), sparse(600, 4, 3, &mut rng)] };
+            for data in sets {
+                let mut p = vec![0f32; m.num_params()];
+                m.init(&mut p, &mut rng);
+                p.iter_mut().for_each(|w| *w += rng.normal() as f32);
+                let pred = m.predict(&p, &data);
+                assert_eq!(pred.len(), data.len());
+                let e = m.evaluate(&p, &data);
+                let sum: f64 = match kind {
+                    ModelKind::Svm | ModelKind::Logreg => pred.iter().zip(&data.labels).filter(|(p, &y)| **p == if y > 0.0 { 1.0 } else { -1.0 }).count() as f64,
+                    ModelKind::Mlr | ModelKind::Mlp => pred.iter().zip(&data.labels).filter(|(p, y)| p == y).count() as f64,
+                    _ => pred.iter().zip(&data.labels).map(|(p, y)| ((y - p) as f64).powi(2)).sum(),
+                };
+                assert!((sum - e.metric_sum).abs() <= 1e-9 * e.metric_sum.abs().max(1.0), "{kind:?} {}: {sum} against {}", data.source, e.metric_sum);
+                assert!(!m.describe_layout().is_empty());
+            }
+        }
     }
 
     #[test]

@@ -263,9 +263,9 @@ impl StochasticReduce {
         // ranks exactly as tightly as S = 0 while reducing stale messages 69 % of the time, and
         // trained 1.8x slower to a worse model (8 ranks, root expander, 2 epochs: 0.23 s and
         // 81.9 % against 0.13 s and 83.2 % at S = 0). S + 2 slots give S messages of slack.
-        // Push-sum's slots hold f64 running totals of the model and the weight.
+        // Push-sum's slots hold f64 running totals of the model, the weight and the share count.
         let depth = stale_depth(cfg.staleness);
-        let slot_len = if cfg.notify == NotifyMode::PushSum { 2 * (n_params + 1) } else { n_params };
+        let slot_len = if cfg.notify == NotifyMode::PushSum { 2 * (n_params + 2) } else { n_params };
         let mail = Mailboxes::with_depth(comm, &cfg.in_neighbours, slot_len, depth)
             .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
         StochasticReduce::with_mailboxes(comm, cfg, n_params, mail, None)
@@ -737,12 +737,15 @@ impl StochasticReduce {
     /// brought something new. Torn reads are counted and retried next time.
     fn fold_push_sum(&mut self) -> anyhow::Result<usize> {
         let p = self.push.as_mut().expect("push-sum state");
-        self.totals.resize(p.numerator().len() + 1, 0.0);
+        self.totals.resize(p.numerator().len() + 2, 0.0);
         let mut folded = 0;
         for i in 0..self.mail.in_neighbours().len() {
             match self.mail.read_slot(i, &mut self.totals)? {
                 SlotRead::Consistent(h) => {
-                    folded += usize::from(p.fold(i, &self.totals)?);
+                    // The read counted the newest message; the ones it overwrote arrived in it.
+                    let shares = p.fold(i, &self.totals)?;
+                    self.mail.count_superseded(shares.saturating_sub(1));
+                    folded += usize::from(shares > 0);
                     self.last_used[i] = h;
                 }
                 SlotRead::Torn(..) => self.torn += 1,
@@ -759,7 +762,9 @@ impl StochasticReduce {
     /// no mass was lost.
     fn finish_push_sum(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
         let t = Instant::now();
+        let r0 = self.mail.bytes_received();
         self.fold_push_sum()?;
+        self.stats.bytes_received += self.mail.bytes_received() - r0;
         let p = self.push.as_ref().expect("push-sum state");
         let mut sums: Vec<f64> = p.numerator().to_vec();
         sums.push(p.weight());
@@ -925,6 +930,8 @@ impl SyncMode for StochasticReduce {
     }
 
     fn quiesce(&mut self, params: &mut [f32], _round: u64) -> anyhow::Result<()> {
+        // What the cut sends and receives is training traffic too (push-sum's last folds).
+        let (s0, r0) = (self.mail.bytes_sent(), self.mail.bytes_received());
         // --overlap: a checkpoint holds no half-done round.
         self.complete_pending(params)?;
         if self.cfg.notify == NotifyMode::Deadline {
@@ -941,6 +948,8 @@ impl SyncMode for StochasticReduce {
             // Nobody may put a new total before every rank has read the last ones.
             self.mail.barrier(self.last_round, self.cfg.wait_timeout)?;
         }
+        self.stats.bytes_sent += self.mail.bytes_sent() - s0;
+        self.stats.bytes_received += self.mail.bytes_received() - r0;
         Ok(())
     }
 

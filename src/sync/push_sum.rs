@@ -16,7 +16,9 @@
 //! because only differences are added. So mass is conserved:
 //! `sum_i x_i + in flight = sum_i x_i(0) + every update`, and `sum_i w_i + in flight = N`.
 //! Totals are f64, so their differences keep float precision over long runs (an f32 total would
-//! lose the share's low bits once it is large); this doubles the bytes of a message.
+//! lose the share's low bits once it is large); this doubles the bytes of a message. A last total
+//! counts the shares sent on the edge, so a receiver knows how many messages a total stands for
+//! (those overwritten before it looked included): what its received-bytes counter counts.
 
 use anyhow::ensure;
 
@@ -29,7 +31,8 @@ pub struct PushSum {
     w: f64,
     /// The estimate last handed to the training loop (its steps since are the update).
     z_prev: Vec<f32>,
-    /// Running totals `[x..., w]` of the shares sent on each out-edge (all edges get the same).
+    /// Running totals `[x..., w, shares]` of what was sent on each out-edge (all edges get the
+    /// same): the numerator's and the weight's shares, and how many shares.
     sent: Vec<f64>,
     /// Per in-neighbour: the running totals folded so far.
     seen: Vec<Vec<f64>>,
@@ -49,7 +52,7 @@ impl PushSum {
             self.x = params.iter().map(|&p| p as f64).collect();
             self.w = 1.0;
             self.z_prev = params.to_vec();
-            self.sent = vec![0.0; params.len() + 1];
+            self.sent = vec![0.0; params.len() + 2];
             return;
         }
         for ((x, &p), &z) in self.x.iter_mut().zip(params).zip(&self.z_prev) {
@@ -86,28 +89,31 @@ impl PushSum {
             *x *= 0.5;
         }
         self.sent[n] += self.w * part;
+        self.sent[n + 1] += 1.0;
         self.w *= 0.5;
         &self.sent
     }
 
-    /// Folds in-neighbour `i`'s running totals `[x..., w]`: adds what arrived since the last fold.
-    /// Returns whether anything new had arrived.
-    pub fn fold(&mut self, i: usize, totals: &[f64]) -> anyhow::Result<bool> {
+    /// Folds in-neighbour `i`'s running totals `[x..., w, shares]`: adds what arrived since the
+    /// last fold. Returns how many shares (messages) the difference holds: 0 when nothing new
+    /// arrived, more than 1 when newer totals overwrote older ones before this fold.
+    pub fn fold(&mut self, i: usize, totals: &[f64]) -> anyhow::Result<u64> {
         let n = self.x.len();
-        ensure!(totals.len() == n + 1, "push-sum totals of {} values for a model of {n}", totals.len());
+        ensure!(totals.len() == n + 2, "push-sum totals of {} values for a model of {n}", totals.len());
         let seen = &mut self.seen[i];
         if seen.is_empty() {
-            seen.resize(n + 1, 0.0);
+            seen.resize(n + 2, 0.0);
         }
         if seen.as_slice() == totals {
-            return Ok(false);
+            return Ok(0);
         }
+        let shares = (totals[n + 1] - seen[n + 1]).max(0.0) as u64;
         for ((x, &t), s) in self.x.iter_mut().zip(&totals[..n]).zip(&seen[..n]) {
             *x += t - s;
         }
         self.w += totals[n] - seen[n];
         seen.copy_from_slice(totals);
-        Ok(true)
+        Ok(shares)
     }
 
     /// Writes the estimate x / w into `params` and remembers it.
@@ -149,7 +155,7 @@ impl PushSum {
         let (x, w) = x.zip(w).ok_or_else(|| anyhow::anyhow!("the checkpoint has no push-sum state: resume with --notify push-sum"))?;
         ensure!(x.len() == params_len, "the checkpoint's push-sum numerator has {} values, the model {params_len}", x.len());
         self.z_prev = x.iter().map(|&v| (v / w) as f32).collect();
-        self.sent = vec![0.0; x.len() + 1];
+        self.sent = vec![0.0; x.len() + 2];
         self.seen.iter_mut().for_each(Vec::clear);
         self.x = x;
         self.w = w;
@@ -171,7 +177,8 @@ mod tests {
         let n = 3;
         let mut ranks: Vec<PushSum> = (0..n).map(|_| PushSum::new(1)).collect();
         let mut params: Vec<Vec<f32>> = (0..n).map(|r| vec![r as f32, 1.0 + r as f32]).collect();
-        let mut slots: Vec<Vec<f64>> = vec![vec![0.0; 3]; n]; // slot r: what rank r - 1 last put
+        let mut slots: Vec<Vec<f64>> = vec![vec![0.0; 4]; n]; // slot r: what rank r - 1 last put
+        let (mut pushed, mut folded) = (0u64, 0u64);
         let mut updates = [0f64; 2];
         let mut rng = Rng::new(5);
         for round in 0..500 {
@@ -186,17 +193,19 @@ mod tests {
                 }
                 ranks[r].take_update(&params[r]);
                 slots[(r + 1) % n] = ranks[r].share(1).to_vec();
+                pushed += 1;
             }
             for r in 0..n {
                 if rng.below(2) == 0 {
-                    ranks[r].fold(0, &slots[r].clone()).unwrap();
+                    folded += ranks[r].fold(0, &slots[r].clone()).unwrap();
                 }
                 ranks[r].estimate(&mut params[r]);
             }
         }
         for r in 0..n {
-            ranks[r].fold(0, &slots[r].clone()).unwrap();
+            folded += ranks[r].fold(0, &slots[r].clone()).unwrap();
         }
+        assert_eq!(folded, pushed, "every share is counted once by its receiver");
         let w: f64 = ranks.iter().map(|p| p.weight()).sum();
         assert!((w - n as f64).abs() < 1e-12, "weights sum to {w}");
         for k in 0..2 {
@@ -215,9 +224,9 @@ mod tests {
     fn a_fold_of_unchanged_totals_adds_nothing_and_state_round_trips() {
         let mut p = PushSum::new(1);
         p.take_update(&[1.0, 2.0]);
-        let totals = vec![0.5, 1.0, 0.5];
-        assert!(p.fold(0, &totals).unwrap());
-        assert!(!p.fold(0, &totals).unwrap());
+        let totals = vec![0.5, 1.0, 0.5, 3.0];
+        assert_eq!(p.fold(0, &totals).unwrap(), 3, "a total of three shares");
+        assert_eq!(p.fold(0, &totals).unwrap(), 0, "nothing new");
         assert_eq!((p.numerator(), p.weight()), (&[1.5, 3.0][..], 1.5));
         let mut q = PushSum::new(1);
         q.restore_state(p.save_state(), 2).unwrap();
@@ -233,11 +242,11 @@ mod tests {
         assert!(p.may_push(), "a rank starts at weight 1");
         let sent = p.share(2).to_vec();
         // Kept half, and a quarter on each of the 2 out-edges: 4 * 0.25 = 1, weight 0.25.
-        assert_eq!(sent, vec![1.0, -0.5, 0.25]);
+        assert_eq!(sent, vec![1.0, -0.5, 0.25, 1.0]);
         assert_eq!((p.numerator(), p.weight()), (&[2.0, -1.0][..], 0.5));
         assert!(!p.may_push(), "below its fair weight a rank keeps its mass");
         // Shares worth half a weight come back: fair again.
-        p.fold(0, &[1.0, -0.5, 0.5]).unwrap();
+        p.fold(0, &[1.0, -0.5, 0.5, 2.0]).unwrap();
         assert!(p.may_push());
         let mut z = [0.0; 2];
         p.estimate(&mut z);

@@ -1,4 +1,4 @@
-//! HDF5 checkpoints and the final model file.
+//! HDF5 checkpoints (the final model file is [`super::model_file`]).
 //!
 //! A checkpoint holds every rank's replica (`params`, ranks x P), every rank's shuffle RNG state at
 //! the start of the current epoch (`rng`, ranks x 4), the position in training as attributes
@@ -14,7 +14,6 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use ndarray::{Array1, Array2};
 
 use crate::comm::collectives::{self, agree};
-use crate::model::{Model, RowLayout};
 use crate::sync::ModeState;
 
 /// How many checkpoints to keep in the directory (older ones are deleted).
@@ -332,26 +331,4 @@ pub fn restore_mode_state(comm: &SimpleCommunicator, path: &Path) -> anyhow::Res
     })()
     .with_context(|| format!("checkpoint {}: cannot read the sync-mode state of rank {r}", path.display()));
     agree(comm, read)
-}
-
-/// Writes the final model (rank 0 only; call on rank 0): `params` (P), `row_offsets`, and the
-/// model spec, configuration and final metrics as JSON string attributes. h5py reads it with
-/// `h5py.File(path)["params"][:]`.
-pub fn save_model(
-    path: &str,
-    model: &dyn Model,
-    params: &[f32],
-    config_json: &str,
-    metrics_json: &str,
-) -> anyhow::Result<()> {
-    let layout: RowLayout = model.layout();
-    let spec_json = serde_json::to_string(model.spec())?;
-    write_atomic(Path::new(path), |f| {
-        f.new_dataset_builder().with_data(&Array1::from_vec(params.to_vec())).create("params")?;
-        let offs: Vec<u64> = layout.offsets.iter().map(|&o| o as u64).collect();
-        f.new_dataset_builder().with_data(&Array1::from_vec(offs)).create("row_offsets")?;
-        str_attr(f, "model_spec", &spec_json)?;
-        str_attr(f, "config", config_json)?;
-        str_attr(f, "metrics", metrics_json)
-    })
 }

@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod emulate;
 pub mod eval;
+pub mod model_file;
 pub mod optimizer;
 pub mod outputs;
 pub mod phases;
@@ -155,6 +156,8 @@ struct Run<'a> {
     steps_per_epoch: usize,
     reached: Option<(f64, u64, f64)>,
     last_eval: Evaluation,
+    /// The round of `last_eval` (0: none yet).
+    last_eval_round: u64,
     pending: Vec<PendingEval>,
     run_id: checkpoint::RunIdentity,
     /// The emulated compute (`--emulate-compute`, `--straggler`, `--balance`).
@@ -393,6 +396,7 @@ impl Run<'_> {
                 );
             }
             self.last_eval = ev;
+            self.last_eval_round = p.round;
         }
         self.clock.excluded += t0.elapsed();
         self.clock.evaluating += t0.elapsed();
@@ -458,9 +462,6 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     let t_start = Instant::now();
     let (rank, n) = (comm.rank() as usize, comm.size() as usize);
     let rank0 = rank == 0;
-    if rank0 {
-        eprintln!("asap-train: {n} rank(s); effective configuration:\n{}", serde_json::to_string_pretty(cfg)?);
-    }
     // From here on every collective gives up after --wait-timeout naming the ranks that never
     // reached it (disarmed when this function returns, on every rank alike).
     let _deadline = DeadlineGuard::arm(comm, Duration::from_secs_f64(cfg.wait_timeout))?;
@@ -566,6 +567,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         optimizer,
         reached: None,
         last_eval: Evaluation::default(),
+        last_eval_round: 0,
         pending: Vec::new(),
         run_id,
         shards,
@@ -578,8 +580,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         "event": "start",
         "class_counts_per_rank": class_counts,
         "ranks": n,
-        "config": cfg,
-        "model_spec": run.model.spec(),
+        "config": json_value(cfg)?,
+        "model_spec": json_value(run.model.spec())?,
         "params": p,
         "train_examples": run.shards.total_train,
         "test_examples": run.shards.total_test,
@@ -590,8 +592,12 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     run.write_metrics(&start);
     if rank0 {
         eprintln!(
-            "asap-train: {} training examples ({} held out), {} parameters, {} steps/epoch/rank, data loaded in {:.2}s",
-            run.shards.total_train, run.shards.total_test, p, steps_per_epoch, load_seconds
+            "asap-train: {n} rank{}, sync {}, {} training examples ({}), {} parameters, {} steps/epoch/rank, data loaded in {:.2}s",
+            if n == 1 { "" } else { "s" },
+            run.sync.name(),
+            run.shards.total_train,
+            if run.shards.total_test > 0 { format!("{} held out", run.shards.total_test) } else { "no held-out set".into() },
+            p, steps_per_epoch, load_seconds
         );
     }
 
@@ -757,6 +763,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         "wall_seconds": t_start.elapsed().as_secs_f64(),
         "examples_per_second_per_rank": examples_per_rank / train_seconds.max(1e-9),
         "objective": final_eval.objective,
+        // What the objective is, where "mean training loss + L2" would not say it (MF).
+        "objective_definition": Some(run.model.objective_definition()).filter(|d| !d.is_empty()),
         "metric": kind,
         "final_metric": final_eval.metric,
         "train_metric": final_eval.train_metric,
@@ -770,14 +778,23 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         "sync_metrics": extra,
         "phases": phases,
         "emulation": run.emulation_summary(&r.counters_mean, &r.counters_max, train_seconds, &extra),
+        // The last evaluation's round and metric, so the summary can say why the final model
+        // scores otherwise at the same round (null when nothing was evaluated).
+        "last_evaluation": (run.last_eval_round > 0).then(|| json!({"round": run.last_eval_round, "metric": run.last_eval.metric})),
     });
     run.write_metrics(&summary);
     phases::mark_summary();
     let mut saved = Ok(());
+    // What a saved model needs to predict on its own (the labels are a collective).
+    let extras = cfg.save_model.as_ref().filter(|_| !preempted).map(|_| model_file::Extras {
+        scaling: run.shards.scaling.clone(),
+        class_labels: setup::output_labels(run.model.spec(), &run.shards.train, comm),
+        label_threshold: cfg.label_threshold,
+    });
     if rank0 {
         print_summary(&summary, kind);
-        if let Some(path) = cfg.save_model.as_ref().filter(|_| !preempted) {
-            saved = checkpoint::save_model(path, run.model.as_ref(), &params, &serde_json::to_string(cfg)?, &summary.to_string())
+        if let (Some(path), Some(extras)) = (cfg.save_model.as_ref(), &extras) {
+            saved = model_file::save(path, run.model.as_ref(), &params, extras, &serde_json::to_string(cfg)?, &summary.to_string())
                 .with_context(|| "cannot save the final model (--save-model)");
             if saved.is_ok() {
                 eprintln!("asap-train: final model written to {path}");
@@ -789,6 +806,13 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
     Ok(Summary { final_eval, rounds: run.pos.round, train_seconds, time_to_target: run.reached.map(|r| r.0), preempted })
 }
 
+/// The same value as `serde_json::to_value`, but with every `f32` written by its shortest
+/// decimal form (1e-5, not 9.999999747378752e-6, which `to_value` gives by widening to f64).
+fn json_value<T: serde::Serialize>(v: &T) -> anyhow::Result<serde_json::Value> {
+    Ok(serde_json::from_str(&serde_json::to_string(v)?)?)
+}
+
+/// Rank 0's summary: at most 9 lines (the line budget of a default run is 25, docs/training.md).
 fn print_summary(s: &serde_json::Value, kind: MetricKind) {
     let c = &s["counters"];
     let mm = |k: &str| (c[k]["mean"].as_f64().unwrap_or(0.0), c[k]["max"].as_f64().unwrap_or(0.0));
@@ -798,23 +822,40 @@ fn print_summary(s: &serde_json::Value, kind: MetricKind) {
     let (sent, sent_max) = mm("bytes_sent");
     let (recv, recv_max) = mm("bytes_received");
     let f = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
-    let which = if s["held_out"].as_bool() == Some(true) { "held-out" } else { "training" };
-    println!("== asap-train summary ({} ranks, sync {}) ==", s["ranks"], s["sync"].as_str().unwrap_or("?"));
-    println!("epochs {:.2}, rounds {}{}", f("epochs"), s["rounds"], if s["preempted"] == json!(true) {
+    let held_out = s["held_out"].as_bool() == Some(true);
+    let ranks = s["ranks"].as_u64().unwrap_or(0);
+    println!("== asap-train summary ({ranks} rank{}, sync {}) ==", if ranks == 1 { "" } else { "s" }, s["sync"].as_str().unwrap_or("?"));
+    println!("epochs {:.2}, rounds {}{}, {:.0} examples/s per rank in training", f("epochs"), s["rounds"], if s["preempted"] == json!(true) {
         " (stopped by a signal)"
     } else if s["stopped_early"] == json!(true) {
         " (stopped by --max-rounds or --stop-at-target)"
     } else {
         ""
-    });
-    println!("wall {:.2} s = load {:.2} s + training {:.2} s + evaluation/checkpoints", f("wall_seconds"), f("load_seconds"), f("train_seconds"));
+    }, f("examples_per_second_per_rank"));
+    // The program's wall time is printed once, after MPI_Finalize (phases::teardown_line).
     if let Ok(p) = serde_json::from_value::<phases::Phases>(s["phases"].clone()) {
         println!("{}", p.line());
     }
     println!("per rank (mean / max): compute {comp:.2} / {comp_max:.2} s, communication {comm_s:.2} / {comm_max:.2} s, waiting {wait:.2} / {wait_max:.2} s");
     println!("bytes per rank (mean / max): sent {} / {}, received {} / {}", human(sent), human(sent_max), human(recv), human(recv_max));
-    println!("examples/second per rank: {:.0}", f("examples_per_second_per_rank"));
-    println!("final objective {:.6}, {which} {} (averaged model), training {}", f("objective"), fmt_metric(kind, f("final_metric")), fmt_metric(kind, f("train_metric")));
+    let metric = f("final_metric");
+    if let Some(d) = s["objective_definition"].as_str() {
+        println!("objective: {d}");
+    }
+    if held_out {
+        println!("final objective {:.6}, held-out {} (final model), training {}", f("objective"), fmt_metric(kind, metric), fmt_metric(kind, f("train_metric")));
+    } else {
+        println!("final objective {:.6}, training {} (final model; no held-out set)", f("objective"), fmt_metric(kind, metric));
+    }
+    let last = &s["last_evaluation"];
+    if let (Some(round), Some(m)) = (last["round"].as_u64(), last["metric"].as_f64()) {
+        if Some(round) == s["rounds"].as_u64() && fmt_metric(kind, m) != fmt_metric(kind, metric) {
+            println!(
+                "(the round-{round} evaluation scored {} on the average of the replicas then; the final model is what --sync {} builds after the last round, with the updates still in flight applied)",
+                fmt_metric(kind, m), s["sync"].as_str().unwrap_or("?")
+            );
+        }
+    }
     if let Some(v) = s["per_rank_metric"].as_array().filter(|v| !v.is_empty()) {
         let xs: Vec<f64> = v.iter().filter_map(|x| x.as_f64()).collect();
         let lo = xs.iter().cloned().fold(f64::INFINITY, f64::min);

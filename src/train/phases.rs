@@ -154,7 +154,7 @@ pub fn teardown_line(metrics: Option<&str>) -> Option<String> {
         _ => String::new(),
     };
     Some(match (launch, total) {
-        (Some(_), Some(t)) => format!("asap-train: teardown {teardown:.2} s{parts}; {t:.2} s since the launcher started"),
+        (Some(_), Some(t)) => format!("asap-train: teardown {teardown:.2} s{parts}; wall time {t:.2} s since the launcher started"),
         _ => format!("asap-train: teardown {teardown:.2} s{parts}"),
     })
 }

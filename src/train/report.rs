@@ -7,6 +7,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 
+/// Least time between two progress lines in a log (not a terminal), after the first.
+pub const LOG_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Progress display on rank 0.
 pub struct Progress {
     enabled: bool,
@@ -14,6 +17,9 @@ pub struct Progress {
     total_rounds: u64,
     last_draw: Instant,
     last_percent_line: u64,
+    /// When the last plain progress line was printed (a log gets one at most every
+    /// [`LOG_LINE_EVERY`] after the first).
+    last_line: Option<Instant>,
     start: Instant,
     pub last_metric: String,
 }
@@ -27,13 +33,17 @@ impl Progress {
             total_rounds: total_rounds.max(1),
             last_draw: Instant::now(),
             last_percent_line: 0,
+            last_line: None,
             start: Instant::now(),
             last_metric: String::from("-"),
         }
     }
 
-    /// Called after every round; redraws at most 5 times a second on a terminal, and prints a
-    /// line every 10 % otherwise.
+    /// Called after every round; redraws at most 5 times a second on a terminal. In a log it
+    /// prints a line when the run passes 10 % (a sign that training is under way) and at later
+    /// 10 % steps only when [`LOG_LINE_EVERY`] has passed since the last line: a short run's log
+    /// then holds its evaluations and summary instead of ten progress lines (a default run prints
+    /// at most 25 lines), and a long run still shows it is alive.
     pub fn tick(&mut self, round: u64, epoch: f64) {
         if !self.enabled {
             return;
@@ -62,6 +72,10 @@ impl Progress {
             let tenth = (frac * 10.0) as u64;
             if tenth > self.last_percent_line {
                 self.last_percent_line = tenth;
+                if self.last_line.is_some_and(|t| t.elapsed() < LOG_LINE_EVERY) {
+                    return;
+                }
+                self.last_line = Some(Instant::now());
                 eprintln!(
                     "progress: {:3.0}% round {}/{} epoch {:.2} ({:.1}s)",
                     100.0 * frac,

@@ -19,6 +19,8 @@ pub struct Shards {
     pub total_train: u64,
     /// Held-out examples over all ranks (0 without a held-out set).
     pub total_test: u64,
+    /// The feature scaling applied to both sets (None: none applied).
+    pub scaling: Option<data::ColumnScaling>,
 }
 
 fn load(cfg: &TrainConfig, path: &str, rank: usize, n: usize) -> anyhow::Result<Dataset> {
@@ -170,7 +172,7 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
             total_train.max(1)
         );
     }
-    Ok(Shards { train, test, total_train, total_test })
+    Ok(Shards { train, test, total_train, total_test, scaling: None })
 }
 
 /// `--partition`: moves every training example to the rank its class and the seed choose, in
@@ -397,7 +399,8 @@ fn check_model_memory(cfg: &TrainConfig, s: &ModelSpec, sets: &[&Dataset]) -> an
     )
 }
 
-/// Scales features with statistics of the whole training set (all ranks), applied to both sets.
+/// Scales features with statistics of the whole training set (all ranks), applied to both sets
+/// and kept in `shards.scaling`.
 pub fn scale_features(cfg: &TrainConfig, shards: &mut Shards, features: usize, comm: &SimpleCommunicator) -> anyhow::Result<()> {
     let dense = matches!(shards.train.features, Features::Dense { .. });
     let mode = match (cfg.scale, dense) {
@@ -409,13 +412,13 @@ pub fn scale_features(cfg: &TrainConfig, shards: &mut Shards, features: usize, c
     if matches!(shards.train.features, Features::Ratings { .. }) || mode == Scaling::None {
         return Ok(());
     }
-    let (scale, shift) = match mode {
+    let (scale, shift, method) = match mode {
         Scaling::MaxAbs => {
             let mut m = data::column_max_abs(&shards.train);
             m.resize(features, 0.0);
             collectives::max_f32(comm, &mut m);
             let scale: Vec<f32> = m.iter().map(|&x| if x > 0.0 { 1.0 / x } else { 1.0 }).collect();
-            (scale, vec![0.0; features])
+            (scale, vec![0.0; features], "max-abs")
         }
         Scaling::Standard => {
             let (mut sum, mut sq, count) = data::column_moments(&shards.train);
@@ -432,7 +435,7 @@ pub fn scale_features(cfg: &TrainConfig, shards: &mut Shards, features: usize, c
                 scale[j] = if var > 1e-12 { (1.0 / var.sqrt()) as f32 } else { 1.0 };
                 shift[j] = mean as f32;
             }
-            (scale, shift)
+            (scale, shift, "standard")
         }
         _ => unreachable!("handled above"),
     };
@@ -440,7 +443,31 @@ pub fn scale_features(cfg: &TrainConfig, shards: &mut Shards, features: usize, c
     if let Some(t) = shards.test.as_mut() {
         data::scale_columns(t, &scale, &shift);
     }
+    shards.scaling = Some(data::ColumnScaling { method: method.into(), scale, shift });
     Ok(())
+}
+
+/// The original label of each of the model's outputs (collective), for a saved model: the class
+/// index itself for mlr/mlp (their labels are 0..J-1); for svm/logreg `[label of -1, label of
+/// +1]`: the one non-positive (positive) label of the training set when there is only one, else
+/// -1 (+1), which then stands for "a label <= 0" ("> 0"). None for regression (lsq, mf).
+pub fn output_labels(spec: &ModelSpec, train: &Dataset, comm: &SimpleCommunicator) -> Option<Vec<f32>> {
+    match spec.kind {
+        ModelKind::Mlr | ModelKind::Mlp => Some((0..spec.classes).map(|c| c as f32).collect()),
+        ModelKind::Svm | ModelKind::Logreg => {
+            // [max, -min] of the non-positive labels, then of the positive ones.
+            let mut m = [f64::MIN; 4];
+            for &y in &train.labels {
+                let k = if y > 0.0 { 2 } else { 0 };
+                m[k] = m[k].max(y as f64);
+                m[k + 1] = m[k + 1].max(-(y as f64));
+            }
+            collectives::max_f64(comm, &mut m);
+            let one = |k: usize, default: f32| if m[k] != f64::MIN && m[k] == -m[k + 1] { m[k] as f32 } else { default };
+            Some(vec![one(0, -1.0), one(2, 1.0)])
+        }
+        ModelKind::Lsq | ModelKind::Mf => None,
+    }
 }
 
 /// All of start-up, with failures agreed on by every rank.
