@@ -16,7 +16,7 @@
 #
 # Environment (defaults in brackets): REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10],
 # MODEL (compute/even/production) [mlr], DILATION (links) [8], NP (production) [32],
-# BIN [target/release/asap-train]; NICE [-5]: the ranks' priority (a benchmark beside other jobs
+# BIN [target/release/asap-train]; NICE [-20]: the ranks' priority (a benchmark beside other jobs
 # needs its ranks woken on time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +26,7 @@ PARTITION=${PARTITION:-iid}
 EVAL_EVERY=${EVAL_EVERY:-10}
 MODEL=${MODEL:-mlr}
 BIN=${BIN:-target/release/asap-train}
-NICE=${NICE:--5}
+NICE=${NICE:--20}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 out=runs/emulated/$WHAT-$(date +%H%M%S)
 mkdir -p "$out"
