@@ -232,8 +232,9 @@ pub struct TrainConfig {
     #[arg(long, value_name = "MS", value_parser = positive_ms, help_heading = "Emulated cluster")]
     pub emulate_compute: Option<f64>,
     /// Work in proportion to speed (Hop's lever): a rank slowed FACTOR x (--straggler) takes
-    /// mini-batches of --batch-size / FACTOR examples, so its steps take the nominal time; every
-    /// mode, allreduce included.
+    /// mini-batches of --batch-size / FACTOR examples, so its steps take the nominal time, and
+    /// steps of them of --lr / FACTOR (averages then weigh each rank by the examples it saw);
+    /// every mode, allreduce included.
     #[arg(long, help_heading = "Emulated cluster")]
     pub balance: bool,
     /// Emulate slow links on one machine: each rank's link carries MBPS Mbit/s both ways, and a

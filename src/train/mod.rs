@@ -627,6 +627,10 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
                 comm::abort_job(&format!("{e:#}"), 4);
             }
             let lr = schedule::step_size(cfg.lr_schedule, cfg.lr, cfg.lambda, cfg.lr_decay, run.pos.global_step, run.pos.epoch, b);
+            // --balance: a smaller mini-batch takes a proportionally smaller step (the linear
+            // scaling rule), so averaging the replicas weighs each rank's step by the examples it
+            // saw, as Hop does, and a slowed rank's noisier gradient moves it less.
+            let lr = lr * bk as f32 / b as f32;
             let t0 = Instant::now();
             let loss = if cfg.consensus_only {
                 0.0
