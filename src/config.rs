@@ -255,6 +255,10 @@ pub struct TrainConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub gaia: crate::sync::gaia::GaiaOptions,
+    /// Options of --model lda.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub lda: crate::model::lda::LdaOptions,
 
     // ---- output ----
     /// Evaluate every this many rounds (0 = once per epoch). Under asynchronous modes (asap,
@@ -483,6 +487,9 @@ impl TrainConfig {
             "--resume and --auto-resume need --checkpoint-dir DIR (the directory holding the checkpoints)"
         );
         anyhow::ensure!(self.stop_check_every >= 1, "--stop-check-every must be at least 1");
+        if self.model == ModelKind::Lda {
+            self.lda.validate()?;
+        }
         self.partition.parse::<crate::data::partition::Partition>().map_err(anyhow::Error::msg)?;
         if self.async_mode.optimizer == crate::sync::async_mode::OptimizerKind::Saga {
             anyhow::ensure!(self.sync == SyncKind::Async, "--optimizer saga needs --sync async (its coordinator keeps the mean of the stored gradients)");

@@ -3,6 +3,7 @@
 
 pub mod checkpoint;
 pub mod eval;
+pub mod lda;
 pub mod optimizer;
 pub mod outputs;
 pub mod phases;
@@ -414,6 +415,9 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         if path.contains("datasets/out/") && !std::path::Path::new(path).exists() {
             anyhow::bail!("{path} does not exist: `make datasets` (or datasets/prepare.sh) prepares the data sets under datasets/out/");
         }
+    }
+    if cfg.model == crate::model::ModelKind::Lda {
+        return lda::run(cfg, comm, t_start);
     }
     let (shards, spec) = setup::prepare(cfg, comm)?;
     let load_seconds = t_start.elapsed().as_secs_f64();

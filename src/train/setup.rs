@@ -332,6 +332,8 @@ fn param_count(s: &ModelSpec) -> u128 {
             p.saturating_add((prev + 1).saturating_mul(c))
         }
         ModelKind::Mf => (s.users as u128 + s.items as u128).saturating_mul(s.factors as u128 + 1).saturating_add(1),
+        // Never reached: train::run hands --model lda to train::lda before any spec is built.
+        ModelKind::Lda => 0,
     }
 }
 
