@@ -179,10 +179,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator, t_start: Instant) -> an
     anyhow::ensure!((w as u128) * (k as u128) <= (isize::MAX as u128) / 8, "W x K = {w} x {k} counts do not fit in memory");
     let mut metrics = MetricsFile::open(cfg.metrics.as_deref(), rank == 0, false)?;
     let mut rng = Rng::for_stream(cfg.seed, rank as u64 + 1);
-    // The common start: every rank's random assignments, summed (exact: cells < 2^24).
-    let mut params = vec![0f32; w * k];
-    let mut state = LocalState::random(&data.train, k, &mut rng, &mut params);
-    collectives::sum_f32(comm, &mut params, &mut Vec::new());
+    let (mut params, mut state) = initialise(cfg, comm, &data.train, &mut rng);
     let ctx = SyncContext {
         comm,
         layout: RowLayout::uniform(w, k),
@@ -242,6 +239,33 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator, t_start: Instant) -> an
     agree(comm, saved)?;
     let final_eval = Evaluation { objective: -last.0, metric: last.1, train_metric: last.0, consensus_distance: 0.0 };
     Ok(Summary { final_eval, rounds: total_rounds, train_seconds, time_to_target: None, preempted: false })
+}
+
+/// The common start, the same model on every rank: rank 0 assigns its documents sequentially
+/// (see [`LocalState::sequential`]), every other rank then its own on top of rank 0's counts (one
+/// broadcast: all ranks start from rank 0's topics instead of each making its own), and every
+/// rank's own counts are summed (exact: every cell is below 2^24). `--lda-init random` draws
+/// the assignments uniformly instead.
+fn initialise(cfg: &TrainConfig, comm: &SimpleCommunicator, c: &Corpus, rng: &mut Rng) -> (Vec<f32>, LocalState) {
+    let (w, k) = (c.words, cfg.lda.topics);
+    let mut params = vec![0f32; w * k];
+    let state = match cfg.lda.lda_init {
+        lda::InitKind::Random => LocalState::random(c, k, rng, &mut params),
+        lda::InitKind::Sequential => {
+            let state = if comm.rank() == 0 { LocalState::sequential(c, &cfg.lda, &mut params) } else { LocalState { k, z: Vec::new(), ndk: Vec::new() } };
+            collectives::broadcast_f32(comm, 0, &mut params);
+            if comm.rank() == 0 {
+                state
+            } else {
+                LocalState::sequential(c, &cfg.lda, &mut params)
+            }
+        }
+    };
+    let mut own = vec![0f64; w * k];
+    state.word_topic(c, &mut own);
+    params.iter_mut().zip(&own).for_each(|(p, &o)| *p = o as f32);
+    collectives::sum_f32(comm, &mut params, &mut Vec::new());
+    (params, state)
 }
 
 /// One clock: sample the documents `docs` in mini-batches, each after the mode's read gate.
