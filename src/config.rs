@@ -143,7 +143,8 @@ pub struct TrainConfig {
     // ---- model ----
     /// Model: svm (hinge + L2), logreg (binary logistic + L2), lsq (least squares + L2, labels
     /// as read; RMSE), mlr (softmax regression), mf (matrix factorisation of ratings), mlp (ReLU
-    /// hidden layers, softmax).
+    /// hidden layers, softmax), lda (topic model of a UCI bag-of-words docword file by collapsed
+    /// Gibbs sampling: --topics, --alpha, --beta; docs/lda.md).
     #[arg(long, value_enum, default_value_t = ModelKind::Mlr, help_heading = "Model")]
     pub model: ModelKind,
     /// Hidden layer widths for --model mlp, e.g. 128 or 256,64.
