@@ -266,6 +266,8 @@ impl Sampler {
         let (k, a, b) = (self.k, self.alpha, self.beta);
         // Buckets of this document, from scratch (no drift across documents).
         let mut s = 0.0;
+        // Indexing: denom borrows self while coef is written.
+        #[allow(clippy::needless_range_loop)]
         for t in 0..k {
             let d = self.denom(t);
             s += a * b / d;
