@@ -144,6 +144,9 @@ fn refused_modes_and_malformed_corpora_fail_clearly() {
     mpirun(2, &["train", "--model", "lda", "--topics", "4", "--data", &data, "--sync", "asap"], 60)
         .expect_failure(&["--model lda runs under --sync allreduce, ssp or bosen, not asap", "average replicas"]);
     mpirun(2, &["train", "--model", "lda", "--data", &data, "--sync", "ssp", "--apply", "consgd"], 60).expect_failure(&["--apply plain"]);
+    let ck = dir.join("ck");
+    mpirun(2, &["train", "--model", "lda", "--topics", "4", "--data", &data, "--sync", "ssp", "--checkpoint-dir", s(&ck)], 60)
+        .expect_failure(&["--checkpoint-dir", "not implemented for --model lda"]);
     let bad = write(&dir, "docword.bad.txt", "2\n5\n3\n1 2 3\n1 4 1\n2 7 1\n");
     mpirun(2, &["train", "--model", "lda", "--topics", "2", "--data", &bad, "--sync", "ssp"], 60)
         .expect_failure(&["docword.bad.txt:6", "wordID 7 outside 1..=5"]);

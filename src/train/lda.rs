@@ -170,9 +170,26 @@ struct Timers {
     excluded: f64,
 }
 
+/// Options of the SGD loop that the LDA driver does not implement: refused, not ignored.
+fn check_unsupported(cfg: &TrainConfig) -> anyhow::Result<()> {
+    let unsupported = [
+        ("--checkpoint-dir / --resume / --auto-resume", cfg.checkpoint_dir.is_some() || cfg.resume || cfg.auto_resume),
+        ("--send-log", cfg.send_log.is_some()),
+        ("--straggler", cfg.straggler.is_some()),
+        ("--partition", cfg.partition != "iid"),
+        ("--consensus-only", cfg.consensus_only),
+        ("--target", cfg.target.is_some()),
+    ];
+    for (flag, given) in unsupported {
+        anyhow::ensure!(!given, "{flag} is not implemented for --model lda (its driver, train/lda.rs, has no such phase): drop the option");
+    }
+    Ok(())
+}
+
 /// Runs LDA as configured. Collective: every rank calls it (from [`super::run`]).
 pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator, t_start: Instant) -> anyhow::Result<Summary> {
     let (rank, n) = (comm.rank() as usize, comm.size() as usize);
+    check_unsupported(cfg)?;
     let data = load(cfg, comm)?;
     let load_seconds = t_start.elapsed().as_secs_f64();
     let (w, k) = (data.train.words, cfg.lda.topics);
