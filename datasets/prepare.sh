@@ -42,6 +42,35 @@ RSCRIPT
     mv "$out/movielens-test.ratings.tmp" "$out/movielens-test.ratings"
 fi
 
+# Jane Austen's six novels (r-cran-janeaustenr; public domain texts) as a UCI bag-of-words corpus
+# for --model lda: a document is a paragraph (lines up to a blank line), lower-cased letters
+# only, English stop words (the common 179-word list) and words seen fewer than 5 times dropped,
+# paragraphs left with fewer than 10 tokens dropped. Writes docword.austen.txt + vocab.austen.txt.
+if [ ! -s "$out/docword.austen.txt" ] || [ ! -s "$out/vocab.austen.txt" ]; then
+    need r-cran-janeaustenr
+    Rscript --vanilla - "$out" <<'RSCRIPT'
+out <- commandArgs(trailingOnly = TRUE)[1]
+stop <- strsplit("i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself yourselves he him his himself she she's her hers herself it it's its itself they them their theirs themselves what which who whom this that that'll these those am is are was were be been being have has had having do does did doing a an the and but if or because as until while of at by for with about against between into through during before after above below to from up down in out on off over under again further then once here there when where why how all any both each few more most other some such no nor not only own same so than too very s t can will just don don't should should've now d ll m o re ve y ain aren aren't couldn couldn't didn didn't doesn doesn't hadn hadn't hasn hasn't haven haven't isn isn't ma mightn mightn't mustn mustn't needn needn't shan shan't shouldn shouldn't wasn wasn't weren weren't won won't wouldn wouldn't mr mrs miss could would must much said", " ")[[1]]
+b <- janeaustenr::austen_books()
+blank <- trimws(b$text) == ""
+para <- cumsum(blank | c(TRUE, b$book[-1] != b$book[-length(b$book)]))
+txt <- tapply(b$text[!blank], para[!blank], paste, collapse = " ")
+toks <- lapply(strsplit(tolower(txt), "[^a-z]+"), function(w) w[nchar(w) > 1 & !(w %in% stop)])
+freq <- table(unlist(toks))
+vocab <- sort(names(freq)[freq >= 5])
+ids <- lapply(toks, function(w) { i <- match(w, vocab); i[!is.na(i)] })
+ids <- ids[lengths(ids) >= 10]
+lines <- unlist(lapply(seq_along(ids), function(d) { t <- table(ids[[d]]); sprintf("%d %s %d", d, names(t), as.integer(t)) }))
+con <- file(file.path(out, "docword.austen.txt.tmp"), "w")
+writeLines(c(as.character(length(ids)), as.character(length(vocab)), as.character(length(lines)), lines), con)
+close(con)
+writeLines(vocab, file.path(out, "vocab.austen.txt.tmp"))
+cat(sprintf("datasets: Austen: %d paragraphs, %d words, %d tokens\n", length(ids), length(vocab), sum(lengths(ids))))
+RSCRIPT
+    mv "$out/vocab.austen.txt.tmp" "$out/vocab.austen.txt"
+    mv "$out/docword.austen.txt.tmp" "$out/docword.austen.txt"
+fi
+
 # LIBSVM: heart_scale (270 x 13) from liblinear-tools.
 if [ ! -s "$out/heart_scale.svm" ]; then
     need liblinear-tools

@@ -119,6 +119,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             ModelKind::Svm | ModelKind::Logreg | ModelKind::Lsq => binary(&train),
             ModelKind::Mf => ratings(&train, 10_000),
             ModelKind::Mlr | ModelKind::Mlp => train.clone(),
+            ModelKind::Lda => anyhow::bail!("bench measures SGD models; --model lda is measured by benches/lda-peers.sh"),
         };
         let (users, items) = match &ds.features {
             Features::Ratings { n_users, n_items, .. } => (*n_users, *n_items),

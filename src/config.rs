@@ -144,7 +144,8 @@ pub struct TrainConfig {
     // ---- model ----
     /// Model: svm (hinge + L2), logreg (binary logistic + L2), lsq (least squares + L2, labels
     /// as read; RMSE), mlr (softmax regression), mf (matrix factorisation of ratings), mlp (ReLU
-    /// hidden layers, softmax).
+    /// hidden layers, softmax), lda (topic model of a UCI bag-of-words docword file by collapsed
+    /// Gibbs sampling: --topics, --alpha, --beta; docs/lda.md).
     #[arg(long, value_enum, default_value_t = ModelKind::Mlr, help_heading = "Model")]
     pub model: ModelKind,
     /// Hidden layer widths for --model mlp, e.g. 128 or 256,64.
@@ -282,6 +283,10 @@ pub struct TrainConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub gaia: crate::sync::gaia::GaiaOptions,
+    /// Options of --model lda.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub lda: crate::model::lda::LdaOptions,
 
     // ---- output ----
     /// Evaluate every this many rounds (0 = once per epoch). Under asynchronous modes (asap,
@@ -516,6 +521,9 @@ impl TrainConfig {
             "--resume and --auto-resume need --checkpoint-dir DIR (the directory holding the checkpoints)"
         );
         anyhow::ensure!(self.stop_check_every >= 1, "--stop-check-every must be at least 1");
+        if self.model == ModelKind::Lda {
+            self.lda.validate()?;
+        }
         self.partition.parse::<crate::data::partition::Partition>().map_err(anyhow::Error::msg)?;
         if self.async_mode.optimizer == crate::sync::async_mode::OptimizerKind::Saga {
             anyhow::ensure!(self.sync == SyncKind::Async, "--optimizer saga needs --sync async (its coordinator keeps the mean of the stored gradients)");

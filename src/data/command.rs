@@ -53,6 +53,32 @@ pub enum DataCommand {
         #[arg(long)]
         sort_by_label: bool,
     },
+    /// Generate a seeded corpus with K planted topics over disjoint word blocks, in the UCI
+    /// bag-of-words format: OUTPUT is the docword file, and vocab.* next to it (docword.X.txt ->
+    /// vocab.X.txt; word j of topic t is named t<t>_w<j>). NYTimes' shape: --docs 300000 --words
+    /// 102660 --doc-length 330. Written to temporary files and renamed.
+    SynthLda {
+        /// Output docword file (name it docword.NAME.txt so that --model lda finds the vocabulary).
+        output: String,
+        /// Documents.
+        #[arg(long, default_value_t = 10_000)]
+        docs: usize,
+        /// Vocabulary size W (split into --topics disjoint blocks).
+        #[arg(long, default_value_t = 5_000)]
+        words: usize,
+        /// Planted topics K.
+        #[arg(long, default_value_t = 50)]
+        topics: usize,
+        /// Mean tokens per document (lengths uniform in [L/2, 3L/2]).
+        #[arg(long, default_value_t = 100)]
+        doc_length: usize,
+        /// Dirichlet parameter of each document's topic mix (small: few topics per document).
+        #[arg(long, default_value_t = 0.1)]
+        alpha: f64,
+        /// Seed: the same seed gives the same corpus.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Describe a data file: examples, features, non-zeros, labels, memory.
     Info {
         /// Data file.
@@ -95,6 +121,29 @@ pub fn run(args: &DataArgs) -> anyhow::Result<()> {
             }
             std::fs::rename(&tmp, out).with_context(|| format!("cannot rename {} to {output}", tmp.display()))?;
             eprintln!("wrote {output}: {rows} examples, {features} features, density {density}, seed {seed}");
+            Ok(())
+        }
+        DataCommand::SynthLda { output, docs, words, topics, doc_length, alpha, seed } => {
+            let spec = super::synth_lda::LdaSynthSpec { docs: *docs, words: *words, topics: *topics, doc_length: *doc_length, alpha: *alpha, seed: *seed };
+            let vocab = super::bow::vocab_path_for(output)
+                .ok_or_else(|| anyhow::anyhow!("{output}: name the output docword.NAME.txt (the vocabulary goes to vocab.NAME.txt beside it)"))?;
+            let write = |path: &str, fill: &dyn Fn(&mut std::io::BufWriter<std::fs::File>) -> anyhow::Result<()>| -> anyhow::Result<()> {
+                let out = Path::new(path);
+                let tmp = temp_next_to(out)?;
+                let f = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+                let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+                fill(&mut w).with_context(|| format!("cannot write {}", tmp.display()))?;
+                w.into_inner().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?.sync_all()?;
+                std::fs::rename(&tmp, out).with_context(|| format!("cannot rename {} to {path}", tmp.display()))
+            };
+            let counts = std::cell::Cell::new((0, 0));
+            write(output, &|w| {
+                counts.set(super::synth_lda::write_docword(&spec, w)?);
+                Ok(())
+            })?;
+            write(&vocab, &|w| Ok(super::synth_lda::write_vocab(&spec, w)?))?;
+            let (nnz, tokens) = counts.get();
+            eprintln!("wrote {output} and {vocab}: {docs} documents, {words} words, {topics} planted topics, {nnz} lines, {tokens} tokens, seed {seed}");
             Ok(())
         }
         DataCommand::Info { path, format } => {

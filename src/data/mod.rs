@@ -131,11 +131,13 @@ impl DataError {
     }
 }
 
+pub mod bow;
 pub mod command;
 pub mod h5;
 pub mod idx;
 pub mod partition;
 pub mod synth;
+pub mod synth_lda;
 pub mod text;
 
 /// Checks that `path` is a regular file (following symlinks) and returns its size. A FIFO would

@@ -20,6 +20,9 @@ pub enum ModelKind {
     Mlp,
     /// Least squares: linear regression, squared loss 1/2 (x.w + b - y)^2 + L2 (labels as read).
     Lsq,
+    /// Latent Dirichlet allocation by collapsed Gibbs sampling (not SGD: trained by
+    /// `train::lda`, its word-topic counts are the shared rows).
+    Lda,
 }
 
 /// Everything needed to build a model. Dimensions are global (agreed across ranks by the caller).
@@ -168,6 +171,7 @@ pub trait MarginLoss {
     fn loss_slope(&self, params: &[f32], data: &Dataset, i: usize) -> (f64, f32);
 }
 
+pub mod lda;
 pub mod linear;
 pub mod mf;
 pub mod mlp;
@@ -244,6 +248,7 @@ pub fn build(spec: &ModelSpec) -> anyhow::Result<Box<dyn Model>> {
             );
             Box::new(mlp::Mlp::new(spec))
         }
+        ModelKind::Lda => anyhow::bail!("--model lda is trained by Gibbs sampling (train::lda), not by SGD"),
         ModelKind::Mf => {
             anyhow::ensure!(spec.factors > 0, "--factors must be positive for mf");
             anyhow::ensure!(spec.users > 0 && spec.items > 0, "mf needs ratings with at least one user and item");

@@ -24,6 +24,7 @@ pub mod allreduce;
 pub mod asap;
 pub mod async_mode;
 pub mod bosen;
+pub mod delta_sum;
 pub mod edge_budget;
 pub mod gaia;
 pub mod independent;

@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod emulate;
 pub mod eval;
+pub mod lda;
 pub mod model_file;
 pub mod optimizer;
 pub mod outputs;
@@ -457,6 +458,15 @@ impl Run<'_> {
     }
 }
 
+/// Every rank's emulated link of `cfg` over `n` ranks (`--emulate-bandwidth`, `--emulate-latency`),
+/// or None without emulated links.
+pub fn emulated_links(cfg: &TrainConfig, n: usize) -> anyhow::Result<Option<crate::comm::pace::Links>> {
+    match &cfg.emulate_bandwidth {
+        Some(b) => Ok(Some(crate::comm::pace::Links::new(&b.resolve(n, "--emulate-bandwidth")?, &cfg.emulate_latency.resolve(n, "--emulate-latency")?))),
+        None => Ok(None),
+    }
+}
+
 /// Runs training as configured. Collective: every rank calls it.
 pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summary> {
     let t_start = Instant::now();
@@ -472,6 +482,9 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         if path.contains("datasets/out/") && !std::path::Path::new(path).exists() {
             anyhow::bail!("{path} does not exist: `make datasets` (or datasets/prepare.sh) prepares the data sets under datasets/out/");
         }
+    }
+    if cfg.model == crate::model::ModelKind::Lda {
+        return lda::run(cfg, comm, t_start);
     }
     let (shards, spec) = setup::prepare(cfg, comm)?;
     let load_seconds = t_start.elapsed().as_secs_f64();
@@ -529,10 +542,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         .as_deref()
         .map(|s| crate::config::parse_rank_round("--stop-sending-after", s, n))
         .transpose()?;
-    let links = match &cfg.emulate_bandwidth {
-        Some(b) => Some(crate::comm::pace::Links::new(&b.resolve(n, "--emulate-bandwidth")?, &cfg.emulate_latency.resolve(n, "--emulate-latency")?)),
-        None => None,
-    };
+    let links = emulated_links(cfg, n)?;
     let ctx = SyncContext {
         comm,
         layout: model.layout(),

@@ -334,6 +334,8 @@ fn param_count(s: &ModelSpec) -> u128 {
             p.saturating_add((prev + 1).saturating_mul(c))
         }
         ModelKind::Mf => (s.users as u128 + s.items as u128).saturating_mul(s.factors as u128 + 1).saturating_add(1),
+        // Never reached: train::run hands --model lda to train::lda before any spec is built.
+        ModelKind::Lda => 0,
     }
 }
 
@@ -466,7 +468,8 @@ pub fn output_labels(spec: &ModelSpec, train: &Dataset, comm: &SimpleCommunicato
             let one = |k: usize, default: f32| if m[k] != f64::MIN && m[k] == -m[k + 1] { m[k] as f32 } else { default };
             Some(vec![one(0, -1.0), one(2, 1.0)])
         }
-        ModelKind::Lsq | ModelKind::Mf => None,
+        // LDA saves its own model (word_topic, vocab) through its driver.
+        ModelKind::Lsq | ModelKind::Mf | ModelKind::Lda => None,
     }
 }
 

@@ -1,0 +1,156 @@
+//! `--model lda` under real `mpirun`: planted topics recovered by 4 ranks of ssp, every token
+//! counted exactly once on the servers (ssp, bosen, allreduce), refused modes and malformed
+//! corpora failing with a clear message.
+
+mod common;
+use common::*;
+
+use std::path::Path;
+
+/// Generates a planted corpus `docword.NAME.txt` (+ vocab) in `dir`; returns its path.
+fn corpus(dir: &Path, name: &str, docs: usize, words: usize, topics: usize, alpha: f64) -> String {
+    let p = dir.join(format!("docword.{name}.txt"));
+    let (d, w, k, a) = (docs.to_string(), words.to_string(), topics.to_string(), alpha.to_string());
+    run(&["data", "synth-lda", s(&p), "--docs", &d, "--words", &w, "--topics", &k, "--doc-length", "100", "--alpha", &a], 60).expect_ok();
+    p.to_string_lossy().into_owned()
+}
+
+/// Tokens in a docword file, counted here independently of the reader under test.
+fn tokens_in(path: &str) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines().skip(3).map(|l| l.split_whitespace().nth(2).unwrap().parse::<u64>().unwrap()).sum()
+}
+
+/// The saved model's W x K counts.
+fn word_topic(path: &Path) -> (Vec<u32>, usize, usize) {
+    let f = hdf5::File::open(path).unwrap();
+    let ds = f.dataset("word_topic").unwrap();
+    let shape = ds.shape();
+    (ds.read_raw::<u32>().unwrap(), shape[0], shape[1])
+}
+
+/// Planted topic of word `w` (blocks t*W/K..(t+1)*W/K, as `data synth-lda` documents).
+fn planted(w: usize, words: usize, topics: usize) -> usize {
+    (0..topics).find(|&t| w < (t + 1) * words / topics).unwrap()
+}
+
+/// Planted topics whose best-matching learned topic has at least 8 of its top 10 words in the
+/// planted block.
+fn recovered(counts: &[u32], words: usize, k: usize) -> Vec<bool> {
+    let mut best = vec![0; k];
+    for t in 0..k {
+        let mut ids: Vec<usize> = (0..words).collect();
+        ids.sort_by(|&a, &b| counts[b * k + t].cmp(&counts[a * k + t]).then(a.cmp(&b)));
+        let mut per = vec![0; k];
+        ids[..10].iter().for_each(|&w| per[planted(w, words, k)] += 1);
+        for p in 0..k {
+            best[p] = best[p].max(per[p]);
+        }
+    }
+    best.iter().map(|&b| b >= 8).collect()
+}
+
+/// Runs LDA and checks the exact-count invariant against the file; returns the saved counts.
+fn train_checked(n: usize, data: &str, dir: &Path, extra: &[&str], k: usize) -> (Vec<u32>, usize) {
+    let (m, h5) = (dir.join("m.jsonl"), dir.join("model.h5"));
+    let ks = k.to_string();
+    let mut args = vec!["train", "--model", "lda", "--topics", &ks, "--data", data, "--metrics", s(&m), "--save-model", s(&h5)];
+    args.extend_from_slice(extra);
+    mpirun(n, &args, 300).expect_ok();
+    let sm = summary(&m);
+    let start = metrics(&m).into_iter().find(|v| v["event"] == "start").unwrap();
+    // Documents held out of this file (--test-fraction) are not trained on.
+    let held = if extra.contains(&"--test-data") { 0 } else { start["test_tokens"].as_u64().unwrap() };
+    let tokens = tokens_in(data) - held;
+    assert_eq!(sm["tokens"].as_u64(), Some(tokens), "{sm}");
+    assert_eq!(sm["tokens_counted"].as_u64(), Some(tokens), "{sm}");
+    assert_eq!(sm["counts_exact"], true);
+    let (counts, w, kk) = word_topic(&h5);
+    assert_eq!(kk, k);
+    assert_eq!(counts.iter().map(|&c| c as u64).sum::<u64>(), tokens, "every token counted exactly once");
+    // Per word: the model's row sums are the word's corpus frequency.
+    let mut freq = vec![0u64; w];
+    for l in std::fs::read_to_string(data).unwrap().lines().skip(3) {
+        let v: Vec<u64> = l.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        freq[v[1] as usize - 1] += v[2];
+    }
+    for (i, row) in counts.chunks(k).enumerate().filter(|_| held == 0) {
+        assert_eq!(row.iter().map(|&c| c as u64).sum::<u64>(), freq[i], "word {}", i + 1);
+    }
+    let ll = sm["log_likelihood_per_token"].as_f64().unwrap();
+    assert!(ll.is_finite() && ll < 0.0, "{sm}");
+    (counts, w)
+}
+
+/// 10 planted topics (20 words each; documents mostly from one or two topics), 4 ranks of ssp:
+/// every planted topic is recovered, and every token is counted once. At --staleness 0 the run
+/// is the same on any schedule (each clock reads rows holding every update of the clock before,
+/// and integer adds in f32 do not depend on their order: two runs saved identical models), so
+/// what is asserted here holds everywhere. Measured on this corpus (docs/lda.md): recovered with
+/// seeds 1-6 at --staleness 0 and 1-8 at the default staleness 3; with 10 % of the documents
+/// held out instead, 2 of 7 seeds left two planted topics merged.
+#[test]
+fn ssp_recovers_ten_planted_topics_and_counts_every_token_once() {
+    let dir = scratch("lda-k10");
+    let data = corpus(&dir, "k10", 2000, 200, 10, 0.1);
+    // The same planted topics (they depend on W and K only), other documents.
+    let test = dir.join("docword.k10test.txt");
+    run(&["data", "synth-lda", s(&test), "--docs", "200", "--words", "200", "--topics", "10", "--doc-length", "100", "--seed", "2"], 60).expect_ok();
+    let extra = ["--sync", "ssp", "--staleness", "0", "--epochs", "40", "--eval-every", "20", "--test-data", s(&test)];
+    let (counts, w) = train_checked(4, &data, &dir, &extra, 10);
+    let got = recovered(&counts, w, 10);
+    assert!(got.iter().all(|&r| r), "planted topics recovered: {got:?}");
+    let evals: Vec<_> = metrics(&dir.join("m.jsonl")).into_iter().filter(|v| v["event"] == "eval").collect();
+    assert_eq!(evals.len(), 2);
+    let (ll0, ll1) = (evals[0]["log_likelihood_per_token"].as_f64().unwrap(), evals[1]["log_likelihood_per_token"].as_f64().unwrap());
+    assert!(ll1 >= ll0 - 0.05, "log-likelihood per token {ll0} -> {ll1}");
+    let ppl = evals[1]["perplexity"].as_f64().unwrap();
+    // Uniform over 200 words scores 200; 10 Zipf topics of 20 words are far below it (29 seen).
+    assert!(ppl.is_finite() && ppl < 60.0, "held-out perplexity {ppl}");
+}
+
+/// 100 planted topics at 4 ranks of ssp: every token counted once; how many topics come out
+/// is recorded (not all: see docs/lda.md on merged topics), with a floor far below what was
+/// measured.
+#[test]
+fn ssp_with_a_hundred_topics_counts_every_token_once() {
+    let dir = scratch("lda-k100");
+    let data = corpus(&dir, "k100", 3000, 1000, 100, 0.01);
+    let (counts, w) = train_checked(4, &data, &dir, &["--sync", "ssp", "--epochs", "30", "--eval-every", "30"], 100);
+    let n = recovered(&counts, w, 100).iter().filter(|&&r| r).count();
+    eprintln!("planted topics recovered: {n} of 100");
+    assert!(n >= 30, "only {n} of 100 planted topics recovered");
+}
+
+/// bosen (budget, relative-magnitude priority, early partial pushes) and allreduce (summed
+/// deltas) keep the counts exact too.
+#[test]
+fn bosen_and_allreduce_count_every_token_once() {
+    let dir = scratch("lda-modes");
+    let data = corpus(&dir, "modes", 400, 100, 5, 0.1);
+    for mode in [&["--sync", "bosen", "--bandwidth-mbps", "20", "--queue-size", "10", "--batch-size", "8"][..], &["--sync", "allreduce", "--test-fraction", "0.2"][..]] {
+        let mut extra = vec!["--epochs", "10", "--clocks-per-sweep", "2"];
+        extra.extend_from_slice(mode);
+        train_checked(3, &data, &dir, &extra, 5);
+    }
+}
+
+/// Modes that average replicas are refused on every rank with the reason; a malformed corpus is
+/// named with its line.
+#[test]
+fn refused_modes_and_malformed_corpora_fail_clearly() {
+    let dir = scratch("lda-bad");
+    let data = corpus(&dir, "ok", 50, 40, 4, 0.1);
+    mpirun(2, &["train", "--model", "lda", "--topics", "4", "--data", &data, "--sync", "asap"], 60)
+        .expect_failure(&["--model lda runs under --sync allreduce, ssp or bosen, not asap", "average replicas"]);
+    mpirun(2, &["train", "--model", "lda", "--data", &data, "--sync", "ssp", "--apply", "consgd"], 60).expect_failure(&["--apply plain"]);
+    let ck = dir.join("ck");
+    mpirun(2, &["train", "--model", "lda", "--topics", "4", "--data", &data, "--sync", "ssp", "--checkpoint-dir", s(&ck)], 60)
+        .expect_failure(&["--checkpoint-dir", "not implemented for --model lda"]);
+    let bad = write(&dir, "docword.bad.txt", "2\n5\n3\n1 2 3\n1 4 1\n2 7 1\n");
+    mpirun(2, &["train", "--model", "lda", "--topics", "2", "--data", &bad, "--sync", "ssp"], 60)
+        .expect_failure(&["docword.bad.txt:6", "wordID 7 outside 1..=5"]);
+    let short = write(&dir, "docword.short.txt", "2\n5\n4\n1 2 3\n1 4 1\n2 5 1\n");
+    mpirun(2, &["train", "--model", "lda", "--topics", "2", "--data", &short, "--sync", "allreduce"], 60)
+        .expect_failure(&["NNZ = 4", "holds 3"]);
+}
