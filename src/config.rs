@@ -119,7 +119,7 @@ pub struct TrainConfig {
     pub format: Option<Format>,
     /// Hold out this fraction of the training examples (chosen by a seeded hash of the row) as
     /// the test set, when there is no --test-data.
-    #[arg(long, value_name = "F", default_value_t = 0.0, help_heading = "Data")]
+    #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = finite_f64, help_heading = "Data")]
     pub test_fraction: f64,
     /// How training examples are spread over the ranks: iid (contiguous shards of the file, as
     /// read), by-label:K (each rank holds K classes) or dirichlet:ALPHA (each class spread over
@@ -137,7 +137,7 @@ pub struct TrainConfig {
     pub features: Option<usize>,
     /// Make the labels binary: labels >= T become +1, the others -1 (training and test data
     /// alike), e.g. 5 to tell Fashion-MNIST classes 5-9 from 0-4 with --model lsq.
-    #[arg(long, value_name = "T", help_heading = "Data")]
+    #[arg(long, value_name = "T", value_parser = finite_f32, help_heading = "Data")]
     pub label_threshold: Option<f32>,
 
     // ---- model ----
@@ -157,7 +157,7 @@ pub struct TrainConfig {
     #[arg(long, value_name = "J", help_heading = "Model")]
     pub classes: Option<usize>,
     /// L2 regularisation strength lambda.
-    #[arg(long, value_name = "L", default_value_t = 1e-5, help_heading = "Model")]
+    #[arg(long, value_name = "L", default_value_t = 1e-5, value_parser = finite_f32, help_heading = "Model")]
     pub lambda: f32,
 
     // ---- optimisation ----
@@ -168,7 +168,7 @@ pub struct TrainConfig {
     #[arg(long, value_name = "B", default_value_t = 32, help_heading = "Optimisation")]
     pub batch_size: usize,
     /// Initial step size eta0.
-    #[arg(long, value_name = "ETA", default_value_t = 0.3, help_heading = "Optimisation")]
+    #[arg(long, value_name = "ETA", default_value_t = 0.3, value_parser = finite_f32, help_heading = "Optimisation")]
     pub lr: f32,
     /// Step-size schedule: constant, inv-sqrt (eta0/sqrt(1+t), t = mini-batches), bottou
     /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch), adarevision (bosen's
@@ -178,7 +178,7 @@ pub struct TrainConfig {
     /// Per-epoch factor for --lr-schedule decay. When not given and more than 8 ranks share the
     /// data, each epoch decays by 0.8^(8/ranks) instead, i.e. 0.8 per 8-rank epoch's worth of
     /// examples per rank (see `fit_to_ranks`; the start line says which was used).
-    #[arg(long, value_name = "F", default_value_t = 0.8, help_heading = "Optimisation")]
+    #[arg(long, value_name = "F", default_value_t = 0.8, value_parser = finite_f32, help_heading = "Optimisation")]
     pub lr_decay: f32,
     /// Whether --lr-decay came from the command line or the config file (not stored).
     #[arg(skip)]
@@ -208,7 +208,7 @@ pub struct TrainConfig {
     pub sync_every: usize,
     /// Seconds a rank waits for another (a neighbour, a shard server, a collective) before the
     /// job aborts naming the ranks it waited for.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60.0, help_heading = "Synchronisation")]
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0, value_parser = finite_f64, help_heading = "Synchronisation")]
     pub wait_timeout: f64,
     /// Emulate slow ranks (each step followed by a sleep): RANKS:FACTOR (e.g. 0,3:2 or 0-5:2)
     /// slows those ranks' compute FACTOR x; delay:P[@RANK] delays one rank (default the last) by
@@ -223,10 +223,10 @@ pub struct TrainConfig {
     pub straggler_wait: StragglerWait,
     /// Emulate a slow network on one machine: every rank's sends leave at most at MBPS Mbit/s
     /// (all modes; see docs/sync-modes.md for what the emulation models and what it does not).
-    #[arg(long, value_name = "MBPS", help_heading = "Synchronisation")]
+    #[arg(long, value_name = "MBPS", value_parser = finite_f64, help_heading = "Synchronisation")]
     pub emulate_bandwidth: Option<f64>,
     /// One-way latency in milliseconds added by --emulate-bandwidth's link.
-    #[arg(long, value_name = "MS", default_value_t = 0.0, help_heading = "Synchronisation")]
+    #[arg(long, value_name = "MS", default_value_t = 0.0, value_parser = finite_f64, help_heading = "Synchronisation")]
     pub emulate_latency: f64,
     /// Fault injection for tests: RANK:ROUND makes RANK stop sending after ROUND (asap, ssp).
     #[arg(long, value_name = "RANK:ROUND", hide = true)]
@@ -264,7 +264,7 @@ pub struct TrainConfig {
     pub eval_every: usize,
     /// Target held-out metric (e.g. 0.84 accuracy, or an RMSE); the summary reports when it was
     /// first reached.
-    #[arg(long, value_name = "VALUE", help_heading = "Output")]
+    #[arg(long, value_name = "VALUE", value_parser = finite_f64, help_heading = "Output")]
     pub target: Option<f64>,
     /// Which model --target is judged on: averaged (the run's model), worst-rank (the worst
     /// rank's own replica) or mean-rank (the mean of the ranks' own metrics). Eval lines carry
@@ -333,62 +333,23 @@ impl TrainConfig {
     /// The effective configuration: `flags` (defaults filled in by clap), with every key of the
     /// config `file` applied where `matches` says the flag was not given on the command line.
     /// Unknown keys in the file are errors naming file:line:col (a typo must not be ignored).
+    ///
+    /// The merge goes through JSON, which has no NaN or infinity (serde_json writes them as
+    /// null): flags cannot hold them (every float option's value parser is [`finite_f64`] or
+    /// [`finite_f32`]), a file's values go through the same parsers ([`ConfigFile::read`]), and
+    /// `flags` must survive the trip unchanged.
     pub fn merge(file: Option<&Path>, flags: TrainConfig, matches: Option<&ArgMatches>) -> anyhow::Result<Self> {
-        // The merge goes through JSON, which has no NaN or infinity (they would turn into null):
-        // refuse them first.
-        flags.check_finite()?;
         let mut merged = serde_json::to_value(&flags)?;
+        anyhow::ensure!(
+            serde_json::from_value::<TrainConfig>(merged.clone()).is_ok_and(|back| back == flags),
+            "an option holds a value JSON cannot carry (NaN or infinity): its value parser must be config::finite_f64 or finite_f32"
+        );
         let obj = merged.as_object_mut().expect("a struct serialises to an object");
         let on_command_line =
             |key: &str| matches.is_some_and(|m| m.try_contains_id(key).unwrap_or(false) && m.value_source(key) == Some(ValueSource::CommandLine));
         let mut file_keys = Vec::new();
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
-            let parsed: serde_json::Value = if path.extension().is_some_and(|e| e == "toml") {
-                let table: toml::Table = toml::from_str(&text).map_err(|e| {
-                    // file:line:col like every other input error (toml's own text says "at line L,
-                    // column C" in the middle of a multi-line message).
-                    let (line, col) = e.span().map_or((1, 1), |s| line_col(&text, s.start));
-                    anyhow::anyhow!("{}:{line}:{col}: {}", path.display(), e.message().trim_end())
-                })?;
-                for (key, value) in &table {
-                    if let toml::Value::Float(x) = value {
-                        if !x.is_finite() {
-                            let (line, col) = locate_key(&text, key);
-                            anyhow::bail!("{}:{line}:{col}: option {key} must be a finite number, got {x}", path.display());
-                        }
-                    }
-                }
-                serde_json::to_value(table)?
-            } else {
-                serde_json::from_str(&text).map_err(|e| {
-                    // serde_json names a newline that ends a line too early (an unterminated string)
-                    // as column 0 of the next line: name the end of the line it ended instead.
-                    let (mut line, mut col) = (e.line(), e.column());
-                    if col == 0 && line > 1 {
-                        line -= 1;
-                        col = text.lines().nth(line - 1).map_or(0, |l| l.chars().count()) + 1;
-                    }
-                    anyhow::anyhow!("{}:{line}:{col}: {e}", path.display())
-                })?
-            };
-            let serde_json::Value::Object(entries) = parsed else {
-                anyhow::bail!("{}: a config file holds option = value pairs (a table or object)", path.display());
-            };
-            for (key, value) in entries {
-                // The old name of --factors is still accepted.
-                let key = if key == "rank" { "factors".to_owned() } else { key };
-                if !obj.contains_key(&key) {
-                    let (line, col) = locate_key(&text, &key);
-                    anyhow::bail!("{}:{line}:{col}: unknown option {key:?} (see asap-train train --help; keys are the long options with _)", path.display());
-                }
-                // Each value is checked on its own so that a wrong type names its key.
-                let mut probe = serde_json::to_value(TrainConfig::default())?;
-                probe[&key] = value.clone();
-                if let Err(e) = serde_json::from_value::<TrainConfig>(probe) {
-                    let (line, col) = locate_key(&text, &key);
-                    anyhow::bail!("{}:{line}:{col}: option {key}: {e}", path.display());
-                }
+            for (key, value) in ConfigFile::read(path)? {
                 if !on_command_line(&key) {
                     obj.insert(key.clone(), value);
                 }
@@ -438,32 +399,13 @@ impl TrainConfig {
         Self::merge(Some(path), TrainConfig::default(), None)
     }
 
-    /// Refuses NaN and infinite values of the floating-point options.
-    fn check_finite(&self) -> anyhow::Result<()> {
-        let floats = [
-            ("--lr", self.lr as f64),
-            ("--lambda", self.lambda as f64),
-            ("--lr-decay", self.lr_decay as f64),
-            ("--test-fraction", self.test_fraction),
-            ("--wait-timeout", self.wait_timeout),
-            ("--target", self.target.unwrap_or(0.0)),
-            ("--label-threshold", self.label_threshold.unwrap_or(0.0) as f64),
-            ("--significance", self.gaia.significance),
-        ];
-        for (opt, v) in floats {
-            anyhow::ensure!(v.is_finite(), "{opt} must be a finite number, got {v}");
-        }
-        Ok(())
-    }
-
     /// Checks settings that do not need the data; messages name the option to fix.
     pub fn validate(&self) -> anyhow::Result<()> {
-        self.check_finite()?;
         anyhow::ensure!(self.batch_size >= 1, "--batch-size must be at least 1");
         anyhow::ensure!(self.sync_every >= 1, "--sync-every must be at least 1");
         anyhow::ensure!(self.epochs >= 1, "--epochs must be at least 1");
-        anyhow::ensure!(self.lr > 0.0 && self.lr.is_finite(), "--lr must be a positive number, got {}", self.lr);
-        anyhow::ensure!(self.lambda >= 0.0 && self.lambda.is_finite(), "--lambda must be >= 0, got {}", self.lambda);
+        anyhow::ensure!(self.lr > 0.0, "--lr must be a positive number, got {}", self.lr);
+        anyhow::ensure!(self.lambda >= 0.0, "--lambda must be >= 0, got {}", self.lambda);
         anyhow::ensure!(
             (0.0..1.0).contains(&self.test_fraction),
             "--test-fraction must be in [0, 1), got {}",
@@ -474,10 +416,7 @@ impl TrainConfig {
             "--wait-timeout must be a positive number of seconds (at most 1e9), got {}",
             self.wait_timeout
         );
-        anyhow::ensure!(self.lr_decay > 0.0 && self.lr_decay.is_finite(), "--lr-decay must be a positive number, got {}", self.lr_decay);
-        if let Some(t) = self.target {
-            anyhow::ensure!(t.is_finite(), "--target must be a number, got {t}");
-        }
+        anyhow::ensure!(self.lr_decay > 0.0, "--lr-decay must be a positive number, got {}", self.lr_decay);
         anyhow::ensure!(
             !(self.resume || self.auto_resume) || self.checkpoint_dir.is_some(),
             "--resume and --auto-resume need --checkpoint-dir DIR (the directory holding the checkpoints)"
@@ -569,7 +508,129 @@ impl TrainConfig {
     }
 }
 
-/// 1-based line and column of `key` in a TOML or JSON text (1:1 when it cannot be found).
+/// Value parser of every `f64` option, flags and config files alike: a number that is neither NaN
+/// nor infinite. No option means either, and JSON (the merge, the run identity) cannot carry them.
+pub fn finite_f64(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("expected a number, got {s:?}"))?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(format!("must be a finite number, got {s}"))
+    }
+}
+
+/// [`finite_f64`] for `f32` options (parsed as f32 directly: going through f64 could round twice).
+pub fn finite_f32(s: &str) -> Result<f32, String> {
+    let v: f32 = s.parse().map_err(|_| format!("expected a number, got {s:?}"))?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(format!("must be a finite number (of 32 bits), got {s}"))
+    }
+}
+
+/// A `--config` file's entries, each checked as its flag would be.
+struct ConfigFile;
+
+impl ConfigFile {
+    /// The (key, value) entries of a TOML (`.toml`) or JSON file. Every value is run through the
+    /// value parser of its option's flag (finiteness, enums, predicates: one check for flags and
+    /// files) and then through serde on its own, so a wrong value names its key and place.
+    fn read(path: &Path) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+        let entries = if path.extension().is_some_and(|e| e == "toml") { Self::toml_entries(path, &text)? } else { Self::json_entries(path, &text)? };
+        let cmd = TrainConfig::augment_args(clap::Command::new("asap-train"));
+        let mut out = Vec::new();
+        for (key, value) in entries {
+            // The old name of --factors is still accepted.
+            let key = if key == "rank" { "factors".to_owned() } else { key };
+            let at = |msg: String| {
+                let (line, col) = locate_key(&text, &key);
+                anyhow::anyhow!("{}:{line}:{col}: {msg}", path.display())
+            };
+            let Some(arg) = cmd.get_arguments().find(|a| a.get_id() == key.as_str()) else {
+                return Err(at(format!("unknown option {key:?} (see asap-train train --help; keys are the long options with _)")));
+            };
+            let value = value.map_err(|e| at(format!("option {key}: {e}")))?;
+            Self::parse_like_flag(arg, &value).map_err(|e| at(format!("option {key}: {e}")))?;
+            let mut probe = serde_json::to_value(TrainConfig::default())?;
+            probe[&key] = value.clone();
+            if let Err(e) = serde_json::from_value::<TrainConfig>(probe) {
+                return Err(at(format!("option {key}: {e}")));
+            }
+            out.push((key, value));
+        }
+        Ok(out)
+    }
+
+    /// A TOML file's entries; a value JSON cannot carry (NaN, infinity, a date) is an error of
+    /// its entry, never a null.
+    fn toml_entries(path: &Path, text: &str) -> anyhow::Result<Vec<(String, Result<serde_json::Value, String>)>> {
+        let table: toml::Table = toml::from_str(text).map_err(|e| {
+            // file:line:col like every other input error (toml's own text says "at line L,
+            // column C" in the middle of a multi-line message).
+            let (line, col) = e.span().map_or((1, 1), |s| line_col(text, s.start));
+            anyhow::anyhow!("{}:{line}:{col}: {}", path.display(), e.message().trim_end())
+        })?;
+        Ok(table.into_iter().map(|(k, v)| (k, toml_to_json(v))).collect())
+    }
+
+    fn json_entries(path: &Path, text: &str) -> anyhow::Result<Vec<(String, Result<serde_json::Value, String>)>> {
+        let parsed: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+            // serde_json names a newline that ends a line too early (an unterminated string)
+            // as column 0 of the next line: name the end of the line it ended instead.
+            let (mut line, mut col) = (e.line(), e.column());
+            if col == 0 && line > 1 {
+                line -= 1;
+                col = text.lines().nth(line - 1).map_or(0, |l| l.chars().count()) + 1;
+            }
+            anyhow::anyhow!("{}:{line}:{col}: {e}", path.display())
+        })?;
+        let serde_json::Value::Object(entries) = parsed else {
+            anyhow::bail!("{}: a config file holds option = value pairs (a table or object)", path.display());
+        };
+        Ok(entries.into_iter().map(|(k, v)| (k, Ok(v))).collect())
+    }
+
+    /// Runs a file's value through `arg`'s value parser, as `--flag=value` (each element of an
+    /// array as one occurrence). Switches (`--overlap`) take no value: serde checks their bool.
+    fn parse_like_flag(arg: &clap::Arg, value: &serde_json::Value) -> Result<(), String> {
+        fn texts(v: &serde_json::Value, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::String(s) => out.push(s.clone()),
+                serde_json::Value::Number(_) | serde_json::Value::Bool(_) => out.push(v.to_string()),
+                serde_json::Value::Array(a) => a.iter().for_each(|x| texts(x, out)),
+                serde_json::Value::Null | serde_json::Value::Object(_) => {}
+            }
+        }
+        if !arg.get_action().takes_values() {
+            return Ok(());
+        }
+        let long = arg.get_long().unwrap_or(arg.get_id().as_str());
+        let mut args = Vec::new();
+        texts(value, &mut args);
+        let args = args.into_iter().map(|t| format!("--{long}={t}"));
+        let probe = clap::Command::new("config").no_binary_name(true).arg(arg.clone());
+        probe.try_get_matches_from(args).map(|_| ()).map_err(|e| {
+            let rendered = e.render().to_string();
+            rendered.lines().next().unwrap_or("").trim_start_matches("error: ").to_owned()
+        })
+    }
+}
+
+/// A TOML value as JSON, refusing what JSON cannot hold instead of turning it into null.
+fn toml_to_json(v: toml::Value) -> Result<serde_json::Value, String> {
+    Ok(match v {
+        toml::Value::Float(x) if !x.is_finite() => return Err(format!("must be a finite number, got {x}")),
+        toml::Value::Datetime(d) => return Err(format!("a date ({d}) is no value of any option")),
+        toml::Value::Array(a) => serde_json::Value::Array(a.into_iter().map(toml_to_json).collect::<Result<_, _>>()?),
+        toml::Value::Table(t) => {
+            serde_json::Value::Object(t.into_iter().map(|(k, v)| Ok((k, toml_to_json(v)?))).collect::<Result<_, String>>()?)
+        }
+        other => serde_json::to_value(other).map_err(|e| e.to_string())?,
+    })
+}
+
 /// 1-based line and column (in characters) of byte `offset` of `text`.
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..text.floor_char_boundary(offset.min(text.len()))];
@@ -577,6 +638,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
 }
 
+/// 1-based line and column of `key` in a TOML or JSON text (1:1 when it cannot be found).
 fn locate_key(text: &str, key: &str) -> (usize, usize) {
     let quoted = format!("\"{key}\"");
     for (i, line) in text.lines().enumerate() {
@@ -665,6 +727,55 @@ mod tests {
         // Defaults come from the flags' declarations.
         assert_eq!(TrainConfig::default().ssp.ssp_staleness(), 3);
         assert_eq!(TrainConfig::default().batch_size, 32);
+    }
+
+    /// Every float option, found from the declarations by the type its value parser makes (so a
+    /// new one is covered without a list), refuses NaN and infinities from a flag and from a TOML
+    /// or JSON config file, naming the option; a finite value passes.
+    #[test]
+    fn every_float_option_refuses_non_finite_values_from_flags_and_files() {
+        use std::any::TypeId;
+        let cmd = TrainConfig::augment_args(clap::Command::new("x"));
+        let floats: Vec<&clap::Arg> = cmd
+            .get_arguments()
+            .filter(|a| [TypeId::of::<f64>(), TypeId::of::<f32>()].iter().any(|t| a.get_value_parser().type_id() == *t))
+            .collect();
+        let names: Vec<&str> = floats.iter().map(|a| a.get_id().as_str()).collect();
+        for known in ["lr", "emulate_bandwidth", "emulate_latency", "bandwidth_mbps", "significance", "soft_significance", "label_threshold"] {
+            assert!(names.contains(&known), "{known} not found among the float options {names:?}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        for arg in floats {
+            let (id, long) = (arg.get_id().as_str(), format!("--{}", arg.get_long().unwrap()));
+            assert!(cmd.clone().try_get_matches_from(["x", &format!("{long}=1")]).is_ok(), "{long} 1");
+            for bad in ["nan", "NaN", "inf", "-inf", "infinity"] {
+                // `=`: clap reads a lone "-inf" as short flags (an error too, but naming no option).
+                let e = cmd.clone().try_get_matches_from(["x", &format!("{long}={bad}")]).unwrap_err().to_string();
+                assert!(e.contains(&long) && e.contains("finite"), "flag {long} {bad}: {e}");
+                let j = dir.path().join("c.json");
+                std::fs::write(&j, format!("{{\"epochs\": 2,\n \"{id}\": \"{bad}\"}}")).unwrap();
+                let e = TrainConfig::from_file(&j).unwrap_err().to_string();
+                assert!(e.contains("c.json:2:2") && e.contains(&format!("option {id}")) && e.contains("finite"), "{e}");
+            }
+            for bad in ["nan", "+inf", "-inf", "-nan"] {
+                let t = dir.path().join("c.toml");
+                std::fs::write(&t, format!("epochs = 2\n{id} = {bad}\n")).unwrap();
+                let e = TrainConfig::from_file(&t).unwrap_err().to_string();
+                assert!(e.contains("c.toml:2:1") && e.contains(&format!("option {id}")) && e.contains("finite"), "{e}");
+            }
+        }
+    }
+
+    /// A non-finite value that reached the merge by another way than a flag (a float option
+    /// declared without a finite parser) is an error, never a null in the merged options.
+    #[test]
+    fn the_merge_refuses_values_json_cannot_carry() {
+        let mut flags = TrainConfig::default();
+        flags.emulate_bandwidth = Some(f64::NAN);
+        assert!(TrainConfig::merge(None, flags, None).unwrap_err().to_string().contains("NaN"));
+        let mut flags = TrainConfig::default();
+        flags.gaia.soft_significance = f64::INFINITY;
+        assert!(TrainConfig::merge(None, flags, None).is_err());
     }
 
     /// The --lr-decay default is scaled above 8 ranks so that the step after the same examples

@@ -94,6 +94,17 @@ fn option_cases(f: &Files) -> Vec<Case> {
     ] {
         add(&format!("{opt} {v}"), 1, &[opt, v], &[opt, v]);
     }
+    // Non-finite floats: refused by the option's value parser, from a flag and from a file alike.
+    for opt in ["--emulate-bandwidth", "--bandwidth-mbps", "--emulate-latency", "--soft-significance", "--significance", "--label-threshold"] {
+        for v in ["nan", "inf"] {
+            add(&format!("{opt} {v}"), 1, &[opt, v], &[opt, "finite"]);
+        }
+        let key = opt.trim_start_matches('-').replace('-', "_");
+        let toml = f.file(&format!("{key}-nan.toml"), &format!("epochs = 1\n{key} = nan\n"));
+        add(&format!("config {key} = nan"), 1, &["--config", &toml], &[&format!("{key}-nan.toml:2:1"), &key, "finite"]);
+        let json = f.file(&format!("{key}-inf.json"), &format!("{{\"{key}\": \"inf\"}}"));
+        add(&format!("config {key}: \"inf\""), 1, &["--config", &json], &[&format!("{key}-inf.json:1:"), &key, "finite"]);
+    }
     add("unknown flag", 1, &["--learning-rate", "0.1"], &["--learning-rate"]);
     add("--resume without --checkpoint-dir", 1, &["--resume"], &["--resume", "--checkpoint-dir"]);
     add("--auto-resume without --checkpoint-dir", 1, &["--auto-resume"], &["--auto-resume", "--checkpoint-dir"]);

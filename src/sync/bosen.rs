@@ -38,7 +38,7 @@ pub struct BosenOptions {
     /// updates early [default: --emulate-bandwidth when given; required otherwise]. asap: each
     /// round's message on an edge carries only the rows that fit, most significant first (per
     /// edge residuals keep the rest for later; needs --notify notify-ack) [default: no budget].
-    #[arg(long, value_name = "MBPS")]
+    #[arg(long, value_name = "MBPS", value_parser = crate::config::finite_f64)]
     pub bandwidth_mbps: Option<f64>,
     /// Most rows in one bosen message (caps the burst of a send; end-of-clock pushes are split
     /// into messages of at most this many rows too). Bosen's Table 3 uses 100-5000. (asap's
