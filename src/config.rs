@@ -323,6 +323,29 @@ pub struct TrainConfig {
     pub config_file: Option<String>,
 }
 
+/// Options that do not change the trajectory of a run (its models, round by round), left out of
+/// the checkpoints' run identity (`train::checkpoint::RunIdentity`), which hashes every other
+/// option as resolved by [`TrainConfig::resolved`]: a new option is part of the identity unless
+/// it is added here. Each entry says why the models do not depend on it.
+pub const TRAJECTORY_FREE: &[(&str, &str)] = &[
+    ("metrics", "where the metrics are written"),
+    ("save_model", "where the final model is written"),
+    ("send_log", "a log of the paced sends, which it records, not changes"),
+    ("checkpoint_dir", "where checkpoints are written (the identity picks them there)"),
+    ("checkpoint_every", "when checkpoints are written: a checkpoint's quiesce moves no model (resumed runs end bit-identical to runs that wrote none)"),
+    ("create_dirs", "whether output directories are made"),
+    ("resume", "how this invocation starts, not where the run goes"),
+    ("auto_resume", "how this invocation starts, not where the run goes"),
+    ("max_rounds", "where this invocation stops; the run is continued without it"),
+    ("stop_check_every", "rounds between the stop votes, a collective that moves no model"),
+    ("wait_timeout", "how long a rank waits before the job fails; it changes no value"),
+    ("eval_every", "when the model is evaluated (evaluations read the models, and asynchronous modes evaluate snapshots later)"),
+    ("own_models", "how many replicas an evaluation scores"),
+    ("target", "what the summary reports"),
+    ("target_on", "what the summary reports"),
+    ("fault_panic", "fault injection that ends the run; up to it the run is the one without it"),
+];
+
 impl Default for TrainConfig {
     fn default() -> Self {
         crate::sync::option_defaults()
@@ -367,6 +390,24 @@ impl TrainConfig {
         cfg.lr_decay_given = on_command_line("lr_decay") || file_keys.iter().any(|k| k == "lr_decay");
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// The options as the run uses them: defaults that depend on the mode filled in, so that a
+    /// default and the same value given explicitly are the same run (see [`TRAJECTORY_FREE`]).
+    pub fn resolved(&self) -> TrainConfig {
+        let mut c = self.clone();
+        match self.sync {
+            SyncKind::Asap => c.ssp.staleness = Some(self.ssp.staleness.unwrap_or(0)),
+            SyncKind::Ssp | SyncKind::Bosen => {
+                let bosen = self.sync == SyncKind::Bosen;
+                (c.ssp.staleness, c.ssp.apply) = (Some(self.ssp.ssp_staleness()), Some(self.ssp.apply_rule(bosen)));
+                if bosen {
+                    c.bosen.bandwidth_mbps = self.bosen.bandwidth_mbps.or(self.emulate_bandwidth);
+                }
+            }
+            _ => {}
+        }
+        c
     }
 
     /// Size-dependent defaults, applied once the number of ranks is known; returns what was
