@@ -99,6 +99,9 @@ pub enum Scaling {
 /// Every setting of a training run. Options of one sync mode live in that mode's group.
 #[derive(Args, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+// No option group of its own: its options apply to every run unless they name a group (see
+// GROUPS_USED).
+#[group(skip)]
 pub struct TrainConfig {
     // ---- data ----
     /// Training data: LIBSVM text, IDX images (MNIST family, .gz ok; labels file found by
@@ -147,14 +150,14 @@ pub struct TrainConfig {
     #[arg(long, value_enum, default_value_t = ModelKind::Mlr, help_heading = "Model")]
     pub model: ModelKind,
     /// Hidden layer widths for --model mlp, e.g. 128 or 256,64.
-    #[arg(long, value_delimiter = ',', value_name = "W[,W]", default_value = "128", help_heading = "Model")]
+    #[arg(long, value_delimiter = ',', value_name = "W[,W]", default_value = "128", group = "mlp_group", help_heading = "Model")]
     pub hidden: Vec<usize>,
     /// Latent factors per user and item for --model mf (the factorisation's rank k).
-    #[arg(long, alias = "rank", value_name = "K", default_value_t = 10, help_heading = "Model")]
+    #[arg(long, alias = "rank", value_name = "K", default_value_t = 10, group = "mf_group", help_heading = "Model")]
     #[serde(alias = "rank")]
     pub factors: usize,
     /// Number of classes for mlr/mlp. [default: largest label + 1, over all ranks]
-    #[arg(long, value_name = "J", help_heading = "Model")]
+    #[arg(long, value_name = "J", group = "classes_group", help_heading = "Model")]
     pub classes: Option<usize>,
     /// L2 regularisation strength lambda.
     #[arg(long, value_name = "L", default_value_t = 1e-5, value_parser = finite_f32, help_heading = "Model")]
@@ -323,6 +326,32 @@ pub struct TrainConfig {
     pub config_file: Option<String>,
 }
 
+/// Which option groups a run uses, by its choices: each line is a condition (config keys and
+/// values, all of which must hold; none: every run) and the groups a run meeting it uses.
+///
+/// An option group is a clap `ArgGroup` of the `train` command. Each flattened options struct
+/// is one, named after the struct (`AsapOptions`); an option shared by several modes also names
+/// a further group in its declaration (`#[arg(group = "staleness_group")]`), as do
+/// `TrainConfig`'s options of one model (`mlp_group`). A group's id must differ from every
+/// option's (clap keeps both in one namespace of matches). An option given explicitly (flag or config file, not a default)
+/// must belong to a group the run uses ([`TrainConfig::check_applicable`]); `TrainConfig`'s
+/// options that name no group apply to every run. A new mode is one line here; a new flattened
+/// group, one line (a unit test checks that every group of the command is listed).
+pub const GROUPS_USED: &[(&[(&str, &str)], &[&str])] = &[
+    // What `train::build_sync` reads for each mode: asap also bosen's budget (--bandwidth-mbps,
+    // --priority) and ssp's --staleness; bosen all of ssp's options; gaia's inner reduce asap's
+    // --graph. allreduce and none use no group.
+    (&[("sync", "asap")], &["AsapOptions", "staleness_group", "budget_group"]),
+    (&[("sync", "ssp")], &["SspOptions"]),
+    (&[("sync", "bosen")], &["SspOptions", "BosenOptions"]),
+    (&[("sync", "async")], &["AsyncOptions"]),
+    (&[("sync", "gaia")], &["GaiaOptions"]),
+    (&[("sync", "gaia"), ("gaia_inner", "asap")], &["graph_group"]),
+    (&[("model", "mlp")], &["mlp_group", "classes_group"]),
+    (&[("model", "mlr")], &["classes_group"]),
+    (&[("model", "mf")], &["mf_group"]),
+];
+
 /// Options that do not change the trajectory of a run (its models, round by round), left out of
 /// the checkpoints' run identity (`train::checkpoint::RunIdentity`), which hashes every other
 /// option as resolved by [`TrainConfig::resolved`]: a new option is part of the identity unless
@@ -371,10 +400,13 @@ impl TrainConfig {
         let on_command_line =
             |key: &str| matches.is_some_and(|m| m.try_contains_id(key).unwrap_or(false) && m.value_source(key) == Some(ValueSource::CommandLine));
         let mut file_keys = Vec::new();
+        // Options given explicitly, and where: only they are checked against the mode.
+        let mut given: Vec<(String, String)> = obj.keys().filter(|k| on_command_line(k)).map(|k| (k.clone(), "given on the command line".to_owned())).collect();
         if let Some(path) = file {
-            for (key, value) in ConfigFile::read(path)? {
+            for (key, value, place) in ConfigFile::read(path)? {
                 if !on_command_line(&key) {
                     obj.insert(key.clone(), value);
+                    given.push((key.clone(), format!("given at {place}")));
                 }
                 file_keys.push(key);
             }
@@ -388,8 +420,50 @@ impl TrainConfig {
         let mut cfg: TrainConfig = serde_json::from_value(merged)?;
         cfg.config_file = file.map(|p| p.to_string_lossy().into_owned());
         cfg.lr_decay_given = on_command_line("lr_decay") || file_keys.iter().any(|k| k == "lr_decay");
+        cfg.check_applicable(&given)?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Refuses an option given explicitly (`given`: its key and where it was given) that belongs
+    /// only to option groups this run does not use ([`GROUPS_USED`]), naming the runs it
+    /// applies to: a mistyped mode must not turn into a silently different experiment.
+    pub fn check_applicable(&self, given: &[(String, String)]) -> anyhow::Result<()> {
+        let mut cmd = TrainConfig::augment_args(clap::Command::new("asap-train"));
+        cmd.build();
+        let json = serde_json::to_value(self)?;
+        let holds = |(k, v): &(&str, &str)| json[*k] == *v;
+        let used: Vec<&str> = GROUPS_USED.iter().filter(|(c, _)| c.iter().all(holds)).flat_map(|(_, g)| g.iter().copied()).collect();
+        for (key, place) in given {
+            let groups: Vec<&str> = cmd.get_groups().filter(|g| g.get_args().any(|a| a == key.as_str())).map(|g| g.get_id().as_str()).collect();
+            if groups.is_empty() || groups.iter().any(|g| used.contains(g)) {
+                continue;
+            }
+            let flag = |k: &str| format!("--{}", k.replace('_', "-"));
+            let applies: Vec<&[(&str, &str)]> =
+                GROUPS_USED.iter().filter(|(_, g)| g.iter().any(|g| groups.contains(g))).map(|(c, _)| *c).collect();
+            let describe = |c: &[(&str, &str)]| c.iter().map(|(k, v)| format!("{} {v}", flag(k))).collect::<Vec<_>>().join(" ");
+            // This run's values of the keys that decide it: each condition up to where it fails.
+            let mut keys: Vec<&str> = Vec::new();
+            for c in &applies {
+                for pair in c.iter() {
+                    if !keys.contains(&pair.0) {
+                        keys.push(pair.0);
+                    }
+                    if !holds(pair) {
+                        break;
+                    }
+                }
+            }
+            let this: Vec<String> = keys.iter().map(|k| format!("{} {}", flag(k), json[*k].as_str().unwrap_or_default())).collect();
+            anyhow::bail!(
+                "{} applies to {}, not to this run ({}): remove it ({place}) or choose a run it applies to",
+                flag(key),
+                applies.iter().map(|c| describe(c)).collect::<Vec<_>>().join(" and to "),
+                this.join(" ")
+            );
+        }
+        Ok(())
     }
 
     /// The options as the run uses them: defaults that depend on the mode filled in, so that a
@@ -465,7 +539,6 @@ impl TrainConfig {
         anyhow::ensure!(self.stop_check_every >= 1, "--stop-check-every must be at least 1");
         self.partition.parse::<crate::data::partition::Partition>().map_err(anyhow::Error::msg)?;
         if self.async_mode.optimizer == crate::sync::async_mode::OptimizerKind::Saga {
-            anyhow::ensure!(self.sync == SyncKind::Async, "--optimizer saga needs --sync async (its coordinator keeps the mean of the stored gradients)");
             anyhow::ensure!(
                 matches!(self.model, ModelKind::Lsq | ModelKind::Logreg | ModelKind::Svm),
                 "--optimizer saga needs a linear model (--model lsq, logreg or svm: one stored scalar per example), not {:?}",
@@ -492,13 +565,6 @@ impl TrainConfig {
             self.gaia.significance
         );
         anyhow::ensure!(self.gaia.dc_staleness <= 1_000_000, "--dc-staleness must be at most 1000000 clocks, got {}", self.gaia.dc_staleness);
-        if self.gaia.gaia_inner == crate::sync::gaia::GaiaInner::Asap {
-            anyhow::ensure!(self.sync == SyncKind::Gaia, "--gaia-inner asap applies to --sync gaia (the stochastic reduce inside each group)");
-            anyhow::ensure!(
-                self.asap.notify == crate::sync::asap::NotifyMode::NotifyAck && !self.asap.overlap,
-                "--gaia-inner asap runs the group's stochastic reduce with --notify notify-ack and without --overlap (a clock's group update needs every in-neighbour's model of that clock)"
-            );
-        }
         anyhow::ensure!(self.bosen.queue_size >= 1, "--queue-size must be at least 1 row");
         anyhow::ensure!(self.bosen.max_snapshots >= 1, "--max-snapshots must be at least 1");
         anyhow::ensure!(
@@ -513,15 +579,7 @@ impl TrainConfig {
             self.sync != SyncKind::Bosen || self.ssp.apply != Some(crate::sync::ssp::ApplyRule::Dynsgd),
             "--sync bosen pushes parts of a clock's update early, which DynSGD's per-version bookkeeping does not define: use --apply consgd (the default for bosen) or plain"
         );
-        anyhow::ensure!(
-            self.bosen.bandwidth_mbps.is_none() || matches!(self.sync, SyncKind::Bosen | SyncKind::Asap),
-            "--bandwidth-mbps is a budget of --sync bosen and --sync asap; to make every mode's link slower use --emulate-bandwidth"
-        );
         if let Some(s) = self.ssp.staleness {
-            anyhow::ensure!(
-                matches!(self.sync, SyncKind::Ssp | SyncKind::Bosen | SyncKind::Asap),
-                "--staleness applies to --sync ssp, bosen and asap (for --sync async use --barrier ssp:S)"
-            );
             anyhow::ensure!(
                 self.sync != SyncKind::Asap || s == 0 || self.asap.notify == crate::sync::asap::NotifyMode::NotifyAck,
                 "--staleness on --sync asap bounds NOTIFY-ACK: it needs --notify notify-ack"
@@ -532,10 +590,6 @@ impl TrainConfig {
             );
             anyhow::ensure!(s <= 1000, "--staleness {s} is too large (at most 1000: each step of it costs a model-sized slot per edge under asap)");
         }
-        anyhow::ensure!(
-            !self.bosen.fp16 || self.sync == SyncKind::Bosen,
-            "--fp16 applies to --sync bosen (its pushes are updates, whose rounding error stays in the buffer)"
-        );
         anyhow::ensure!(
             self.send_log.is_none() || self.emulate_bandwidth.is_some() || self.bosen.bandwidth_mbps.is_some() || self.sync == SyncKind::Bosen,
             "--send-log records paced sends: it needs --emulate-bandwidth, --bandwidth-mbps or --sync bosen"
@@ -574,10 +628,10 @@ pub fn finite_f32(s: &str) -> Result<f32, String> {
 struct ConfigFile;
 
 impl ConfigFile {
-    /// The (key, value) entries of a TOML (`.toml`) or JSON file. Every value is run through the
+    /// The (key, value, file:line:col) entries of a TOML (`.toml`) or JSON file. Every value is run through the
     /// value parser of its option's flag (finiteness, enums, predicates: one check for flags and
     /// files) and then through serde on its own, so a wrong value names its key and place.
-    fn read(path: &Path) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+    fn read(path: &Path) -> anyhow::Result<Vec<(String, serde_json::Value, String)>> {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
         let entries = if path.extension().is_some_and(|e| e == "toml") { Self::toml_entries(path, &text)? } else { Self::json_entries(path, &text)? };
         let cmd = TrainConfig::augment_args(clap::Command::new("asap-train"));
@@ -599,7 +653,8 @@ impl ConfigFile {
             if let Err(e) = serde_json::from_value::<TrainConfig>(probe) {
                 return Err(at(format!("option {key}: {e}")));
             }
-            out.push((key, value));
+            let (line, col) = locate_key(&text, &key);
+            out.push((key, value, format!("{}:{line}:{col}", path.display())));
         }
         Ok(out)
     }
@@ -755,7 +810,7 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let t = dir.path().join("c.toml");
-        std::fs::write(&t, "epochs = 3\nbatch_size = 64\nrank = 7\nstaleness = 5\ngraph = \"ring\"\n").unwrap();
+        std::fs::write(&t, "epochs = 3\nbatch_size = 64\nmodel = \"mf\"\nrank = 7\nstaleness = 5\ngraph = \"ring\"\n").unwrap();
         let m = Cmd::command().get_matches_from(["x", "--epochs", "10", "--graph", "exponential"]);
         let flags = Cmd::from_arg_matches(&m).unwrap().c;
         let c = TrainConfig::merge(Some(&t), flags, Some(&m)).unwrap();
@@ -817,6 +872,121 @@ mod tests {
         let mut flags = TrainConfig::default();
         flags.gaia.soft_significance = f64::INFINITY;
         assert!(TrainConfig::merge(None, flags, None).is_err());
+    }
+
+    /// Every mode (and model) against every option group: an option of the group given
+    /// explicitly, as a flag and in a config file, is refused naming the runs it applies to
+    /// exactly where the run does not use the group. The expectations are written out here, not
+    /// taken from GROUPS_USED, and every group of the command must be among them.
+    #[test]
+    fn options_of_groups_a_run_does_not_use_are_refused() {
+        use clap::ValueEnum;
+        // (group, the selecting option, the values that use it)
+        let expect: &[(&str, &str, &[&str])] = &[
+            ("AsapOptions", "sync", &["asap"]),
+            ("graph_group", "sync", &["asap"]), // and gaia with --gaia-inner asap, below
+            ("staleness_group", "sync", &["asap", "ssp", "bosen"]),
+            ("SspOptions", "sync", &["ssp", "bosen"]),
+            ("budget_group", "sync", &["asap", "bosen"]),
+            ("BosenOptions", "sync", &["bosen"]),
+            ("AsyncOptions", "sync", &["async"]),
+            ("GaiaOptions", "sync", &["gaia"]),
+            ("mlp_group", "model", &["mlp"]),
+            ("mf_group", "model", &["mf"]),
+            ("classes_group", "model", &["mlr", "mlp"]),
+        ];
+        let mut cmd = TrainConfig::augment_args(clap::Command::new("x"));
+        cmd.build();
+        for g in cmd.get_groups() {
+            assert!(expect.iter().any(|e| e.0 == g.get_id().as_str()), "group {} has no expectation here", g.get_id());
+            // clap keeps groups and options in one namespace of matches: a clash breaks parsing.
+            assert!(cmd.get_arguments().all(|a| a.get_id() != g.get_id()), "group {} is also an option", g.get_id());
+        }
+        let names = |values: Vec<clap::builder::PossibleValue>| values.iter().map(|v| v.get_name().to_owned()).collect::<Vec<_>>();
+        let modes = names(SyncKind::value_variants().iter().filter_map(|v| v.to_possible_value()).collect());
+        let models = names(ModelKind::value_variants().iter().filter_map(|v| v.to_possible_value()).collect());
+        let dir = tempfile::tempdir().unwrap();
+        let mut checked = 0;
+        for &(group, selector, _) in expect {
+            let g = cmd.get_groups().find(|g| g.get_id().as_str() == group).unwrap();
+            let args: Vec<&clap::Arg> = g.get_args().map(|id| cmd.get_arguments().find(|a| a.get_id() == id).unwrap()).collect();
+            assert!(!args.is_empty(), "{group}");
+            for arg in args {
+                // An option in several groups (asap's --graph is also in graph_group) applies where
+                // any of them is used.
+                let mine: Vec<&(&str, &str, &[&str])> =
+                    expect.iter().filter(|e| cmd.get_groups().any(|g| g.get_id().as_str() == e.0 && g.get_args().any(|a| a == arg.get_id()))).collect();
+                assert!(mine.iter().all(|e| e.1 == selector), "{}: groups of two selectors", arg.get_id());
+                let users: Vec<&str> = mine.iter().flat_map(|e| e.2.iter().copied()).collect();
+                let in_graph_group = mine.iter().any(|e| e.0 == "graph_group");
+                let (flag, file) = sample(arg);
+                for choice in if selector == "sync" { &modes } else { &models } {
+                    for extra in [&[][..], &["--gaia-inner", "asap"]] {
+                        if !extra.is_empty() && (choice != "gaia" || arg.get_id() == "gaia_inner") {
+                            continue;
+                        }
+                        let applies = users.contains(&choice.as_str()) || (in_graph_group && !extra.is_empty());
+                        let sel = format!("--{selector}={choice}");
+                        let mut argv = vec!["x".to_owned(), sel.clone()];
+                        argv.extend(extra.iter().map(|s| s.to_string()));
+                        let from_flag = merged(&cmd, &[&argv[..], &flag[..]].concat(), None);
+                        let toml = dir.path().join("c.toml");
+                        std::fs::write(&toml, format!("epochs = 10\n{file}\n")).unwrap();
+                        let from_file = merged(&cmd, &argv, Some(&toml));
+                        for (how, r) in [("flag", from_flag), ("file", from_file)] {
+                            let refused = r.as_ref().err().filter(|e| e.contains("not to this run"));
+                            let long = format!("--{}", arg.get_long().unwrap());
+                            match (applies, refused) {
+                                (true, Some(e)) => panic!("{how} {long} with {sel} {extra:?} refused: {e}"),
+                                (false, None) => panic!("{how} {long} with {sel} {extra:?} accepted: {r:?}"),
+                                (false, Some(e)) => {
+                                    assert!(e.starts_with(&format!("{long} applies to --{selector} ")), "{e}");
+                                    assert!(users.iter().all(|u| e.contains(&format!("--{selector} {u}"))), "{e}");
+                                    assert!(e.contains(&format!("--{selector} {choice}")), "{e}");
+                                    assert!(e.contains(if how == "flag" { "command line" } else { "c.toml:2:1" }), "{e}");
+                                }
+                                (true, None) => {}
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 200, "{checked}");
+        // The defaults of every group are no explicit choice: every mode and model runs without them.
+        for m in &modes {
+            let r = merged(&cmd, &["x".to_owned(), format!("--sync={m}")], None);
+            assert!(r.as_ref().is_ok() || m == "bosen", "--sync {m}: {r:?}"); // bosen needs a budget
+        }
+        let e = merged(&cmd, &["x".into(), "--sync=gaia".into(), "--graph=ring".into()], None).unwrap_err();
+        assert!(e.contains("--graph applies to --sync asap and to --sync gaia --gaia-inner asap, not to this run (--sync gaia --gaia-inner allreduce)"), "{e}");
+    }
+
+    /// An explicit value of `arg`: as flag arguments and as a TOML line (its default, its first
+    /// possible value, or 1).
+    fn sample(arg: &clap::Arg) -> (Vec<String>, String) {
+        let id = arg.get_id().as_str();
+        let long = format!("--{}", arg.get_long().unwrap());
+        if !arg.get_action().takes_values() {
+            return (vec![long], format!("{id} = true"));
+        }
+        let value = arg
+            .get_default_values()
+            .first()
+            .map(|v| v.to_string_lossy().into_owned())
+            .or_else(|| arg.get_possible_values().first().map(|v| v.get_name().to_owned()))
+            .unwrap_or_else(|| "1".to_owned());
+        let toml = if value.parse::<f64>().is_ok() { value.clone() } else { format!("{value:?}") };
+        let toml = if matches!(arg.get_action(), clap::ArgAction::Append) { format!("[{toml}]") } else { toml };
+        (vec![format!("{long}={value}")], format!("{id} = {toml}"))
+    }
+
+    /// [`TrainConfig::merge`] of `argv` (and a config file) as the binary does it, the error as text.
+    fn merged(cmd: &clap::Command, argv: &[String], file: Option<&Path>) -> Result<TrainConfig, String> {
+        use clap::FromArgMatches;
+        let m = cmd.clone().try_get_matches_from(argv).map_err(|e| e.to_string())?;
+        TrainConfig::merge(file, TrainConfig::from_arg_matches(&m).unwrap(), Some(&m)).map_err(|e| e.to_string())
     }
 
     /// The --lr-decay default is scaled above 8 ranks so that the step after the same examples

@@ -802,7 +802,8 @@ fn build_inner(
     asap: &AsapOptions,
     init: &[f32],
 ) -> anyhow::Result<(StochasticReduce, serde_json::Value)> {
-    // --notify notify-ack without --overlap is checked with the options (`TrainConfig::validate`).
+    // --notify and --overlap do not apply to gaia (config::GROUPS_USED): their defaults, notify-ack
+    // without overlap, are what a clock's group update needs (every in-neighbour's model of it).
     debug_assert!(asap.notify == NotifyMode::NotifyAck && !asap.overlap);
     let inner_ctx = SyncContext {
         comm: local,
