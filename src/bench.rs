@@ -21,9 +21,21 @@ pub struct BenchArgs {
     /// Models to run (comma separated).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ModelKind::Svm, ModelKind::Logreg, ModelKind::Mlr, ModelKind::Mf, ModelKind::Mlp])]
     pub models: Vec<ModelKind>,
-    /// Mini-batch size.
-    #[arg(long, default_value_t = 32)]
-    pub batch_size: usize,
+    /// Mini-batch sizes (comma separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [32])]
+    pub batch_size: Vec<usize>,
+    /// Hidden layer width of the MLP.
+    #[arg(long, default_value_t = 128)]
+    pub hidden: usize,
+    /// Also write the measured step times as the [compute] table of a cluster profile
+    /// (`--cluster`, see clusters/), each multiplied by --dilation.
+    #[arg(long, value_name = "FILE.toml")]
+    pub write_profile: Option<String>,
+    /// Factor the written step times are multiplied by: an emulated cluster runs D times slower
+    /// than the machine measured (and its links D times slower), so that many ranks on a few
+    /// cores keep up with their declared times while every ratio stays that of the real cluster.
+    #[arg(long, value_name = "D", default_value_t = 1.0)]
+    pub dilation: f64,
     /// Seconds of SGD per model.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
@@ -60,6 +72,30 @@ fn ratings(d: &Dataset, max_rows: usize) -> Dataset {
     }
 }
 
+/// Examples per second of SGD on `ds` with mini-batches of `batch` for about `seconds`, and the
+/// model's parameter count.
+fn measure(model: &dyn model::Model, ds: &Dataset, batch: usize, seconds: f64) -> (f64, usize) {
+    let mut params = vec![0f32; model.num_params()];
+    let mut rng = Rng::new(1);
+    model.init(&mut params, &mut rng);
+    let mut order: Vec<usize> = (0..ds.len()).collect();
+    rng.shuffle(&mut order);
+    let (mut done, mut scratch, mut pos) = (0usize, Vec::new(), 0usize);
+    let start = Instant::now();
+    while start.elapsed().as_secs_f64() < seconds {
+        for _ in 0..10 {
+            if pos + batch > order.len() {
+                pos = 0;
+            }
+            let b = &order[pos..pos + batch.min(order.len())];
+            model.sgd_step(&mut params, ds, b, 0.01, &mut scratch);
+            pos += batch;
+            done += b.len();
+        }
+    }
+    (done as f64 / start.elapsed().as_secs_f64(), params.len())
+}
+
 /// Runs the benchmark and prints one line per model.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     // A rank is single-threaded; measure the same.
@@ -74,6 +110,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if !args.json {
         println!("{:<8} {:>10} {:>14} {:>12}", "model", "params", "examples/s", "batch");
     }
+    anyhow::ensure!(args.batch_size.iter().all(|&b| b >= 1), "--batch-size must be at least 1");
+    anyhow::ensure!(args.seconds.is_finite() && args.seconds > 0.0, "--seconds must be a positive number");
+    anyhow::ensure!(args.dilation.is_finite() && args.dilation > 0.0, "--dilation must be a positive number");
+    let mut profile: Vec<(String, f64)> = Vec::new();
     for &kind in &args.models {
         let ds = match kind {
             ModelKind::Svm | ModelKind::Logreg | ModelKind::Lsq => binary(&train),
@@ -84,32 +124,32 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             Features::Ratings { n_users, n_items, .. } => (*n_users, *n_items),
             _ => (0, 0),
         };
-        let spec = ModelSpec { kind, lambda: 1e-5, features: dim, classes: 10, hidden: vec![128], factors: 10, users, items };
+        let spec = ModelSpec { kind, lambda: 1e-5, features: dim, classes: 10, hidden: vec![args.hidden], factors: 10, users, items };
         let model = model::build(&spec)?;
-        let mut params = vec![0f32; model.num_params()];
-        let mut rng = Rng::new(1);
-        model.init(&mut params, &mut rng);
-        let mut order: Vec<usize> = (0..ds.len()).collect();
-        rng.shuffle(&mut order);
-        let (mut done, mut scratch, mut pos) = (0usize, Vec::new(), 0usize);
-        let start = Instant::now();
-        while start.elapsed().as_secs_f64() < args.seconds {
-            for _ in 0..10 {
-                if pos + args.batch_size > order.len() {
-                    pos = 0;
-                }
-                let batch = &order[pos..pos + args.batch_size];
-                model.sgd_step(&mut params, &ds, batch, 0.01, &mut scratch);
-                pos += args.batch_size;
-                done += args.batch_size;
+        for &batch_size in &args.batch_size {
+            let (rate, params) = measure(model.as_ref(), &ds, batch_size, args.seconds);
+            let key = match kind {
+                ModelKind::Mlp => format!("mlp-{}:{batch_size}", args.hidden),
+                _ => format!("{}:{batch_size}", format!("{kind:?}").to_lowercase()),
+            };
+            profile.push((key, 1e3 * batch_size as f64 / rate * args.dilation));
+            if args.json {
+                println!("{}", serde_json::json!({"model": kind, "params": params, "examples_per_second": rate, "batch_size": batch_size}));
+            } else {
+                println!("{:<8} {:>10} {:>14.0} {:>12}", format!("{kind:?}").to_lowercase(), params, rate, batch_size);
             }
         }
-        let rate = done as f64 / start.elapsed().as_secs_f64();
-        if args.json {
-            println!("{}", serde_json::json!({"model": kind, "params": params.len(), "examples_per_second": rate, "batch_size": args.batch_size}));
-        } else {
-            println!("{:<8} {:>10} {:>14.0} {:>12}", format!("{kind:?}").to_lowercase(), params.len(), rate, args.batch_size);
-        }
+    }
+    if let Some(path) = &args.write_profile {
+        let mut text = format!(
+            "# Step times measured by `asap-train bench` on {} ({} s per model, one thread), x{} dilation.\n[compute]\n",
+            std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim(),
+            args.seconds,
+            args.dilation
+        );
+        profile.iter().for_each(|(k, ms)| text.push_str(&format!("\"{k}\" = {ms:.3}\n")));
+        std::fs::write(path, text).map_err(|e| anyhow::anyhow!("cannot write --write-profile {path}: {e}"))?;
+        eprintln!("step times written to {path} (paste its [compute] table into a cluster profile)");
     }
     Ok(())
 }

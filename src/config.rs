@@ -14,6 +14,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args};
 use serde::{Deserialize, Serialize};
 
+use crate::comm::pace::LinkSpec;
 use crate::data::Format;
 use crate::model::ModelKind;
 
@@ -213,24 +214,49 @@ pub struct TrainConfig {
     /// job aborts naming the ranks it waited for.
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0, value_parser = finite_f64, help_heading = "Synchronisation")]
     pub wait_timeout: f64,
-    /// Emulate slow ranks (each step followed by a sleep): RANKS:FACTOR (e.g. 0,3:2 or 0-5:2)
-    /// slows those ranks' compute FACTOR x; delay:P[@RANK] delays one rank (default the last) by
-    /// P % (0-100) of its step time; production[:SEED] draws the production-cluster pattern: 25 %
-    /// of the ranks straggle, 80 % of them 1.5-2.5x, the rest 2.5-10x (seeded, rank 0 never).
-    #[arg(long, value_name = "FORM", help_heading = "Synchronisation")]
+    /// Emulate slow ranks: RANKS:FACTOR (e.g. 0,3:2 or 0-5:2) slows those ranks' compute FACTOR x;
+    /// RANKS:FACTOR@A-B only from round A to round B (then they recover); transient:FACTOR:ROUNDS[:SEED]
+    /// slows one random rank (never 0) FACTOR x per stretch of ROUNDS rounds; delay:P[@RANK]
+    /// delays one rank (default the last) by P % (0-100) of its step time; production[:SEED] draws
+    /// the production-cluster pattern: 25 % of the ranks straggle, 80 % of them 1.5-2.5x, the rest
+    /// 2.5-10x (seeded, rank 0 never). With --emulate-compute the factor scales the declared step
+    /// time; without it, the measured one (each step followed by a sleep).
+    #[arg(long, value_name = "FORM", help_heading = "Emulated cluster")]
     pub straggler: Option<String>,
     /// How a --straggler spends its extra time: sleep (frees the core: on an oversubscribed
     /// machine the other ranks then run faster) or busy (spins, as a slow machine would; the
     /// others keep their share of the cores).
-    #[arg(long, value_enum, default_value_t = StragglerWait::Sleep, help_heading = "Synchronisation")]
+    #[arg(long, value_enum, default_value_t = StragglerWait::Sleep, help_heading = "Emulated cluster")]
     pub straggler_wait: StragglerWait,
-    /// Emulate a slow network on one machine: every rank's sends leave at most at MBPS Mbit/s
-    /// (all modes; see docs/sync-modes.md for what the emulation models and what it does not).
-    #[arg(long, value_name = "MBPS", value_parser = finite_f64, help_heading = "Synchronisation")]
-    pub emulate_bandwidth: Option<f64>,
-    /// One-way latency in milliseconds added by --emulate-bandwidth's link.
-    #[arg(long, value_name = "MS", default_value_t = 0.0, value_parser = finite_f64, help_heading = "Synchronisation")]
-    pub emulate_latency: f64,
+    /// Declared compute time of every local step in milliseconds at nominal speed: the real step
+    /// is computed (real data, real gradients) and the rest of the time slept, so N ranks on a
+    /// few cores behave like N machines of that speed. Steps that overrun are counted; a run
+    /// with more than 1 % of them says so and is marked invalid (docs/emulation.md).
+    #[arg(long, value_name = "MS", value_parser = positive_ms, help_heading = "Emulated cluster")]
+    pub emulate_compute: Option<f64>,
+    /// Work in proportion to speed (Hop's lever): a rank slowed FACTOR x (--straggler) takes
+    /// mini-batches of --batch-size / FACTOR examples, so its steps take the nominal time; every
+    /// mode, allreduce included.
+    #[arg(long, help_heading = "Emulated cluster")]
+    pub balance: bool,
+    /// Emulate slow links on one machine: each rank's link carries MBPS Mbit/s both ways, and a
+    /// message runs at the slower end's rate. Per rank: 1000,0-1:100 (every rank 1 GbE, ranks 0
+    /// and 1 100 Mbit/s). All modes; see docs/emulation.md for what the link model covers.
+    #[arg(long, value_name = "MBPS[,RANKS:MBPS]", value_parser = link_rate, help_heading = "Emulated cluster")]
+    pub emulate_bandwidth: Option<LinkSpec>,
+    /// One-way latency in milliseconds of --emulate-bandwidth's links, in the same per-rank form.
+    #[arg(long, value_name = "MS[,RANKS:MS]", default_value = "0", value_parser = link_latency, help_heading = "Emulated cluster")]
+    pub emulate_latency: LinkSpec,
+    /// A cluster profile (TOML, see clusters/): declared step times per model and batch size,
+    /// link bandwidth and latency, optional per-rank heterogeneity. It fills --emulate-compute,
+    /// --emulate-bandwidth, --emulate-latency and --straggler where they are not given.
+    #[arg(long, value_name = "FILE.toml", help_heading = "Emulated cluster")]
+    pub cluster: Option<String>,
+    /// Time dilation of --cluster's profile instead of its own `dilation`: the emulated cluster
+    /// runs D times slower than the profile's (step times and latencies x D, rates / D). Choose
+    /// the smallest D at which the run stays valid: many ranks or big models need more.
+    #[arg(long, value_name = "D", value_parser = dilation_factor, help_heading = "Emulated cluster")]
+    pub dilation: Option<f64>,
     /// Fault injection for tests: RANK:ROUND makes RANK stop sending after ROUND (asap, ssp).
     #[arg(long, value_name = "RANK:ROUND", hide = true)]
     pub stop_sending_after: Option<String>,
@@ -421,6 +447,7 @@ impl TrainConfig {
         cfg.config_file = file.map(|p| p.to_string_lossy().into_owned());
         cfg.lr_decay_given = on_command_line("lr_decay") || file_keys.iter().any(|k| k == "lr_decay");
         cfg.check_applicable(&given)?;
+        crate::cluster::apply(&mut cfg)?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -475,9 +502,8 @@ impl TrainConfig {
             SyncKind::Ssp | SyncKind::Bosen => {
                 let bosen = self.sync == SyncKind::Bosen;
                 (c.ssp.staleness, c.ssp.apply) = (Some(self.ssp.ssp_staleness()), Some(self.ssp.apply_rule(bosen)));
-                if bosen {
-                    c.bosen.bandwidth_mbps = self.bosen.bandwidth_mbps.or(self.emulate_bandwidth);
-                }
+                // bosen's budget defaults to this rank's --emulate-bandwidth link, which the
+                // identity hashes anyway (as the spec): nothing to resolve for it.
             }
             _ => {}
         }
@@ -545,19 +571,31 @@ impl TrainConfig {
                 self.model
             );
         }
-        for (flag, v) in [("--emulate-bandwidth", self.emulate_bandwidth), ("--bandwidth-mbps", self.bosen.bandwidth_mbps)] {
-            if let Some(v) = v {
-                anyhow::ensure!(v > 0.0 && v <= 1e7, "{flag} must be a positive number of Mbit/s (at most 1e7), got {v}");
-            }
+        if let Some(v) = self.bosen.bandwidth_mbps {
+            anyhow::ensure!(v > 0.0 && v <= 1e7, "--bandwidth-mbps must be a positive number of Mbit/s (at most 1e7), got {v}");
+        }
+        if let Some(l) = &self.emulate_bandwidth {
+            let max = l.overrides.iter().map(|o| o.2).fold(l.default, f64::max);
+            let min = l.overrides.iter().map(|o| o.2).fold(l.default, f64::min);
+            anyhow::ensure!(min > 0.0 && max <= 1e7, "--emulate-bandwidth {l}: every rate must be a positive number of Mbit/s, at most 1e7");
+        }
+        let max_latency = self.emulate_latency.overrides.iter().map(|o| o.2).fold(self.emulate_latency.default, f64::max);
+        anyhow::ensure!(max_latency <= 1e6, "--emulate-latency {}: at most 1e6 ms", self.emulate_latency);
+        anyhow::ensure!(
+            max_latency == 0.0 || self.emulate_bandwidth.is_some(),
+            "--emulate-latency needs --emulate-bandwidth (the emulated link it belongs to)"
+        );
+        if let Some(ms) = self.emulate_compute {
+            anyhow::ensure!(ms.is_finite() && ms > 0.0 && ms <= 1e6, "--emulate-compute must be a positive number of milliseconds, got {ms}");
         }
         anyhow::ensure!(
-            self.emulate_latency >= 0.0 && self.emulate_latency <= 1e6,
-            "--emulate-latency must be a number of milliseconds >= 0, got {}",
-            self.emulate_latency
+            self.asap.notify != crate::sync::asap::NotifyMode::Deadline || self.checkpoint_dir.is_none(),
+            "--notify deadline keeps unread messages in the windows, which a checkpoint does not hold: run it without --checkpoint-dir"
         );
+        anyhow::ensure!(self.dilation.is_none() || self.cluster.is_some(), "--dilation scales a --cluster profile: give --cluster FILE");
         anyhow::ensure!(
-            self.emulate_latency == 0.0 || self.emulate_bandwidth.is_some(),
-            "--emulate-latency needs --emulate-bandwidth (the emulated link it belongs to)"
+            !self.balance || self.straggler.is_some(),
+            "--balance sizes each rank's mini-batches by its --straggler factor: give --straggler (or drop --balance)"
         );
         anyhow::ensure!(
             self.gaia.significance >= 0.0 && self.gaia.significance <= 1e6,
@@ -601,6 +639,34 @@ impl TrainConfig {
         );
         Ok(())
     }
+}
+
+/// `--emulate-compute`: a positive, finite number of milliseconds.
+fn positive_ms(s: &str) -> Result<f64, String> {
+    let x: f64 = s.trim().parse().map_err(|_| format!("expected milliseconds, got {s:?}"))?;
+    if !(x.is_finite() && x > 0.0) {
+        return Err(format!("must be a positive, finite number of milliseconds, got {s}"));
+    }
+    Ok(x)
+}
+
+/// `--dilation`: a finite number >= 1.
+fn dilation_factor(s: &str) -> Result<f64, String> {
+    let x: f64 = s.trim().parse().map_err(|_| format!("expected a number, got {s:?}"))?;
+    if !(x.is_finite() && (1.0..=1e4).contains(&x)) {
+        return Err(format!("must be a finite number in 1..10000, got {s}"));
+    }
+    Ok(x)
+}
+
+/// `--emulate-bandwidth`: Mbit/s > 0 per rank.
+fn link_rate(s: &str) -> Result<LinkSpec, String> {
+    LinkSpec::parse(s, "Mbit/s", 0.0, true)
+}
+
+/// `--emulate-latency`: milliseconds >= 0 per rank.
+fn link_latency(s: &str) -> Result<LinkSpec, String> {
+    LinkSpec::parse(s, "milliseconds", 0.0, false)
 }
 
 /// Value parser of every `f64` option, flags and config files alike: a number that is neither NaN
@@ -837,7 +903,7 @@ mod tests {
             .filter(|a| [TypeId::of::<f64>(), TypeId::of::<f32>()].iter().any(|t| a.get_value_parser().type_id() == *t))
             .collect();
         let names: Vec<&str> = floats.iter().map(|a| a.get_id().as_str()).collect();
-        for known in ["lr", "emulate_bandwidth", "emulate_latency", "bandwidth_mbps", "significance", "soft_significance", "label_threshold"] {
+        for known in ["lr", "emulate_compute", "bandwidth_mbps", "significance", "soft_significance", "label_threshold"] {
             assert!(names.contains(&known), "{known} not found among the float options {names:?}");
         }
         let dir = tempfile::tempdir().unwrap();
@@ -867,7 +933,7 @@ mod tests {
     #[test]
     fn the_merge_refuses_values_json_cannot_carry() {
         let mut flags = TrainConfig::default();
-        flags.emulate_bandwidth = Some(f64::NAN);
+        flags.bosen.bandwidth_mbps = Some(f64::NAN);
         assert!(TrainConfig::merge(None, flags, None).unwrap_err().to_string().contains("NaN"));
         let mut flags = TrainConfig::default();
         flags.gaia.soft_significance = f64::INFINITY;

@@ -11,6 +11,7 @@ extern crate ndarray_linalg;
 
 pub mod bench;
 pub mod cli;
+pub mod cluster;
 pub mod comm;
 pub mod config;
 pub mod data;

@@ -294,6 +294,7 @@ fn check_config(in_neighbours: Vec<Vec<usize>>, args: &Args) -> AsapConfig {
         staleness: 0,
         one_peer: false,
         overlap: false,
+        deadline: std::time::Duration::ZERO,
     }
 }
 
@@ -403,6 +404,7 @@ fn run(
         staleness: 0,
         one_peer: false,
         overlap: false,
+        deadline: std::time::Duration::ZERO,
     };
     let mut sr = StochasticReduce::new(world, cfg, args.len)?;
     let mut params = initial(me, args.len);

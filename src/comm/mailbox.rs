@@ -31,7 +31,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 use mpi::collective::CommunicatorCollectives;
 
-use super::pace::Pacer;
+use super::pace::{self, Pacer};
 use super::window::{RmaElement, RmaError, Window};
 
 /// Bytes of one protocol word (header, footer, notify or ack counter).
@@ -243,6 +243,11 @@ pub struct Mailboxes {
     bytes_received: u64,
     /// `--emulate-bandwidth`: every put waits until a link of that rate would have carried it.
     pacer: Option<Pacer>,
+    /// See [`Mailboxes::link_overruns`].
+    link_overruns: u64,
+    /// Deferred NOTIFYs (`send_deferred`): (when the emulated link delivers, out-neighbour), in
+    /// delivery order.
+    deferred: std::collections::VecDeque<(Instant, usize)>,
     /// Seconds of [`Mailboxes::send_to`] by part: the puts (each locally complete), the flush
     /// that makes them remotely complete (also counted for [`Mailboxes::post`]), and the NOTIFY
     /// (put + flush).
@@ -300,6 +305,8 @@ impl Mailboxes {
             bytes_sent: 0,
             bytes_received: 0,
             pacer: None,
+            link_overruns: 0,
+            deferred: std::collections::VecDeque::new(),
             transfer_parts: [0.0; 3],
         })
     }
@@ -315,10 +322,32 @@ impl Mailboxes {
         self.pacer.as_ref()
     }
 
-    fn pace(&mut self, bytes: u64) {
-        if let Some(p) = &mut self.pacer {
-            p.send_blocking(bytes);
+    /// Puts `bytes` on the emulated link to `target`; returns when the link would have carried
+    /// them (None without emulation).
+    fn reserve(&mut self, target: usize, bytes: u64) -> Option<Instant> {
+        self.pacer.as_mut().map(|p| p.reserve_to(target, bytes).1)
+    }
+
+    /// After the real transfer of a message the link would carry until `end`: waits for the rest
+    /// of the emulated time, or counts a link overrun when the real transfer took longer (by more
+    /// than 5 % of the emulated time, at least 0.5 ms).
+    fn finish_transfer(&mut self, started: Instant, end: Option<Instant>) {
+        let Some(end) = end else { return };
+        let now = Instant::now();
+        if now > end {
+            let emulated = end.saturating_duration_since(started).as_secs_f64();
+            if (now - end).as_secs_f64() > (0.05 * emulated).max(5e-4) {
+                self.link_overruns += 1;
+            }
+        } else {
+            std::thread::sleep(end - now);
         }
+    }
+
+    /// Messages whose real transfer took longer than their emulated link time (see
+    /// [`Mailboxes::finish_transfer`]): the emulation did not hold for them.
+    pub fn link_overruns(&self) -> u64 {
+        self.link_overruns
     }
 
     /// Ranks this rank receives from (sorted; slot i belongs to `in_neighbours()[i]`).
@@ -374,6 +403,22 @@ impl Mailboxes {
         payload: &[T],
         ordered: bool,
     ) -> MailboxResult<()> {
+        let t = self.out_nb[j];
+        // Without a NOTIFY the data is visible as soon as it lands: wait for the link first.
+        if let Some(end) = self.reserve(t, self.layouts[t].message_bytes() as u64) {
+            pace::sleep_until(end);
+        }
+        self.put_message(j, round, payload, ordered)
+    }
+
+    /// The puts of one message to out-neighbour `j`, remotely complete on return.
+    fn put_message<T: RmaElement>(
+        &mut self,
+        j: usize,
+        round: u64,
+        payload: &[T],
+        ordered: bool,
+    ) -> MailboxResult<()> {
         assert_eq!(
             std::mem::size_of_val(payload),
             4 * self.len,
@@ -387,7 +432,6 @@ impl Mailboxes {
         // into a buffer once per neighbour made a 1 MiB round at 2 ranks spend ~0.5 ms where a
         // raw put + flush takes ~30 us: the raw baseline `rma-check` prints; docs/asap.md.)
         // The padding after the payload is never written: readers ignore it.
-        self.pace(lay.message_bytes() as u64);
         if ordered {
             self.win.put(target, base, &[round])?;
             self.win.flush(target)?;
@@ -423,7 +467,11 @@ impl Mailboxes {
     pub fn send_to(&mut self, j: usize, round: u64, payload: &[f32]) -> MailboxResult<()> {
         let t = Instant::now();
         let flush_before = self.transfer_parts[1];
-        self.post_to(j, round, payload, false)?;
+        // With an emulated link the receiver learns of the message (NOTIFY) only when the link
+        // would have delivered it; the real put runs inside that time instead of before it.
+        let end = self.reserve(self.out_nb[j], self.layouts[self.out_nb[j]].message_bytes() as u64);
+        self.put_message(j, round, payload, false)?;
+        self.finish_transfer(t, end);
         let t2 = Instant::now();
         self.transfer_parts[0] += (t2 - t).as_secs_f64() - (self.transfer_parts[1] - flush_before);
         self.notify(j)?;
@@ -472,12 +520,14 @@ impl Mailboxes {
         let base = lay.message(self.slot_at[j], self.sends[j] + 1);
         let target = t as i32;
         let bytes = 3 * WORD + body.len() as u64;
-        self.pace(bytes);
+        let started = Instant::now();
+        let end = self.reserve(t, bytes);
         self.win.put(target, base, &[round, body.len() as u64])?;
         self.win.put(target, base + 2 * WORD as usize, body)?;
         self.win
             .put(target, lay.footer(base), &[round])?;
         self.win.flush(target)?;
+        self.finish_transfer(started, end);
         self.sends[j] += 1;
         self.bytes_sent += bytes;
         self.notify(j)?;
@@ -744,6 +794,80 @@ impl Mailboxes {
             }
             if start.elapsed() > timeout {
                 return Err(self.timeout(round, "NOTIFY", missing, start, timeout));
+            }
+            self.win.progress()?;
+            backoff.pause();
+        }
+    }
+
+    /// True when out-neighbour `j`'s slot for our next message is free (every message we sent it
+    /// acknowledged, at depth 1) and no NOTIFY to it is still on the emulated link: a send now
+    /// would not wait.
+    pub fn slot_free(&mut self, j: usize) -> MailboxResult<bool> {
+        if self.deferred.iter().any(|&(_, k)| k == j) {
+            return Ok(false);
+        }
+        let need = (self.sends[j] + 1).saturating_sub(self.layouts[self.me].depth as u64);
+        Ok(self.acks(j)? >= need)
+    }
+
+    /// Sends a message to out-neighbour `j` without waiting for the emulated link: the data is
+    /// put now, and its NOTIFY is published when the link would have delivered it (egress queue
+    /// at the path's rate, plus latency), by [`Mailboxes::progress_deferred`]. The receiver cannot
+    /// read it before, and we cannot write the slot again before its ACK, so the message is
+    /// "on the wire" meanwhile while this rank computes, as with a real NIC. Call only when
+    /// [`Mailboxes::slot_free`].
+    pub fn send_deferred(&mut self, j: usize, round: u64, payload: &[f32]) -> MailboxResult<()> {
+        let t = self.out_nb[j];
+        let end = self.reserve(t, self.layouts[t].message_bytes() as u64);
+        self.put_message(j, round, payload, false)?;
+        match end {
+            Some(end) => {
+                let due = end + self.pacer.as_ref().map_or(Duration::ZERO, |p| p.latency_to(t));
+                self.deferred.push_back((due, j));
+                self.progress_deferred()
+            }
+            None => self.notify(j),
+        }
+    }
+
+    /// Publishes the deferred NOTIFYs whose time has come.
+    pub fn progress_deferred(&mut self) -> MailboxResult<()> {
+        let now = Instant::now();
+        while let Some(&(due, j)) = self.deferred.front() {
+            if due > now {
+                break;
+            }
+            self.deferred.pop_front();
+            self.notify(j)?;
+        }
+        Ok(())
+    }
+
+    /// Publishes every deferred NOTIFY, sleeping until each is due (before shutdown).
+    pub fn drain_deferred(&mut self) -> MailboxResult<()> {
+        while let Some(&(due, _)) = self.deferred.front() {
+            pace::sleep_until(due);
+            self.progress_deferred()?;
+        }
+        Ok(())
+    }
+
+    /// Per in-neighbour: whether a message we have not consumed is notified (read now).
+    pub fn fresh(&mut self) -> MailboxResult<Vec<bool>> {
+        self.win.sync()?;
+        Ok((0..self.in_nb.len()).map(|i| self.notifications(i) > self.consumed[i]).collect())
+    }
+
+    /// Waits until every in-neighbour has a fresh message or `until` passes, publishing our
+    /// deferred NOTIFYs meanwhile; returns which in-neighbours have one.
+    pub fn wait_fresh_until(&mut self, until: Instant) -> MailboxResult<Vec<bool>> {
+        let mut backoff = Backoff::default();
+        loop {
+            self.progress_deferred()?;
+            let fresh = self.fresh()?;
+            if fresh.iter().all(|&f| f) || Instant::now() >= until {
+                return Ok(fresh);
             }
             self.win.progress()?;
             backoff.pause();

@@ -13,11 +13,155 @@
 
 use std::time::{Duration, Instant};
 
+/// A per-rank value of an emulated link (`--emulate-bandwidth 1000,0-1:100`: every rank at 1000,
+/// ranks 0 and 1 at 100; the same form for `--emulate-latency`). Parsed without knowing the rank
+/// count; [`LinkSpec::resolve`] checks the ranks against it. Written back as the text it was
+/// given, so configuration files and metrics keep the form the user wrote.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkSpec {
+    /// The value of every rank not listed.
+    pub default: f64,
+    /// `(first rank, last rank, value)`, later entries winning.
+    pub overrides: Vec<(usize, usize, f64)>,
+    text: String,
+}
+
+impl LinkSpec {
+    /// Parses `VALUE[,RANKS:VALUE]...` with RANKS a rank or a range `A-B`. Values must be finite
+    /// and at least `min` (exclusive when `min_exclusive`): rates > 0, latencies >= 0.
+    pub fn parse(text: &str, what: &str, min: f64, min_exclusive: bool) -> Result<LinkSpec, String> {
+        let hint = format!("expected {what} as VALUE[,RANKS:VALUE]... (e.g. 1000,0-1:100: every rank 1000, ranks 0-1 100)");
+        let value = |v: &str| -> Result<f64, String> {
+            let x: f64 = v.trim().parse().map_err(|_| format!("{hint}; {v:?} is not a number"))?;
+            let ok = x.is_finite() && if min_exclusive { x > min } else { x >= min };
+            if !ok {
+                let rel = if min_exclusive { ">" } else { ">=" };
+                return Err(format!("{hint}; {v:?} must be finite and {rel} {min}"));
+            }
+            Ok(x)
+        };
+        let mut parts = text.split(',');
+        let first = parts.next().unwrap_or("");
+        let default = value(first)?;
+        let mut overrides = Vec::new();
+        for part in parts {
+            let (ranks, v) = part.split_once(':').ok_or_else(|| format!("{hint}; {part:?} has no RANKS:VALUE"))?;
+            let rank = |x: &str| -> Result<usize, String> { x.trim().parse().map_err(|_| format!("{hint}; bad rank {x:?} in {part:?}")) };
+            let (a, b) = match ranks.split_once('-') {
+                Some((a, b)) => (rank(a)?, rank(b)?),
+                None => (rank(ranks)?, rank(ranks)?),
+            };
+            if a > b {
+                return Err(format!("{hint}; the range {ranks:?} is empty"));
+            }
+            overrides.push((a, b, value(v)?));
+        }
+        Ok(LinkSpec { default, overrides, text: text.trim().to_string() })
+    }
+
+    /// One value for every rank.
+    pub fn uniform(v: f64) -> LinkSpec {
+        LinkSpec { default: v, overrides: Vec::new(), text: format!("{v}") }
+    }
+
+    /// The value of each of `n` ranks; an override naming a rank >= n is an error (`what` names
+    /// the option).
+    pub fn resolve(&self, n: usize, what: &str) -> anyhow::Result<Vec<f64>> {
+        let mut v = vec![self.default; n];
+        for &(a, b, x) in &self.overrides {
+            anyhow::ensure!(b < n, "{what} {}: rank {b} is outside this job's ranks 0..{}", self.text, n.saturating_sub(1));
+            v[a..=b].iter_mut().for_each(|y| *y = x);
+        }
+        Ok(v)
+    }
+
+    /// Every value multiplied by `f` (a dilated cluster: times up, rates down).
+    pub fn scaled(&self, f: f64) -> LinkSpec {
+        let overrides: Vec<(usize, usize, f64)> = self.overrides.iter().map(|&(a, b, v)| (a, b, v * f)).collect();
+        let mut text = format!("{}", self.default * f);
+        for (a, b, v) in &overrides {
+            text.push_str(&if a == b { format!(",{a}:{v}") } else { format!(",{a}-{b}:{v}") });
+        }
+        LinkSpec { default: self.default * f, overrides, text }
+    }
+
+    /// True when every rank has the same value.
+    pub fn is_uniform(&self) -> bool {
+        self.overrides.iter().all(|o| o.2 == self.default)
+    }
+}
+
+impl std::fmt::Display for LinkSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl serde::Serialize for LinkSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // A uniform value stays a number (older metrics files and plots read it as one).
+        if self.overrides.is_empty() {
+            s.serialize_f64(self.default)
+        } else {
+            s.serialize_str(&self.text)
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for LinkSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(f64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(x) => LinkSpec::parse(&format!("{x}"), "a link value", 0.0, false).map_err(serde::de::Error::custom),
+            Raw::Text(t) => LinkSpec::parse(&t, "a link value", 0.0, false).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Every rank's emulated link: egress and ingress rate in bytes per second (full duplex, the
+/// same speed both ways) and one-way latency.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Links {
+    pub bytes_per_second: Vec<f64>,
+    pub latency: Vec<Duration>,
+}
+
+impl Links {
+    /// From per-rank Mbit/s (10^6 bits) and milliseconds.
+    pub fn new(mbps: &[f64], latency_ms: &[f64]) -> Links {
+        Links {
+            bytes_per_second: mbps.iter().map(|m| m * 1e6 / 8.0).collect(),
+            latency: latency_ms.iter().map(|l| Duration::from_secs_f64(l / 1e3)).collect(),
+        }
+    }
+    /// The slowest rate of all ranks (what paces a ring or tree collective: every step waits for
+    /// its slowest link) and the largest latency.
+    pub fn slowest(&self) -> (f64, Duration) {
+        let r = self.bytes_per_second.iter().copied().fold(f64::INFINITY, f64::min);
+        let l = self.latency.iter().copied().max().unwrap_or_default();
+        (r, l)
+    }
+    /// The rate of the path from `from` to `to`: the slower of the sender's egress and the
+    /// receiver's ingress.
+    pub fn path_rate(&self, from: usize, to: usize) -> f64 {
+        self.bytes_per_second[from].min(self.bytes_per_second[to])
+    }
+}
+
 /// A leaky bucket over one rank's outgoing bytes.
 #[derive(Debug, Clone)]
 pub struct Pacer {
     bytes_per_second: f64,
     latency: Duration,
+    /// Per destination rank: the rate of the path there (the slower end), when links differ.
+    path_rates: Option<Vec<f64>>,
+    /// Per destination rank: the one-way latency of the path there (the longer end's).
+    path_latency: Option<Vec<Duration>>,
     /// When the link has carried everything reserved so far.
     free_at: Instant,
     start: Instant,
@@ -30,7 +174,20 @@ impl Pacer {
     pub fn new(megabits_per_second: f64, latency: Duration) -> Self {
         assert!(megabits_per_second > 0.0 && megabits_per_second.is_finite(), "rate must be positive");
         let now = Instant::now();
-        Pacer { bytes_per_second: megabits_per_second * 1e6 / 8.0, latency, free_at: now, start: now, log: None }
+        Pacer { bytes_per_second: megabits_per_second * 1e6 / 8.0, latency, path_rates: None, path_latency: None, free_at: now, start: now, log: None }
+    }
+
+    /// This rank's link within `links`: its own rate and latency, and a message to rank `d` is
+    /// carried at the slower of the two ends (a 1 GbE sender to a 100 Mbit/s receiver sends at
+    /// 100 Mbit/s). `budget_mbps` caps this rank's rate further (a mode's own budget).
+    pub fn for_rank(links: &Links, rank: usize, budget_mbps: Option<f64>) -> Self {
+        let cap = budget_mbps.map_or(f64::INFINITY, |b| b * 1e6 / 8.0);
+        let own = links.bytes_per_second[rank].min(cap);
+        let now = Instant::now();
+        let n = links.bytes_per_second.len();
+        let paths = (0..n).map(|d| links.path_rate(rank, d).min(cap)).collect();
+        let lat = (0..n).map(|d| links.latency[rank].max(links.latency[d])).collect();
+        Pacer { bytes_per_second: own, latency: links.latency[rank], path_rates: Some(paths), path_latency: Some(lat), free_at: now, start: now, log: None }
     }
 
     /// Keeps a log of every reservation (see [`Pacer::log`]).
@@ -64,6 +221,30 @@ impl Pacer {
     /// [`Pacer::reserve_at`] now.
     pub fn reserve(&mut self, bytes: u64) -> (Instant, Instant) {
         self.reserve_at(bytes, Instant::now())
+    }
+
+    /// [`Pacer::reserve`] for a message to rank `dest`, at the rate of the path there.
+    pub fn reserve_to(&mut self, dest: usize, bytes: u64) -> (Instant, Instant) {
+        let rate = self.path_rates.as_ref().and_then(|p| p.get(dest).copied()).unwrap_or(self.bytes_per_second);
+        let now = Instant::now();
+        let start = self.free_at.max(now);
+        let end = start + Duration::from_secs_f64(bytes as f64 / rate);
+        self.free_at = end;
+        if let Some(log) = &mut self.log {
+            log.push(((start - self.start).as_secs_f64(), bytes));
+        }
+        (start, end)
+    }
+
+    /// The one-way latency of the path to rank `dest` (the longer of the two ends').
+    pub fn latency_to(&self, dest: usize) -> Duration {
+        self.path_latency.as_ref().and_then(|l| l.get(dest).copied()).unwrap_or(self.latency)
+    }
+
+    /// [`Pacer::send_blocking`] to rank `dest`, at the rate of the path there.
+    pub fn send_blocking_to(&mut self, dest: usize, bytes: u64) -> Duration {
+        let (_, end) = self.reserve_to(dest, bytes);
+        sleep_until(end)
     }
 
     /// Blocks (sleeping: the CPU is free for other ranks) until a link of this rate would have
@@ -181,6 +362,47 @@ pub fn peak_rate(log: &[(f64, u64)], window: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_specs_parse_resolve_and_refuse_bad_values() {
+        let l = LinkSpec::parse("1000,0-1:100", "--emulate-bandwidth", 0.0, true).unwrap();
+        assert_eq!(l.resolve(4, "x").unwrap(), vec![100.0, 100.0, 1000.0, 1000.0]);
+        assert_eq!(l.to_string(), "1000,0-1:100");
+        assert!(!l.is_uniform() && LinkSpec::uniform(5.0).is_uniform());
+        assert!(l.resolve(2, "x").is_ok());
+        let e = l.resolve(1, "--emulate-bandwidth").unwrap_err().to_string();
+        assert!(e.contains("rank 1 is outside"), "{e}");
+        // Later entries win.
+        let l = LinkSpec::parse("10,0-3:5,2:7", "x", 0.0, true).unwrap();
+        assert_eq!(l.resolve(5, "x").unwrap(), vec![5.0, 5.0, 7.0, 5.0, 10.0]);
+        for bad in ["nan", "inf", "0", "-1", "10,1", "10,a:5", "10,3-1:5", "10,1:nan", ""] {
+            assert!(LinkSpec::parse(bad, "x", 0.0, true).is_err(), "{bad}");
+        }
+        assert!(LinkSpec::parse("0", "x", 0.0, false).is_ok(), "a latency of 0 is fine");
+        // Numbers and texts both read back from JSON.
+        let a: LinkSpec = serde_json::from_str("100.0").unwrap();
+        assert_eq!(a.default, 100.0);
+        let b: LinkSpec = serde_json::from_str("\"1000,7:100\"").unwrap();
+        assert_eq!(serde_json::to_string(&b).unwrap(), "\"1000,7:100\"");
+        assert_eq!(serde_json::to_string(&a).unwrap(), "100.0");
+    }
+
+    #[test]
+    fn a_path_runs_at_its_slower_end() {
+        let links = Links::new(&[1000.0, 100.0, 1000.0], &[0.0, 5.0, 0.0]);
+        assert_eq!(links.slowest(), (100e6 / 8.0, Duration::from_millis(5)));
+        let mut p = Pacer::for_rank(&links, 0, None);
+        // 12,500 bytes at 100 Mbit/s = 1 ms; at 1000 Mbit/s 0.1 ms.
+        let (s, e) = p.reserve_to(1, 12_500);
+        assert_eq!(e - s, Duration::from_millis(1));
+        let (s2, e2) = p.reserve_to(2, 12_500);
+        assert_eq!(s2, e, "one egress queue");
+        assert_eq!(e2 - s2, Duration::from_micros(100));
+        // A budget caps every path.
+        let mut p = Pacer::for_rank(&links, 2, Some(10.0));
+        let (s, e) = p.reserve_to(0, 12_500);
+        assert_eq!(e - s, Duration::from_millis(10));
+    }
 
     #[test]
     fn the_bucket_drains_at_its_rate_and_never_sends_before_free() {

@@ -110,8 +110,8 @@ impl Postbox {
     /// another with the same tag arrive in the order they were sent (MPI's non-overtaking rule).
     pub fn send(&mut self, dest: usize, tag: i32, buf: Vec<u8>) -> Result<(), PostboxError> {
         if let (Some(p), true) = (self.pacer.as_mut(), dest != self.rank) {
-            let (_, end) = p.reserve(buf.len() as u64);
-            let latency = p.latency();
+            let (_, end) = p.reserve_to(dest, buf.len() as u64);
+            let latency = p.latency_to(dest);
             self.held.push_back((end + latency, dest, tag, buf));
             return self.release_due();
         }

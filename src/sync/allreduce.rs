@@ -2,7 +2,7 @@
 //! parallelism does with models instead of gradients). The baseline every other mode is measured
 //! against.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mpi::topology::{Communicator, SimpleCommunicator};
 
@@ -17,13 +17,28 @@ pub struct ModelAverage {
     stats: CommStats,
     /// `--emulate-bandwidth`: the link each round's bytes must go through.
     pacer: Option<Pacer>,
+    /// Per-rank links (`--emulate-bandwidth` in any form): a ring or tree all-reduce moves in
+    /// steps that each wait for their slowest link, so the whole collective runs at the slowest
+    /// rank's rate, from the moment the last rank entered it.
+    ring: Option<(f64, Duration)>,
+    /// Rounds whose real all-reduce took longer than the emulated one.
+    link_overruns: u64,
 }
 
 impl ModelAverage {
     /// Uses a private duplicate of the communicator so its traffic never mixes with other
     /// collectives.
     pub fn new(ctx: &SyncContext) -> Self {
-        ModelAverage { comm: ctx.comm.duplicate(), scratch: Vec::new(), stats: CommStats::default(), pacer: ctx.pacer(None) }
+        let ring = ctx.links.as_ref().map(|l| l.slowest());
+        let pacer = if ring.is_some() { None } else { ctx.pacer(None) };
+        ModelAverage { comm: ctx.comm.duplicate(), scratch: Vec::new(), stats: CommStats::default(), pacer, ring, link_overruns: 0 }
+    }
+
+    /// Emulated time of one all-reduce of `bytes` per rank over the slowest link, with the
+    /// latency of Rabenseifner's algorithm (the one whose volume we report): 2 log2(N) steps.
+    fn emulated_seconds(&self, bytes: u64, rate: f64, latency: Duration) -> f64 {
+        let steps = 2 * (self.comm.size() as u32).next_power_of_two().trailing_zeros();
+        bytes as f64 / rate + latency.as_secs_f64() * steps as f64
     }
 }
 
@@ -40,6 +55,13 @@ impl SyncMode for ModelAverage {
         // No barrier to split waiting from transfer: it would cost a second synchronisation per
         // round that no user of allreduce pays, so waiting is inside comm_seconds here.
         let t = Instant::now();
+        // The emulated collective starts when the last rank enters it: the ranks share one
+        // clock (one machine), so the latest entry time is one more (tiny) reduction.
+        let entered = self.ring.map(|_| {
+            let mut latest = [wall_seconds()];
+            collectives::max_f64(&self.comm, &mut latest);
+            latest[0]
+        });
         collectives::sum_f32(&self.comm, params, &mut self.scratch);
         let inv = 1.0 / self.comm.size() as f32;
         params.iter_mut().for_each(|w| *w *= inv);
@@ -47,7 +69,16 @@ impl SyncMode for ModelAverage {
         // MPI does not tell us what it sent; a bandwidth-optimal (ring) allreduce moves
         // 2 (N-1)/N of the vector out of and into every rank, which we report.
         let bytes = ring_allreduce_bytes(self.comm.size() as usize, params.len());
-        if let Some(p) = &mut self.pacer {
+        if let (Some((rate, latency)), Some(entered)) = (self.ring, entered) {
+            let end = entered + self.emulated_seconds(bytes, rate, latency);
+            let left = end - wall_seconds();
+            if left > 0.0 {
+                std::thread::sleep(Duration::from_secs_f64(left));
+            } else if -left > (0.05 * (end - entered)).max(5e-4) {
+                self.link_overruns += 1;
+            }
+            self.stats.comm_seconds += t.elapsed().as_secs_f64();
+        } else if let Some(p) = &mut self.pacer {
             // Emulation: the reduction is done, but a rank returns only when its link would have
             // carried its share, plus the latency of Rabenseifner's algorithm (the one whose
             // volume we report): 2 log2(N) steps, reduce-scatter then allgather.
@@ -77,4 +108,17 @@ impl SyncMode for ModelAverage {
     fn send_log(&self) -> Vec<(f64, u64)> {
         self.pacer.as_ref().map_or(Vec::new(), |p| p.log().to_vec())
     }
+
+    fn metrics(&self) -> Vec<super::ModeMetric> {
+        if self.ring.is_none() {
+            return Vec::new();
+        }
+        vec![super::ModeMetric::number("link_overruns", super::Aggregate::Sum, self.link_overruns as f64)]
+    }
+}
+
+/// Seconds since the Unix epoch: one clock for every rank of a job on one machine (what the
+/// emulated collective's start is agreed on).
+fn wall_seconds() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }

@@ -49,6 +49,19 @@ pub struct AsapOptions {
     /// local progress made meanwhile (w <- average + (w - w_sent)).
     #[arg(long)]
     pub overlap: bool,
+    /// --notify deadline: milliseconds a rank waits, after its sends, for in-neighbours' new
+    /// messages before it reduces what has arrived (a late one is reduced in a later round).
+    #[arg(long, value_name = "MS", default_value_t = 1.0, value_parser = non_negative_ms)]
+    pub deadline: f64,
+}
+
+/// `--deadline`: finite milliseconds >= 0.
+fn non_negative_ms(s: &str) -> Result<f64, String> {
+    let x: f64 = s.trim().parse().map_err(|_| format!("expected milliseconds, got {s:?}"))?;
+    if !(x.is_finite() && (0.0..=1e6).contains(&x)) {
+        return Err(format!("must be a finite number of milliseconds in 0..1e6, got {s}"));
+    }
+    Ok(x)
 }
 
 impl Default for AsapOptions {
@@ -71,6 +84,10 @@ pub enum NotifyMode {
     None,
     /// Asynchronous push-sum: mass-conserving, never blocks.
     PushSum,
+    /// NOTIFY-ACK with a deadline: send where the slot is free (a slow link or a slow receiver
+    /// is skipped while its last message is unread), wait up to --deadline for new messages,
+    /// reduce what arrived; nobody is paced by a slow rank or link.
+    Deadline,
 }
 
 /// Configuration of [`StochasticReduce`].
@@ -92,6 +109,8 @@ pub struct AsapConfig {
     pub one_peer: bool,
     /// `--overlap`: reduce each round at the next sync, keeping the steps made meanwhile.
     pub overlap: bool,
+    /// `--notify deadline`: how long a rank waits for new messages after its sends.
+    pub deadline: Duration,
 }
 
 /// ASAP stochastic reduce over RMA mailboxes. Collective: every rank constructs it with the same
@@ -133,7 +152,15 @@ pub struct StochasticReduce {
     /// `--notify push-sum`: rounds that pushed nothing because this rank held less than its fair
     /// weight.
     held_pushes: u64,
+    /// `--notify deadline`: sends skipped because the out-neighbour had not read our last
+    /// message yet (or it was still on the emulated link), and the age in rounds (ours minus the
+    /// sender's, capped) of each message reduced.
+    skipped_sends: u64,
+    ages: Vec<u64>,
 }
+
+/// Ages of reduced messages beyond this are counted in the last bucket.
+const AGE_BUCKETS: usize = 16;
 
 /// A budgeted asap's bucket, edge state and message buffer.
 struct Budgeted {
@@ -186,11 +213,15 @@ impl StochasticReduce {
             in_neighbours,
             one_peer,
             overlap: opts.overlap,
+            deadline: Duration::from_secs_f64(opts.deadline / 1e3),
             notify: opts.notify,
             wait_timeout: ctx.wait_timeout,
             stop_sending_after: ctx.stop_sending_after,
             staleness,
         };
+        if opts.notify == NotifyMode::Deadline && (budget.is_some() || staleness > 0) {
+            bail!("--notify deadline runs without --bandwidth-mbps and --staleness (it bounds waiting by time instead)");
+        }
         if opts.overlap && (opts.notify != NotifyMode::NotifyAck || budget.is_some() || staleness > 0 || one_peer) {
             bail!("--overlap runs with --notify notify-ack on a static graph, without --bandwidth-mbps and --staleness");
         }
@@ -269,6 +300,8 @@ impl StochasticReduce {
             totals: Vec::new(),
             weight_sum: 0.0,
             held_pushes: 0,
+            skipped_sends: 0,
+            ages: vec![0; AGE_BUCKETS + 1],
             pending: None,
             sent_model: Vec::new(),
             transfer_seconds: 0.0,
@@ -634,6 +667,47 @@ impl StochasticReduce {
         Ok(())
     }
 
+    /// NOTIFY-ACK with a deadline (`--notify deadline`): put this round's model to every
+    /// out-neighbour whose slot is free (its NOTIFY follows when the emulated link would have
+    /// delivered it; a neighbour that has not read our last message is skipped this round),
+    /// wait up to the deadline for every in-neighbour's new message, and average with those that
+    /// arrived: `w <- (w + sum of new w_j) / (1 + new)`. A late message is read in a later round.
+    /// Nobody waits for a slow rank or link longer than the deadline, so rounds keep the pace of
+    /// compute, not of the slowest neighbour (backup workers' idea, Chen et al. 2016, on a graph).
+    fn sync_deadline(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        let t = Instant::now();
+        if self.sending(round) {
+            for j in 0..self.mail.out_neighbours().len() {
+                if self.mail.slot_free(j)? {
+                    self.mail.send_deferred(j, round, params)?;
+                } else {
+                    self.skipped_sends += 1;
+                }
+            }
+        }
+        let t2 = Instant::now();
+        let fresh = self.mail.wait_fresh_until(t2 + self.cfg.deadline)?;
+        let t3 = Instant::now();
+        let mut used = 0;
+        for (i, _) in fresh.iter().enumerate().filter(|(_, &f)| f) {
+            let read = self.mail.add_notified_slot(i, params)?;
+            let SlotRead::Consistent(h) = read else {
+                self.torn += 1;
+                bail!("rank {}: round {round}: the message from rank {} was {read:?} after its NOTIFY; NOTIFY-ACK must never see this", self.rank, self.mail.in_neighbours()[i]);
+            };
+            self.ages[(round.saturating_sub(h) as usize).min(AGE_BUCKETS)] += 1;
+            self.last_used[i] = h;
+            self.mail.ack(i)?;
+            used += 1;
+        }
+        let denom = (1 + used) as f32;
+        params.iter_mut().for_each(|p| *p /= denom);
+        self.histogram[used] += 1;
+        self.stats.wait_seconds += (t3 - t2).as_secs_f64();
+        self.stats.comm_seconds += (t2 - t).as_secs_f64() + t3.elapsed().as_secs_f64();
+        Ok(())
+    }
+
     /// Push-sum: the loop's steps into x, keep a share, put the running totals to every
     /// out-neighbour (header, payload, footer as ordered steps, so a read that overlaps shows as
     /// torn), fold in every intact total that changed, and hand back x / w. Nothing waits.
@@ -795,6 +869,7 @@ impl SyncMode for StochasticReduce {
             NotifyMode::Barrier => self.sync_barrier(params, round)?,
             NotifyMode::None => self.sync_none(params, round)?,
             NotifyMode::PushSum => self.sync_push_sum(params, round)?,
+            NotifyMode::Deadline => self.sync_deadline(params, round)?,
         }
         self.stats.bytes_sent += self.mail.bytes_sent() - sent0;
         self.stats.bytes_received += self.mail.bytes_received() - recv0;
@@ -819,6 +894,11 @@ impl SyncMode for StochasticReduce {
         self.stats.bytes_sent += self.mail.bytes_sent() - s0;
         self.stats.bytes_received += self.mail.bytes_received() - r0;
         let t = Instant::now();
+        // --notify deadline: every message still on the emulated link is delivered, then nobody
+        // puts again; what was not reduced stays unread (the final average includes every rank).
+        if self.cfg.notify == NotifyMode::Deadline {
+            self.mail.drain_deferred()?;
+        }
         // Drain: under NOTIFY-ACK every message must be consumed before the window goes away.
         if self.cfg.notify == NotifyMode::NotifyAck {
             let r0 = self.mail.bytes_received();
@@ -847,6 +927,11 @@ impl SyncMode for StochasticReduce {
     fn quiesce(&mut self, params: &mut [f32], _round: u64) -> anyhow::Result<()> {
         // --overlap: a checkpoint holds no half-done round.
         self.complete_pending(params)?;
+        if self.cfg.notify == NotifyMode::Deadline {
+            // No NOTIFY left on the emulated link when the ranks meet (checkpoints are refused
+            // with this variant: unread messages are not part of a rank's state).
+            self.mail.drain_deferred()?;
+        }
         if self.push.is_some() {
             // Nothing in flight at a checkpoint: every total put is folded before the cut.
             self.mail.window().flush_all()?;
@@ -902,11 +987,20 @@ impl SyncMode for StochasticReduce {
             ModeMetric::number("stale", Aggregate::Sum, self.stale as f64),
             ModeMetric::number("in_degree", Aggregate::Max, self.mail.in_neighbours().len() as f64),
         ];
+        if self.mail.pacer().is_some() {
+            m.push(ModeMetric::number("link_overruns", Aggregate::Sum, self.mail.link_overruns() as f64));
+        }
         if self.push.is_some() {
             m.extend([
                 ModeMetric::number("push_sum_weight_sum", Aggregate::Max, self.weight_sum),
                 ModeMetric::number("push_sum_held_pushes", Aggregate::Sum, self.held_pushes as f64),
                 ModeMetric::number("push_sum_weight", Aggregate::Max, self.push.as_ref().map_or(0.0, |p| p.weight())),
+            ]);
+        }
+        if self.cfg.notify == NotifyMode::Deadline {
+            m.extend([
+                ModeMetric::number("skipped_sends", Aggregate::Sum, self.skipped_sends as f64),
+                ModeMetric::array("message_age_histogram", Aggregate::Sum, self.ages.iter().map(|&c| c as f64)),
             ]);
         }
         if self.cfg.staleness > 0 {

@@ -812,6 +812,7 @@ fn build_inner(
         stop_sending_after: None,
         seed: ctx.seed,
         emulate: None,
+        links: None,
         record_sends: false,
         rounds_per_epoch: ctx.rounds_per_epoch,
     };

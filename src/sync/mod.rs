@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use crate::comm::collectives;
-use crate::comm::pace::Pacer;
+use crate::comm::pace::{Links, Pacer};
 use crate::model::RowLayout;
 
 pub mod allreduce;
@@ -113,6 +113,8 @@ pub struct SyncContext<'a> {
     /// `--emulate-bandwidth` and `--emulate-latency`: (Mbit/s, one-way latency) of this rank's
     /// emulated link.
     pub emulate: Option<(f64, Duration)>,
+    /// Every rank's emulated link (with `emulate`): a message runs at the slower end's rate.
+    pub links: Option<Links>,
     /// `--send-log`: pacers keep a log of every send.
     pub record_sends: bool,
     /// Rounds (clocks) in one epoch: steps per epoch / `--sync-every`, at least 1.
@@ -129,6 +131,10 @@ impl SyncContext<'_> {
     /// mode's own bandwidth budget) when given; None when neither applies. Two rate limits in
     /// series on one FIFO queue let bytes out as one at the smaller rate.
     pub fn pacer(&self, budget_mbps: Option<f64>) -> Option<Pacer> {
+        if let Some(links) = &self.links {
+            let p = Pacer::for_rank(links, self.comm.rank() as usize, budget_mbps);
+            return Some(if self.record_sends { p.record() } else { p });
+        }
         let (rate, latency) = match (self.emulate, budget_mbps) {
             (None, None) => return None,
             (Some((e, l)), None) => (e, l),

@@ -2,6 +2,7 @@
 //! the sync mode every `--sync-every` mini-batches; rank 0 reports.
 
 pub mod checkpoint;
+pub mod emulate;
 pub mod eval;
 pub mod optimizer;
 pub mod outputs;
@@ -97,8 +98,6 @@ impl Drop for DeadlineGuard {
 #[derive(Default)]
 struct Clock {
     compute: f64,
-    straggle_debt: f64,
-    straggle: f64,
     excluded: Duration,
     /// Time in evaluations and in checkpoints (both also in `excluded`), for the phases.
     evaluating: Duration,
@@ -122,7 +121,7 @@ struct PendingEval {
 const PENDING_EVAL_BYTES: usize = 256 << 20;
 
 /// Names of the per-rank counters, in the order [`Run::local_counters`] returns them.
-const COUNTER_NAMES: [&str; 9] = [
+const COUNTER_NAMES: [&str; 16] = [
     "compute_seconds",
     "comm_seconds",
     "wait_seconds",
@@ -132,6 +131,13 @@ const COUNTER_NAMES: [&str; 9] = [
     "bytes_received",
     "final_bytes",
     "final_seconds",
+    "emulated_steps",
+    "emulation_broken_steps",
+    "emulation_overrun_seconds",
+    "emulation_broken_fraction",
+    "emulation_late_wakeups",
+    "emulation_drift",
+    "cpu_seconds",
 ];
 
 struct Run<'a> {
@@ -151,6 +157,13 @@ struct Run<'a> {
     last_eval: Evaluation,
     pending: Vec<PendingEval>,
     run_id: checkpoint::RunIdentity,
+    /// The emulated compute (`--emulate-compute`, `--straggler`, `--balance`).
+    step_pacer: emulate::StepPacer,
+    /// Examples this rank has stepped over in this process (fewer than steps x batch with
+    /// `--balance`).
+    examples: u64,
+    /// CPU seconds of this process when training started.
+    cpu_start: f64,
 }
 
 impl Run<'_> {
@@ -177,11 +190,18 @@ impl Run<'_> {
             s.comm_seconds,
             s.wait_seconds,
             s.comm_seconds + s.wait_seconds,
-            self.clock.straggle,
+            self.step_pacer.straggle_seconds,
             s.bytes_sent as f64,
             s.bytes_received as f64,
             s.final_bytes as f64,
             s.final_seconds,
+            self.step_pacer.stats.steps as f64,
+            self.step_pacer.stats.broken as f64,
+            self.step_pacer.stats.overrun_seconds,
+            self.step_pacer.stats.broken as f64 / self.step_pacer.stats.steps.max(1) as f64,
+            self.step_pacer.stats.late_wakeups as f64,
+            self.step_pacer.drift(),
+            emulate::process_cpu_seconds().map_or(0.0, |c| c - self.cpu_start),
         ]
     }
 
@@ -240,6 +260,39 @@ impl Run<'_> {
             if kind == MetricKind::Accuracy { a.min(b) } else { a.max(b) }
         });
         (worst, own.iter().sum::<f64>() / own.len() as f64)
+    }
+
+    /// The emulated cluster's check (`--emulate-compute`): steps that broke (worst rank), CPU
+    /// used against the cores there are, and whether the run is valid (no rank broke more than
+    /// 1 % of its steps, and no emulated link was slower than the real transfer more than 1 % of
+    /// the time). Null without declared step times.
+    fn emulation_summary(&self, mean: &[f64], max: &[f64], train_seconds: f64, mode: &serde_json::Value) -> serde_json::Value {
+        let Some(ms) = self.cfg.emulate_compute else { return serde_json::Value::Null };
+        let at = |k: &str| COUNTER_NAMES.iter().position(|n| *n == k).expect("a counter name");
+        let n = self.comm.size() as f64;
+        let cores = emulate::online_cores() as f64;
+        let cpu = mean[at("cpu_seconds")] * n;
+        let utilisation = cpu / (cores * train_seconds.max(1e-9));
+        let worst = max[at("emulation_broken_fraction")];
+        let steps = mean[at("emulated_steps")] * n;
+        let link_overruns = mode["link_overruns"].as_f64().unwrap_or(0.0);
+        let rounds = (self.pos.round as f64).max(1.0);
+        let drift = max[at("emulation_drift")];
+        let valid = worst <= emulate::MAX_BROKEN_FRACTION && drift <= emulate::MAX_BROKEN_FRACTION && link_overruns / (rounds * n) <= emulate::MAX_BROKEN_FRACTION;
+        json!({
+            "declared_step_ms": ms,
+            "steps": steps,
+            "broken_steps": mean[at("emulation_broken_steps")] * n,
+            "worst_rank_broken_fraction": worst,
+            "overrun_seconds_max": max[at("emulation_overrun_seconds")],
+            "late_wakeups": mean[at("emulation_late_wakeups")] * n,
+            "worst_rank_drift": drift,
+            "link_overruns": link_overruns,
+            "cpu_seconds": cpu,
+            "cores": cores,
+            "cpu_utilisation": utilisation,
+            "valid": valid,
+        })
     }
 
     /// Counters combined over ranks as {name: {mean, max}}.
@@ -427,17 +480,20 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         params.iter_mut().for_each(|x| *x = r.normal() as f32);
     }
     let mut rng = Rng::for_stream(cfg.seed, rank as u64 + 1);
-    let slow = match &cfg.straggler {
+    let plan = match &cfg.straggler {
         Some(s) => {
-            let factors = schedule::straggler_factors(s, n, cfg.seed)?;
+            let plan = schedule::StragglerPlan::parse(s, n, cfg.seed)?;
             if rank0 {
-                let slowed: Vec<String> = (0..n).filter(|&r| factors[r] != 1.0).map(|r| format!("{r}: x{:.2}", factors[r])).collect();
-                eprintln!("asap-train: stragglers (rank: compute slowed) {}", if slowed.is_empty() { "none".to_string() } else { slowed.join(", ") });
+                eprintln!("asap-train: stragglers (rank: compute slowed) {}", plan.describe());
             }
-            factors[rank]
+            plan
         }
-        None => 1.0,
+        None => schedule::StragglerPlan::none(n),
     };
+    let pacer = emulate::StepPacer::new(cfg.emulate_compute, plan, rank, cfg.straggler_wait);
+    if let (Some(ms), true) = (cfg.emulate_compute, rank0) {
+        eprintln!("asap-train: emulated cluster: every step takes {ms} ms at nominal speed{}", if cfg.balance { "; --balance: slowed ranks take smaller mini-batches" } else { "" });
+    }
     let fault_panic = cfg.fault_panic.as_deref().map(|s| crate::config::parse_rank_round("--fault-panic", s, n)).transpose()?;
     let local_n = shards.train.len();
     let mut optimizer = optimizer::Optimizer::new(cfg.async_mode.optimizer, model.as_ref(), local_n, shards.total_train, p)?;
@@ -468,13 +524,18 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         .as_deref()
         .map(|s| crate::config::parse_rank_round("--stop-sending-after", s, n))
         .transpose()?;
+    let links = match &cfg.emulate_bandwidth {
+        Some(b) => Some(crate::comm::pace::Links::new(&b.resolve(n, "--emulate-bandwidth")?, &cfg.emulate_latency.resolve(n, "--emulate-latency")?)),
+        None => None,
+    };
     let ctx = SyncContext {
         comm,
         layout: model.layout(),
         wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
         stop_sending_after,
         seed: cfg.seed,
-        emulate: cfg.emulate_bandwidth.map(|b| (b, Duration::from_secs_f64(cfg.emulate_latency / 1e3))),
+        emulate: links.as_ref().map(|l| (l.bytes_per_second[rank] * 8.0 / 1e6, l.latency[rank])),
+        links,
         record_sends: cfg.send_log.is_some(),
         rounds_per_epoch: ((steps_per_epoch / cfg.sync_every) as u64).max(1),
     };
@@ -504,6 +565,9 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         pending: Vec::new(),
         run_id,
         shards,
+        step_pacer: pacer,
+        examples: 0,
+        cpu_start: emulate::process_cpu_seconds().unwrap_or(0.0),
     };
     let class_counts = (cfg.partition != "iid").then(|| setup::class_counts(&run.shards.train, comm));
     let start = json!({
@@ -544,8 +608,11 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         rng.shuffle(&mut perm);
         while run.pos.step_in_epoch < steps_per_epoch {
             let s = run.pos.step_in_epoch;
+            // --balance: a slowed rank takes the first examples of its full mini-batch's share.
+            let this_round = run.pos.round + 1;
+            let bk = if cfg.balance { run.step_pacer.balanced_batch(b, this_round) } else { b };
             batch.clear();
-            batch.extend((0..b).map(|k| perm[(s * b + k) % local_n]));
+            batch.extend((0..bk).map(|k| perm[(s * b + k) % local_n]));
             if let Err(e) = run.sync.before_step(&mut params, run.pos.round) {
                 comm::abort_job(&format!("{e:#}"), 4);
             }
@@ -567,26 +634,8 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
                     3,
                 );
             }
-            if slow > 1.0 {
-                use crate::config::StragglerWait;
-                run.clock.straggle_debt += (slow - 1.0) * dt;
-                // A sleep is paid in chunks of >= 1 ms (the OS cannot sleep for microseconds);
-                // a spin after every step.
-                if cfg.straggler_wait == StragglerWait::Busy || run.clock.straggle_debt > 1e-3 {
-                    let pause = Duration::from_secs_f64(run.clock.straggle_debt);
-                    match cfg.straggler_wait {
-                        StragglerWait::Sleep => std::thread::sleep(pause),
-                        StragglerWait::Busy => {
-                            let until = Instant::now() + pause;
-                            while Instant::now() < until {
-                                std::hint::spin_loop();
-                            }
-                        }
-                    }
-                    run.clock.straggle += run.clock.straggle_debt;
-                    run.clock.straggle_debt = 0.0;
-                }
-            }
+            run.step_pacer.after_step(t0, dt, this_round, bk as f64 / b as f64);
+            run.examples += bk as u64;
             run.pos.step_in_epoch += 1;
             run.pos.global_step += 1;
             if run.pos.global_step % cfg.sync_every as u64 != 0 {
@@ -716,6 +765,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         "counters": counters,
         "sync_metrics": extra,
         "phases": phases,
+        "emulation": run.emulation_summary(&r.counters_mean, &r.counters_max, train_seconds, &extra),
     });
     run.write_metrics(&summary);
     phases::mark_summary();
@@ -773,6 +823,19 @@ fn print_summary(s: &serde_json::Value, kind: MetricKind) {
                 xs.len(), s["ranks"], fmt_metric(kind, lo), fmt_metric(kind, hi)
             );
         }
+    }
+    let e = &s["emulation"];
+    if let Some(ms) = e["declared_step_ms"].as_f64() {
+        let ok = e["valid"].as_bool() == Some(true);
+        println!(
+            "emulated cluster ({ms} ms steps): {}: worst rank broke {:.2} % of its steps and drifted {:+.2} %, {} link overruns, CPU {:.0} % of {} cores",
+            if ok { "valid" } else { "INVALID (over 1 %: this machine could not keep up; use fewer ranks or longer steps)" },
+            100.0 * e["worst_rank_broken_fraction"].as_f64().unwrap_or(0.0),
+            100.0 * e["worst_rank_drift"].as_f64().unwrap_or(0.0),
+            e["link_overruns"],
+            100.0 * e["cpu_utilisation"].as_f64().unwrap_or(0.0),
+            e["cores"]
+        );
     }
     if let Some(t) = s["target"].as_f64() {
         let on = s["target_on"].as_str().unwrap_or("averaged");

@@ -46,6 +46,91 @@ pub fn straggler_factors(spec: &str, nranks: usize, seed: u64) -> anyhow::Result
     Ok(f)
 }
 
+/// Every rank's slow-down over time (`--straggler`): the fixed forms of [`straggler_factors`],
+/// plus two that change with the round:
+/// - `RANKS:FACTOR@A-B`: those ranks are FACTOR x slower from round A to round B (inclusive)
+///   and recover after (a machine busy with something else for a while);
+/// - `transient:FACTOR:ROUNDS[:SEED]`: every stretch of ROUNDS rounds one rank drawn at random
+///   (seeded; never rank 0, as for `production`) is FACTOR x slower (the heterogeneity paper's
+///   transient stragglers of a shared production cluster).
+#[derive(Clone, Debug, PartialEq)]
+pub enum StragglerPlan {
+    Fixed(Vec<f64>),
+    Window { factors: Vec<f64>, from: u64, to: u64 },
+    Transient { factor: f64, rounds: u64, seed: u64, nranks: usize },
+}
+
+impl StragglerPlan {
+    /// Parses a `--straggler` form for `nranks` ranks (`seed`: the run's, for the seeded forms).
+    pub fn parse(spec: &str, nranks: usize, seed: u64) -> anyhow::Result<StragglerPlan> {
+        if let Some(rest) = spec.strip_prefix("transient:") {
+            let hint = "expected --straggler transient:FACTOR:ROUNDS[:SEED] (one random rank FACTOR x slower per ROUNDS rounds)";
+            let mut it = rest.split(':');
+            let factor: f64 = it.next().unwrap_or("").trim().parse().map_err(|_| anyhow::anyhow!("{hint}, got {spec:?}"))?;
+            anyhow::ensure!(factor.is_finite() && (1.0..=1000.0).contains(&factor), "{hint}: FACTOR must be in 1..1000, got {factor}");
+            let rounds: u64 = it.next().unwrap_or("").trim().parse().map_err(|_| anyhow::anyhow!("{hint}, got {spec:?}"))?;
+            anyhow::ensure!(rounds > 0, "{hint}: ROUNDS must be positive");
+            let seed = match it.next() {
+                Some(s) => s.trim().parse().map_err(|_| anyhow::anyhow!("{hint}: bad SEED {s:?}"))?,
+                None => seed,
+            };
+            anyhow::ensure!(it.next().is_none(), "{hint}, got {spec:?}");
+            anyhow::ensure!(nranks > 1, "--straggler {spec}: a transient straggler needs 2 or more ranks (rank 0 is never drawn)");
+            return Ok(StragglerPlan::Transient { factor, rounds, seed, nranks });
+        }
+        if let (Some((fixed, window)), false) = (spec.rsplit_once('@'), spec.starts_with("delay:")) {
+            let hint = "expected --straggler RANKS:FACTOR@A-B (slowed from round A to round B)";
+            let (a, b) = window.split_once('-').ok_or_else(|| anyhow::anyhow!("{hint}, got {spec:?}"))?;
+            let parse = |x: &str| x.trim().parse::<u64>().map_err(|_| anyhow::anyhow!("{hint}: bad round {x:?}"));
+            let (from, to) = (parse(a)?, parse(b)?);
+            anyhow::ensure!(from >= 1 && from <= to, "{hint}: need 1 <= A <= B, got {window}");
+            let factors = straggler_factors(fixed, nranks, seed)?;
+            return Ok(StragglerPlan::Window { factors, from, to });
+        }
+        Ok(StragglerPlan::Fixed(straggler_factors(spec, nranks, seed)?))
+    }
+
+    /// No straggler.
+    pub fn none(nranks: usize) -> StragglerPlan {
+        StragglerPlan::Fixed(vec![1.0; nranks])
+    }
+
+    /// The slow-down of `rank` during round `round` (counted from 1: the round its step belongs to).
+    pub fn factor(&self, rank: usize, round: u64) -> f64 {
+        match self {
+            StragglerPlan::Fixed(f) => f[rank],
+            StragglerPlan::Window { factors, from, to } => if (*from..=*to).contains(&round) { factors[rank] } else { 1.0 },
+            StragglerPlan::Transient { factor, rounds, seed, nranks } => {
+                let stretch = round.saturating_sub(1) / rounds;
+                let mut r = Rng::for_stream(*seed ^ 0x5452_414e_5349_454e, stretch + 1);
+                let slow = 1 + (r.next_f64() * (*nranks - 1) as f64) as usize;
+                if rank == slow.min(nranks - 1) { *factor } else { 1.0 }
+            }
+        }
+    }
+
+    /// The largest slow-down any rank ever has (what bounds the rounds' pace).
+    pub fn max_factor(&self) -> f64 {
+        match self {
+            StragglerPlan::Fixed(f) | StragglerPlan::Window { factors: f, .. } => f.iter().copied().fold(1.0, f64::max),
+            StragglerPlan::Transient { factor, .. } => *factor,
+        }
+    }
+
+    /// A line for the start of the run.
+    pub fn describe(&self) -> String {
+        let list = |f: &[f64]| {
+            let slowed: Vec<String> = (0..f.len()).filter(|&r| f[r] != 1.0).map(|r| format!("{r}: x{:.2}", f[r])).collect();
+            if slowed.is_empty() { "none".to_string() } else { slowed.join(", ") }
+        };
+        match self {
+            StragglerPlan::Fixed(f) => list(f),
+            StragglerPlan::Window { factors, from, to } => format!("{} during rounds {from}-{to}", list(factors)),
+            StragglerPlan::Transient { factor, rounds, .. } => format!("one random rank (not 0) x{factor:.2} per {rounds} rounds"),
+        }
+    }
+}
+
 /// Step size for mini-batch `t` (0-based, counted on this rank) in `epoch`, with `batch`
 /// examples per mini-batch.
 pub fn step_size(kind: LrSchedule, eta0: f32, lambda: f32, decay: f32, t: u64, epoch: usize, batch: usize) -> f32 {
@@ -71,6 +156,31 @@ mod tests {
         assert!((step_size(LrSchedule::InvSqrt, 1.0, 0.0, 0.9, 3, 0, 8) - 0.5).abs() < 1e-7);
         assert!((step_size(LrSchedule::Bottou, 1.0, 0.1, 0.9, 10, 0, 1) - 0.5).abs() < 1e-7);
         assert!((step_size(LrSchedule::Decay, 1.0, 0.0, 0.5, 0, 2, 1) - 0.25).abs() < 1e-7);
+    }
+
+    #[test]
+    fn time_varying_straggler_forms() {
+        let w = StragglerPlan::parse("0-1:2@5-7", 4, 0).unwrap();
+        assert_eq!((w.factor(0, 4), w.factor(0, 5), w.factor(1, 7), w.factor(1, 8), w.factor(2, 6)), (1.0, 2.0, 2.0, 1.0, 1.0));
+        assert_eq!(w.max_factor(), 2.0);
+        let t = StragglerPlan::parse("transient:3:10", 8, 42).unwrap();
+        // One rank, never 0, slowed in every stretch of 10 rounds, the same within a stretch.
+        let mut seen = std::collections::BTreeSet::new();
+        for stretch in 0..50u64 {
+            let slow: Vec<usize> = (0..8).filter(|&r| t.factor(r, stretch * 10 + 1) == 3.0).collect();
+            assert_eq!(slow.len(), 1);
+            assert_ne!(slow[0], 0);
+            assert!((1..=10).all(|k| t.factor(slow[0], stretch * 10 + k) == 3.0));
+            seen.insert(slow[0]);
+        }
+        assert_eq!(seen.len(), 7, "every rank but 0 is drawn in 50 stretches: {seen:?}");
+        assert_eq!(t, StragglerPlan::parse("transient:3:10:42", 8, 7).unwrap());
+        assert_eq!(StragglerPlan::parse("1:2", 2, 0).unwrap(), StragglerPlan::Fixed(vec![1.0, 2.0]));
+        assert!(matches!(StragglerPlan::parse("delay:30@1", 2, 0).unwrap(), StragglerPlan::Fixed(_)));
+        for bad in ["transient:0.5:10", "transient:2:0", "transient:2", "transient:nan:3", "0:2@0-3", "0:2@5-3", "0:2@x", "transient:2:5:1:1"] {
+            assert!(StragglerPlan::parse(bad, 4, 0).is_err(), "{bad}");
+        }
+        assert!(StragglerPlan::parse("transient:2:5", 1, 0).is_err());
     }
 
     #[test]

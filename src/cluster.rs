@@ -1,0 +1,157 @@
+//! Cluster profiles (`--cluster FILE.toml`): the machines an emulated run stands for. A profile
+//! names a cluster and declares, each number with its source in a comment of the file:
+//! - `[compute]`: milliseconds of one local step per model and mini-batch size, as keys
+//!   `"MODEL:BATCH"` (`"mlp-H:BATCH"` for an MLP with hidden width H), which `asap-train bench
+//!   --write-profile` measures on the machine it runs on;
+//! - `bandwidth_mbps` and `latency_ms`: every rank's link, either a number or the per-rank form of
+//!   `--emulate-bandwidth` (`"1000,0-1:100"`);
+//! - optionally `straggler`: a `--straggler` form (per-rank compute heterogeneity).
+//!
+//! The profile fills `--emulate-compute`, `--emulate-bandwidth`, `--emulate-latency` and
+//! `--straggler` where the command line and the config file left them unset; an explicit option
+//! wins. The profiles kept in the repository are in `clusters/`.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+
+use crate::comm::pace::LinkSpec;
+use crate::config::TrainConfig;
+use crate::model::ModelKind;
+
+/// A cluster profile as written in its TOML file.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Short name (for logs and tables).
+    pub name: String,
+    /// What the cluster is, in a sentence.
+    #[serde(default)]
+    pub description: String,
+    /// Link rate of every rank in Mbit/s (a number or the per-rank form).
+    pub bandwidth_mbps: Option<LinkSpec>,
+    /// One-way latency in milliseconds (a number or the per-rank form).
+    pub latency_ms: Option<LinkSpec>,
+    /// A `--straggler` form.
+    pub straggler: Option<String>,
+    /// Time dilation D: the emulated cluster runs D times slower than the one described (step
+    /// times and latencies x D, rates / D), so that 8-64 ranks sharing a few cores keep up with
+    /// their declared times. Every ratio between runs is unchanged; seconds divide by D.
+    #[serde(default = "one")]
+    pub dilation: f64,
+    /// Milliseconds per local step, by `"MODEL:BATCH"` (`"mlp-H:BATCH"`).
+    #[serde(default)]
+    pub compute: BTreeMap<String, f64>,
+}
+
+impl Profile {
+    /// Reads and checks a profile file; errors name the file.
+    pub fn load(path: &str) -> anyhow::Result<Profile> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the cluster profile {path} (--cluster)"))?;
+        let p: Profile = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{path}: not a cluster profile: {}", e.message().trim_end()))?;
+        for (k, &ms) in &p.compute {
+            anyhow::ensure!(ms.is_finite() && ms > 0.0, "{path}: [compute] {k:?} = {ms}: a step time must be a positive number of milliseconds");
+        }
+        anyhow::ensure!(p.dilation.is_finite() && p.dilation >= 1.0, "{path}: dilation = {}: must be a number >= 1", p.dilation);
+        if let Some(b) = &p.bandwidth_mbps {
+            let min = b.overrides.iter().map(|o| o.2).fold(b.default, f64::min);
+            anyhow::ensure!(min > 0.0, "{path}: bandwidth_mbps {b}: every rate must be positive");
+        }
+        Ok(p)
+    }
+
+    /// The key of the step time of `cfg`'s model and mini-batch size.
+    pub fn compute_key(cfg: &TrainConfig) -> String {
+        let model = format!("{:?}", cfg.model).to_lowercase();
+        match cfg.model {
+            ModelKind::Mlp => format!("mlp-{}:{}", cfg.hidden.iter().map(|h| h.to_string()).collect::<Vec<_>>().join("-"), cfg.batch_size),
+            _ => format!("{model}:{}", cfg.batch_size),
+        }
+    }
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Fills the emulation options `cfg` leaves unset from its `--cluster` profile (no-op without
+/// one). A profile without a step time for the run's model and batch size is an error listing
+/// the ones it has.
+pub fn apply(cfg: &mut TrainConfig) -> anyhow::Result<()> {
+    let Some(path) = cfg.cluster.clone() else { return Ok(()) };
+    let mut p = Profile::load(&path)?;
+    if let Some(d) = cfg.dilation {
+        p.dilation = d;
+    }
+    if cfg.emulate_compute.is_none() {
+        let key = Profile::compute_key(cfg);
+        let ms = p.compute.get(&key).copied().ok_or_else(|| {
+            anyhow::anyhow!(
+                "{path}: cluster {:?} declares no step time for {key:?} (--model and --batch-size); it has {:?}. Add the line `\"{key}\" = MS` to its [compute] table (asap-train bench --write-profile measures it), or give --emulate-compute MS",
+                p.name,
+                p.compute.keys().collect::<Vec<_>>()
+            )
+        })?;
+        cfg.emulate_compute = Some(ms * p.dilation);
+    }
+    if cfg.emulate_bandwidth.is_none() {
+        cfg.emulate_bandwidth = p.bandwidth_mbps.as_ref().map(|b| b.scaled(1.0 / p.dilation));
+    }
+    if cfg.emulate_latency.default == 0.0 && cfg.emulate_latency.overrides.is_empty() {
+        if let Some(l) = &p.latency_ms {
+            cfg.emulate_latency = l.scaled(p.dilation);
+        }
+    }
+    if cfg.straggler.is_none() {
+        cfg.straggler = p.straggler.clone();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_profile_fills_what_is_unset_and_names_what_it_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "name = \"t\"\ndilation = 2\nbandwidth_mbps = \"1000,0-1:100\"\nlatency_ms = 0.1\n[compute]\n\"mlr:256\" = 10\n\"mlp-1024:64\" = 40.25\n").unwrap();
+        let mut cfg = TrainConfig { cluster: Some(path.to_string_lossy().into()), batch_size: 256, ..TrainConfig::default() };
+        apply(&mut cfg).unwrap();
+        assert_eq!(cfg.emulate_compute, Some(20.0));
+        // Dilated 2x: times doubled, rates halved.
+        assert_eq!(cfg.emulate_bandwidth.as_ref().unwrap().resolve(3, "x").unwrap(), vec![50.0, 50.0, 500.0]);
+        assert_eq!(cfg.emulate_bandwidth.as_ref().unwrap().to_string(), "500,0-1:50");
+        assert_eq!(cfg.emulate_latency.default, 0.2);
+        // An explicit option wins.
+        let mut cfg2 = TrainConfig { cluster: cfg.cluster.clone(), batch_size: 256, emulate_compute: Some(5.0), ..TrainConfig::default() };
+        apply(&mut cfg2).unwrap();
+        assert_eq!(cfg2.emulate_compute, Some(5.0));
+        let mut mlp = TrainConfig { cluster: cfg.cluster.clone(), model: ModelKind::Mlp, hidden: vec![1024], batch_size: 64, ..TrainConfig::default() };
+        apply(&mut mlp).unwrap();
+        assert_eq!(mlp.emulate_compute, Some(80.5));
+        let mut missing = TrainConfig { cluster: cfg.cluster.clone(), batch_size: 32, ..TrainConfig::default() };
+        let e = apply(&mut missing).unwrap_err().to_string();
+        assert!(e.contains("\"mlr:32\"") && e.contains("mlr:256"), "{e}");
+        std::fs::write(&path, "name = \"t\"\n[compute]\n\"mlr:256\" = -1\n").unwrap();
+        assert!(apply(&mut cfg.clone()).unwrap_err().to_string().contains("positive"));
+        std::fs::write(&path, "name = \"t\"\nbandwith_mbps = 5\n").unwrap();
+        assert!(apply(&mut cfg.clone()).unwrap_err().to_string().contains("not a cluster profile"));
+    }
+
+    #[test]
+    fn the_profiles_in_the_repository_load() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/clusters");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let prof = Profile::load(p.to_str().unwrap()).unwrap();
+                assert!(prof.bandwidth_mbps.is_some() && !prof.compute.is_empty(), "{}", p.display());
+                n += 1;
+            }
+        }
+        assert!(n >= 3, "{n} profiles");
+    }
+}

@@ -1,0 +1,165 @@
+//! The emulated cluster under real mpirun: only invariants that hold on any schedule (no wall
+//! time, no accuracy): the declared-versus-real accounting, the broken-step count, the link
+//! model's bytes over time windows, and the refusals of bad emulation options.
+
+mod common;
+use common::*;
+
+fn t10k() -> String {
+    format!("{FASHION}/t10k-images-idx3-ubyte.gz")
+}
+
+fn emulation(sm: &serde_json::Value) -> &serde_json::Value {
+    let e = &sm["emulation"];
+    assert!(e.is_object(), "the summary has an emulation block: {sm}");
+    e
+}
+
+/// Every step of every rank is counted; no step can end before its declared time (lateness is
+/// only made up, never borrowed), so training lasts at least rounds x the slowest rank's declared
+/// step; the slowed rank's factor scales the declared time, not the measured one.
+#[test]
+fn declared_steps_are_counted_and_never_shortened() {
+    let dir = scratch("emulate-accounting");
+    let m = dir.join("m.jsonl");
+    let args = ["train", "--data", &t10k(), "--sync", "allreduce", "--epochs", "1", "--max-rounds", "30", "--batch-size", "32",
+        "--emulate-compute", "5", "--straggler", "1:3", "--metrics", s(&m)];
+    let job = mpirun(3, &args, 120).expect_ok();
+    let sm = summary(&m);
+    let e = emulation(&sm);
+    assert_eq!(e["steps"], 90.0, "{e}");
+    assert_eq!(e["declared_step_ms"], 5.0);
+    let c = &sm["counters"];
+    assert_eq!(c["emulated_steps"]["max"], 30.0);
+    // Rank 1 declares 15 ms per step; allreduce makes everyone wait for it each round.
+    let train = sm["train_seconds"].as_f64().unwrap();
+    assert!(train >= 30.0 * 0.015, "training {train} s is shorter than 30 steps of 15 ms");
+    // Each rank slept at least what its declared time left after the real compute.
+    let slept = c["straggler_sleep_seconds"]["max"].as_f64().unwrap();
+    let compute = c["compute_seconds"]["max"].as_f64().unwrap();
+    assert!(slept + compute >= 30.0 * 0.015 - 1e-3, "slept {slept} + computed {compute}");
+    assert!(e["cpu_seconds"].as_f64().unwrap() > 0.0 && e["cores"].as_f64().unwrap() >= 1.0, "{e}");
+    let printed = format!("{}{}", job.stdout, job.stderr);
+    assert!(printed.contains("emulated cluster (5 ms steps)"), "{printed}");
+}
+
+/// A declared time shorter than any real step breaks every step: the run says so and is invalid.
+#[test]
+fn steps_that_cannot_fit_are_counted_broken_and_the_run_is_invalid() {
+    let dir = scratch("emulate-broken");
+    let m = dir.join("m.jsonl");
+    let args = ["train", "--data", &t10k(), "--sync", "asap", "--epochs", "1", "--max-rounds", "20", "--batch-size", "256",
+        "--emulate-compute", "0.0001", "--metrics", s(&m)];
+    let job = mpirun(2, &args, 120).expect_ok();
+    let sm = summary(&m);
+    let e = emulation(&sm);
+    assert_eq!(e["broken_steps"], 40.0, "{e}");
+    assert_eq!(e["worst_rank_broken_fraction"], 1.0);
+    assert_eq!(e["valid"], false);
+    assert!(job.stdout.contains("INVALID"), "{}", job.stdout);
+}
+
+/// Per-rank links: rank 0's link is 10x slower than rank 1's. A message runs at the slower end's
+/// rate, so both ranks' sends (each only to the other) stay within rank 0's 1e6 bytes/s in every
+/// 1 s window (+ one message), and the emulated time shows in the training time.
+#[test]
+fn per_rank_links_hold_the_slower_end_over_every_window() {
+    let dir = scratch("emulate-links");
+    let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
+    // 8 Mbit/s = 1e6 bytes/s for rank 0, 80 Mbit/s for rank 1; the MLR message is 31 kB.
+    let args = ["train", "--data", &t10k(), "--sync", "asap", "--graph", "ring", "--epochs", "1", "--max-rounds", "80",
+        "--emulate-bandwidth", "80,0:8", "--metrics", s(&m), "--send-log", s(&log)];
+    mpirun(2, &args, 180).expect_ok();
+    let read = |r: usize| -> Vec<(f64, u64)> {
+        let text = std::fs::read_to_string(dir.join(format!("sends.rank{r}.csv"))).unwrap();
+        text.lines().skip(1).map(|l| {
+            let (t, b) = l.split_once(',').unwrap();
+            (t.parse().unwrap(), b.parse().unwrap())
+        }).collect()
+    };
+    let peak = |log: &[(f64, u64)]| -> f64 {
+        let mut best = 0u64;
+        for (i, &(t0, _)) in log.iter().enumerate() {
+            best = best.max(log[i..].iter().take_while(|(t, _)| *t < t0 + 1.0).map(|x| x.1).sum());
+        }
+        best as f64
+    };
+    for r in 0..2 {
+        let l = read(r);
+        assert_eq!(l.len(), 80, "rank {r}: one message per round to its one out-neighbour");
+        let span = l.last().unwrap().0 - l[0].0;
+        assert!(span > 1.5, "rank {r}: the run must span a few windows ({span:.2} s)");
+        let msg = l.iter().map(|x| x.1).max().unwrap() as f64;
+        assert!(peak(&l) <= 1e6 + msg, "rank {r} sent {} bytes in one second over rank 0's 8 Mbit/s link", peak(&l));
+    }
+    let sm = summary(&m);
+    assert_eq!(sm["sync_metrics"]["torn"], 0.0);
+    // 80 messages of 31 kB at 1e6 bytes/s: the sends alone take 2.5 s of training.
+    assert!(sm["train_seconds"].as_f64().unwrap() >= 2.4);
+}
+
+/// The deadline variant of NOTIFY-ACK never reads a torn message, reduces at most what was sent,
+/// and finishes with a straggler that is never waited for beyond the deadline.
+#[test]
+fn deadline_reduces_only_whole_messages_and_finishes() {
+    let dir = scratch("emulate-deadline");
+    let m = dir.join("m.jsonl");
+    let args = ["train", "--data", &t10k(), "--sync", "asap", "--notify", "deadline", "--epochs", "1", "--max-rounds", "40",
+        "--emulate-compute", "3", "--straggler", "1:4", "--emulate-bandwidth", "400,2:40", "--metrics", s(&m)];
+    mpirun(4, &args, 180).expect_ok();
+    let sm = summary(&m);
+    let sync = &sm["sync_metrics"];
+    assert_eq!(sync["torn"], 0.0, "{sync}");
+    let hist: Vec<f64> = sync["consistency_histogram"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    assert_eq!(hist.iter().sum::<f64>(), 160.0, "one reduce per rank per round: {hist:?}");
+    let reduced: f64 = hist.iter().enumerate().map(|(k, c)| k as f64 * c).sum();
+    let ages: f64 = sync["message_age_histogram"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).sum();
+    assert_eq!(reduced, ages, "every reduced message has an age");
+    // Each rank sends at most one message per out-edge per round: at most 40 x out-degree.
+    let skipped = sync["skipped_sends"].as_f64().unwrap();
+    let degree = sync["in_degree"].as_f64().unwrap();
+    assert!(reduced + skipped <= 4.0 * 40.0 * degree, "reduced {reduced} + skipped {skipped}");
+    assert!(sm["final_metric"].as_f64().unwrap().is_finite());
+}
+
+/// A cluster profile fills the emulation options with its dilated numbers.
+#[test]
+fn a_cluster_profile_fills_the_emulation() {
+    let dir = scratch("emulate-cluster");
+    let m = dir.join("m.jsonl");
+    let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/clusters/10gbe.toml");
+    let args = ["train", "--data", &t10k(), "--sync", "allreduce", "--epochs", "1", "--max-rounds", "10", "--batch-size", "256",
+        "--cluster", profile, "--metrics", s(&m)];
+    mpirun(2, &args, 120).expect_ok();
+    let start = &metrics(&m)[0];
+    let c = &start["config"];
+    // mlr:256 = 0.916 ms at dilation 20; 10 GbE / 20 = 500 Mbit/s; 15 us x 20 = 0.3 ms.
+    assert!((c["emulate_compute"].as_f64().unwrap() - 18.32).abs() < 1e-9, "{c}");
+    assert_eq!(c["emulate_bandwidth"], 500.0);
+    assert!((c["emulate_latency"].as_f64().unwrap() - 0.3).abs() < 1e-9, "{c}");
+    assert_eq!(emulation(&summary(&m))["steps"], 20.0);
+}
+
+/// Bad emulation options stop every rank with a message naming the option and the fix.
+#[test]
+fn bad_emulation_options_are_refused() {
+    let data = t10k();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--emulate-bandwidth", "1000,9:100"], "rank 9 is outside"),
+        (&["--emulate-bandwidth", "1000,0:nan"], "--emulate-bandwidth"),
+        (&["--emulate-latency", "5"], "needs --emulate-bandwidth"),
+        (&["--emulate-compute", "nan"], "--emulate-compute"),
+        (&["--emulate-compute", "-3"], "--emulate-compute"),
+        (&["--balance"], "--balance"),
+        (&["--dilation", "4"], "--dilation scales a --cluster"),
+        (&["--cluster", "/nonexistent/c.toml"], "/nonexistent/c.toml"),
+        (&["--straggler", "transient:2:0"], "ROUNDS must be positive"),
+        (&["--straggler", "0:2@9-3"], "A <= B"),
+        (&["--notify", "deadline", "--checkpoint-dir", "/tmp"], "--notify deadline"),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["train", "--data", data.as_str(), "--epochs", "1", "--max-rounds", "2"];
+        args.extend_from_slice(extra);
+        mpirun(2, &args, 60).expect_failure(&[needle]);
+    }
+}
