@@ -15,6 +15,7 @@ use clap::{ArgMatches, Args};
 use serde::{Deserialize, Serialize};
 
 use crate::comm::pace::LinkSpec;
+pub use crate::values::{finite_f32, finite_f64};
 use crate::data::Format;
 use crate::model::ModelKind;
 
@@ -100,6 +101,9 @@ pub enum Scaling {
 /// Every setting of a training run. Options of one sync mode live in that mode's group.
 #[derive(Args, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+// No option group of its own: its options apply to every run unless they name a group (see
+// GROUPS_USED).
+#[group(skip)]
 pub struct TrainConfig {
     // ---- data ----
     /// Training data: LIBSVM text, IDX images (MNIST family, .gz ok; labels file found by
@@ -120,7 +124,7 @@ pub struct TrainConfig {
     pub format: Option<Format>,
     /// Hold out this fraction of the training examples (chosen by a seeded hash of the row) as
     /// the test set, when there is no --test-data.
-    #[arg(long, value_name = "F", default_value_t = 0.0, help_heading = "Data")]
+    #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = finite_f64, help_heading = "Data")]
     pub test_fraction: f64,
     /// How training examples are spread over the ranks: iid (contiguous shards of the file, as
     /// read), by-label:K (each rank holds K classes) or dirichlet:ALPHA (each class spread over
@@ -138,7 +142,7 @@ pub struct TrainConfig {
     pub features: Option<usize>,
     /// Make the labels binary: labels >= T become +1, the others -1 (training and test data
     /// alike), e.g. 5 to tell Fashion-MNIST classes 5-9 from 0-4 with --model lsq.
-    #[arg(long, value_name = "T", help_heading = "Data")]
+    #[arg(long, value_name = "T", value_parser = finite_f32, help_heading = "Data")]
     pub label_threshold: Option<f32>,
 
     // ---- model ----
@@ -149,17 +153,17 @@ pub struct TrainConfig {
     #[arg(long, value_enum, default_value_t = ModelKind::Mlr, help_heading = "Model")]
     pub model: ModelKind,
     /// Hidden layer widths for --model mlp, e.g. 128 or 256,64.
-    #[arg(long, value_delimiter = ',', value_name = "W[,W]", default_value = "128", help_heading = "Model")]
+    #[arg(long, value_delimiter = ',', value_name = "W[,W]", default_value = "128", group = "mlp_group", help_heading = "Model")]
     pub hidden: Vec<usize>,
     /// Latent factors per user and item for --model mf (the factorisation's rank k).
-    #[arg(long, alias = "rank", value_name = "K", default_value_t = 10, help_heading = "Model")]
+    #[arg(long, alias = "rank", value_name = "K", default_value_t = 10, group = "mf_group", help_heading = "Model")]
     #[serde(alias = "rank")]
     pub factors: usize,
     /// Number of classes for mlr/mlp. [default: largest label + 1, over all ranks]
-    #[arg(long, value_name = "J", help_heading = "Model")]
+    #[arg(long, value_name = "J", group = "classes_group", help_heading = "Model")]
     pub classes: Option<usize>,
     /// L2 regularisation strength lambda.
-    #[arg(long, value_name = "L", default_value_t = 1e-5, help_heading = "Model")]
+    #[arg(long, value_name = "L", default_value_t = 1e-5, value_parser = finite_f32, help_heading = "Model")]
     pub lambda: f32,
 
     // ---- optimisation ----
@@ -170,7 +174,7 @@ pub struct TrainConfig {
     #[arg(long, value_name = "B", default_value_t = 32, help_heading = "Optimisation")]
     pub batch_size: usize,
     /// Initial step size eta0.
-    #[arg(long, value_name = "ETA", default_value_t = 0.3, help_heading = "Optimisation")]
+    #[arg(long, value_name = "ETA", default_value_t = 0.3, value_parser = finite_f32, help_heading = "Optimisation")]
     pub lr: f32,
     /// Step-size schedule: constant, inv-sqrt (eta0/sqrt(1+t), t = mini-batches), bottou
     /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch), adarevision (bosen's
@@ -180,7 +184,7 @@ pub struct TrainConfig {
     /// Per-epoch factor for --lr-schedule decay. When not given and more than 8 ranks share the
     /// data, each epoch decays by 0.8^(8/ranks) instead, i.e. 0.8 per 8-rank epoch's worth of
     /// examples per rank (see `fit_to_ranks`; the start line says which was used).
-    #[arg(long, value_name = "F", default_value_t = 0.8, help_heading = "Optimisation")]
+    #[arg(long, value_name = "F", default_value_t = 0.8, value_parser = finite_f32, help_heading = "Optimisation")]
     pub lr_decay: f32,
     /// Whether --lr-decay came from the command line or the config file (not stored).
     #[arg(skip)]
@@ -210,7 +214,7 @@ pub struct TrainConfig {
     pub sync_every: usize,
     /// Seconds a rank waits for another (a neighbour, a shard server, a collective) before the
     /// job aborts naming the ranks it waited for.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60.0, help_heading = "Synchronisation")]
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0, value_parser = finite_f64, help_heading = "Synchronisation")]
     pub wait_timeout: f64,
     /// Emulate slow ranks: RANKS:FACTOR (e.g. 0,3:2 or 0-5:2) slows those ranks' compute FACTOR x;
     /// RANKS:FACTOR@A-B only from round A to round B (then they recover); transient:FACTOR:ROUNDS[:SEED]
@@ -296,7 +300,7 @@ pub struct TrainConfig {
     pub eval_every: usize,
     /// Target held-out metric (e.g. 0.84 accuracy, or an RMSE); the summary reports when it was
     /// first reached.
-    #[arg(long, value_name = "VALUE", help_heading = "Output")]
+    #[arg(long, value_name = "VALUE", value_parser = finite_f64, help_heading = "Output")]
     pub target: Option<f64>,
     /// Which model --target is judged on: averaged (the run's model), worst-rank (the worst
     /// rank's own replica) or mean-rank (the mean of the ranks' own metrics). Eval lines carry
@@ -360,6 +364,57 @@ pub struct TrainConfig {
     pub config_file: Option<String>,
 }
 
+/// Which option groups a run uses, by its choices: each line is a condition (config keys and
+/// values, all of which must hold; none: every run) and the groups a run meeting it uses.
+///
+/// An option group is a clap `ArgGroup` of the `train` command. Each flattened options struct
+/// is one, named after the struct (`AsapOptions`); an option shared by several modes also names
+/// a further group in its declaration (`#[arg(group = "staleness_group")]`), as do
+/// `TrainConfig`'s options of one model (`mlp_group`). A group's id must differ from every
+/// option's (clap keeps both in one namespace of matches). An option given explicitly (flag or config file, not a default)
+/// must belong to a group the run uses ([`TrainConfig::check_applicable`]); `TrainConfig`'s
+/// options that name no group apply to every run. A new mode is one line here; a new flattened
+/// group, one line (a unit test checks that every group of the command is listed).
+pub const GROUPS_USED: &[(&[(&str, &str)], &[&str])] = &[
+    // What `train::build_sync` reads for each mode: asap also bosen's budget (--bandwidth-mbps,
+    // --priority) and ssp's --staleness; bosen all of ssp's options; gaia's inner reduce asap's
+    // --graph. allreduce and none use no group.
+    (&[("sync", "asap")], &["AsapOptions", "staleness_group", "budget_group"]),
+    (&[("sync", "ssp")], &["SspOptions"]),
+    (&[("sync", "bosen")], &["SspOptions", "BosenOptions"]),
+    (&[("sync", "async")], &["AsyncOptions"]),
+    (&[("sync", "gaia")], &["GaiaOptions"]),
+    (&[("sync", "gaia"), ("gaia_inner", "asap")], &["graph_group"]),
+    (&[("model", "mlp")], &["mlp_group", "classes_group"]),
+    (&[("model", "mlr")], &["classes_group"]),
+    (&[("model", "mf")], &["mf_group"]),
+    (&[("model", "lda")], &["LdaOptions"]),
+];
+
+/// Options that do not change the trajectory of a run (its models, round by round), left out of
+/// the checkpoints' run identity (`train::checkpoint::RunIdentity`), which hashes every other
+/// option as resolved by [`TrainConfig::resolved`]: a new option is part of the identity unless
+/// it is added here. Each entry says why the models do not depend on it.
+pub const TRAJECTORY_FREE: &[(&str, &str)] = &[
+    ("metrics", "where the metrics are written"),
+    ("save_model", "where the final model is written"),
+    ("send_log", "a log of the paced sends, which it records, not changes"),
+    ("checkpoint_dir", "where checkpoints are written (the identity picks them there)"),
+    ("checkpoint_every", "when checkpoints are written: a checkpoint's quiesce moves no model (resumed runs end bit-identical to runs that wrote none)"),
+    ("create_dirs", "whether output directories are made"),
+    ("resume", "how this invocation starts, not where the run goes"),
+    ("auto_resume", "how this invocation starts, not where the run goes"),
+    ("max_rounds", "where this invocation stops; the run is continued without it"),
+    ("stop_at_target", "where this invocation stops (at the target); the models up to there are the same"),
+    ("stop_check_every", "rounds between the stop votes, a collective that moves no model"),
+    ("wait_timeout", "how long a rank waits before the job fails; it changes no value"),
+    ("eval_every", "when the model is evaluated (evaluations read the models, and asynchronous modes evaluate snapshots later)"),
+    ("own_models", "how many replicas an evaluation scores"),
+    ("target", "what the summary reports"),
+    ("target_on", "what the summary reports"),
+    ("fault_panic", "fault injection that ends the run; up to it the run is the one without it"),
+];
+
 impl Default for TrainConfig {
     fn default() -> Self {
         crate::sync::option_defaults()
@@ -370,64 +425,28 @@ impl TrainConfig {
     /// The effective configuration: `flags` (defaults filled in by clap), with every key of the
     /// config `file` applied where `matches` says the flag was not given on the command line.
     /// Unknown keys in the file are errors naming file:line:col (a typo must not be ignored).
+    ///
+    /// The merge goes through JSON, which has no NaN or infinity (serde_json writes them as
+    /// null): flags cannot hold them (every float option's value parser is [`finite_f64`] or
+    /// [`finite_f32`]), a file's values go through the same parsers ([`ConfigFile::read`]), and
+    /// `flags` must survive the trip unchanged.
     pub fn merge(file: Option<&Path>, flags: TrainConfig, matches: Option<&ArgMatches>) -> anyhow::Result<Self> {
-        // The merge goes through JSON, which has no NaN or infinity (they would turn into null):
-        // refuse them first.
-        flags.check_finite()?;
         let mut merged = serde_json::to_value(&flags)?;
+        anyhow::ensure!(
+            serde_json::from_value::<TrainConfig>(merged.clone()).is_ok_and(|back| back == flags),
+            "an option holds a value JSON cannot carry (NaN or infinity): its value parser must be config::finite_f64 or finite_f32"
+        );
         let obj = merged.as_object_mut().expect("a struct serialises to an object");
         let on_command_line =
             |key: &str| matches.is_some_and(|m| m.try_contains_id(key).unwrap_or(false) && m.value_source(key) == Some(ValueSource::CommandLine));
         let mut file_keys = Vec::new();
+        // Options given explicitly, and where: only they are checked against the mode.
+        let mut given: Vec<(String, String)> = obj.keys().filter(|k| on_command_line(k)).map(|k| (k.clone(), "given on the command line".to_owned())).collect();
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
-            let parsed: serde_json::Value = if path.extension().is_some_and(|e| e == "toml") {
-                let table: toml::Table = toml::from_str(&text).map_err(|e| {
-                    // file:line:col like every other input error (toml's own text says "at line L,
-                    // column C" in the middle of a multi-line message).
-                    let (line, col) = e.span().map_or((1, 1), |s| line_col(&text, s.start));
-                    anyhow::anyhow!("{}:{line}:{col}: {}", path.display(), e.message().trim_end())
-                })?;
-                for (key, value) in &table {
-                    if let toml::Value::Float(x) = value {
-                        if !x.is_finite() {
-                            let (line, col) = locate_key(&text, key);
-                            anyhow::bail!("{}:{line}:{col}: option {key} must be a finite number, got {x}", path.display());
-                        }
-                    }
-                }
-                serde_json::to_value(table)?
-            } else {
-                serde_json::from_str(&text).map_err(|e| {
-                    // serde_json names a newline that ends a line too early (an unterminated string)
-                    // as column 0 of the next line: name the end of the line it ended instead.
-                    let (mut line, mut col) = (e.line(), e.column());
-                    if col == 0 && line > 1 {
-                        line -= 1;
-                        col = text.lines().nth(line - 1).map_or(0, |l| l.chars().count()) + 1;
-                    }
-                    anyhow::anyhow!("{}:{line}:{col}: {e}", path.display())
-                })?
-            };
-            let serde_json::Value::Object(entries) = parsed else {
-                anyhow::bail!("{}: a config file holds option = value pairs (a table or object)", path.display());
-            };
-            for (key, value) in entries {
-                // The old name of --factors is still accepted.
-                let key = if key == "rank" { "factors".to_owned() } else { key };
-                if !obj.contains_key(&key) {
-                    let (line, col) = locate_key(&text, &key);
-                    anyhow::bail!("{}:{line}:{col}: unknown option {key:?} (see asap-train train --help; keys are the long options with _)", path.display());
-                }
-                // Each value is checked on its own so that a wrong type names its key.
-                let mut probe = serde_json::to_value(TrainConfig::default())?;
-                probe[&key] = value.clone();
-                if let Err(e) = serde_json::from_value::<TrainConfig>(probe) {
-                    let (line, col) = locate_key(&text, &key);
-                    anyhow::bail!("{}:{line}:{col}: option {key}: {e}", path.display());
-                }
+            for (key, value, place) in ConfigFile::read(path)? {
                 if !on_command_line(&key) {
                     obj.insert(key.clone(), value);
+                    given.push((key.clone(), format!("given at {place}")));
                 }
                 file_keys.push(key);
             }
@@ -441,9 +460,68 @@ impl TrainConfig {
         let mut cfg: TrainConfig = serde_json::from_value(merged)?;
         cfg.config_file = file.map(|p| p.to_string_lossy().into_owned());
         cfg.lr_decay_given = on_command_line("lr_decay") || file_keys.iter().any(|k| k == "lr_decay");
+        cfg.check_applicable(&given)?;
         crate::cluster::apply(&mut cfg)?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Refuses an option given explicitly (`given`: its key and where it was given) that belongs
+    /// only to option groups this run does not use ([`GROUPS_USED`]), naming the runs it
+    /// applies to: a mistyped mode must not turn into a silently different experiment.
+    pub fn check_applicable(&self, given: &[(String, String)]) -> anyhow::Result<()> {
+        let mut cmd = TrainConfig::augment_args(clap::Command::new("asap-train"));
+        cmd.build();
+        let json = serde_json::to_value(self)?;
+        let holds = |(k, v): &(&str, &str)| json[*k] == *v;
+        let used: Vec<&str> = GROUPS_USED.iter().filter(|(c, _)| c.iter().all(holds)).flat_map(|(_, g)| g.iter().copied()).collect();
+        for (key, place) in given {
+            let groups: Vec<&str> = cmd.get_groups().filter(|g| g.get_args().any(|a| a == key.as_str())).map(|g| g.get_id().as_str()).collect();
+            if groups.is_empty() || groups.iter().any(|g| used.contains(g)) {
+                continue;
+            }
+            let flag = |k: &str| format!("--{}", k.replace('_', "-"));
+            let applies: Vec<&[(&str, &str)]> =
+                GROUPS_USED.iter().filter(|(_, g)| g.iter().any(|g| groups.contains(g))).map(|(c, _)| *c).collect();
+            let describe = |c: &[(&str, &str)]| c.iter().map(|(k, v)| format!("{} {v}", flag(k))).collect::<Vec<_>>().join(" ");
+            // This run's values of the keys that decide it: each condition up to where it fails.
+            let mut keys: Vec<&str> = Vec::new();
+            for c in &applies {
+                for pair in c.iter() {
+                    if !keys.contains(&pair.0) {
+                        keys.push(pair.0);
+                    }
+                    if !holds(pair) {
+                        break;
+                    }
+                }
+            }
+            let this: Vec<String> = keys.iter().map(|k| format!("{} {}", flag(k), json[*k].as_str().unwrap_or_default())).collect();
+            anyhow::bail!(
+                "{} applies to {}, not to this run ({}): remove it ({place}) or choose a run it applies to",
+                flag(key),
+                applies.iter().map(|c| describe(c)).collect::<Vec<_>>().join(" and to "),
+                this.join(" ")
+            );
+        }
+        Ok(())
+    }
+
+    /// The options as the run uses them: defaults that depend on the mode filled in, so that a
+    /// default and the same value given explicitly are the same run (see [`TRAJECTORY_FREE`]).
+    pub fn resolved(&self) -> TrainConfig {
+        let mut c = self.clone();
+        match self.sync {
+            SyncKind::Asap => c.ssp.staleness = Some(self.ssp.staleness.unwrap_or(0)),
+            SyncKind::Ssp | SyncKind::Bosen => {
+                let bosen = self.sync == SyncKind::Bosen;
+                (c.ssp.staleness, c.ssp.apply) = (Some(self.ssp.ssp_staleness()), Some(self.ssp.apply_rule(bosen)));
+                // bosen's budget defaults to this rank's --emulate-bandwidth link, which the
+                // identity hashes anyway (as the spec): nothing to resolve for it.
+            }
+            _ => {}
+        }
+        c
     }
 
     /// Size-dependent defaults, applied once the number of ranks is known; returns what was
@@ -476,32 +554,13 @@ impl TrainConfig {
         Self::merge(Some(path), TrainConfig::default(), None)
     }
 
-    /// Refuses NaN and infinite values of the floating-point options.
-    fn check_finite(&self) -> anyhow::Result<()> {
-        let floats = [
-            ("--lr", self.lr as f64),
-            ("--lambda", self.lambda as f64),
-            ("--lr-decay", self.lr_decay as f64),
-            ("--test-fraction", self.test_fraction),
-            ("--wait-timeout", self.wait_timeout),
-            ("--target", self.target.unwrap_or(0.0)),
-            ("--label-threshold", self.label_threshold.unwrap_or(0.0) as f64),
-            ("--significance", self.gaia.significance),
-        ];
-        for (opt, v) in floats {
-            anyhow::ensure!(v.is_finite(), "{opt} must be a finite number, got {v}");
-        }
-        Ok(())
-    }
-
     /// Checks settings that do not need the data; messages name the option to fix.
     pub fn validate(&self) -> anyhow::Result<()> {
-        self.check_finite()?;
         anyhow::ensure!(self.batch_size >= 1, "--batch-size must be at least 1");
         anyhow::ensure!(self.sync_every >= 1, "--sync-every must be at least 1");
         anyhow::ensure!(self.epochs >= 1, "--epochs must be at least 1");
-        anyhow::ensure!(self.lr > 0.0 && self.lr.is_finite(), "--lr must be a positive number, got {}", self.lr);
-        anyhow::ensure!(self.lambda >= 0.0 && self.lambda.is_finite(), "--lambda must be >= 0, got {}", self.lambda);
+        anyhow::ensure!(self.lr > 0.0, "--lr must be a positive number, got {}", self.lr);
+        anyhow::ensure!(self.lambda >= 0.0, "--lambda must be >= 0, got {}", self.lambda);
         anyhow::ensure!(
             (0.0..1.0).contains(&self.test_fraction),
             "--test-fraction must be in [0, 1), got {}",
@@ -512,10 +571,7 @@ impl TrainConfig {
             "--wait-timeout must be a positive number of seconds (at most 1e9), got {}",
             self.wait_timeout
         );
-        anyhow::ensure!(self.lr_decay > 0.0 && self.lr_decay.is_finite(), "--lr-decay must be a positive number, got {}", self.lr_decay);
-        if let Some(t) = self.target {
-            anyhow::ensure!(t.is_finite(), "--target must be a number, got {t}");
-        }
+        anyhow::ensure!(self.lr_decay > 0.0, "--lr-decay must be a positive number, got {}", self.lr_decay);
         anyhow::ensure!(
             !(self.resume || self.auto_resume) || self.checkpoint_dir.is_some(),
             "--resume and --auto-resume need --checkpoint-dir DIR (the directory holding the checkpoints)"
@@ -526,7 +582,6 @@ impl TrainConfig {
         }
         self.partition.parse::<crate::data::partition::Partition>().map_err(anyhow::Error::msg)?;
         if self.async_mode.optimizer == crate::sync::async_mode::OptimizerKind::Saga {
-            anyhow::ensure!(self.sync == SyncKind::Async, "--optimizer saga needs --sync async (its coordinator keeps the mean of the stored gradients)");
             anyhow::ensure!(
                 matches!(self.model, ModelKind::Lsq | ModelKind::Logreg | ModelKind::Svm),
                 "--optimizer saga needs a linear model (--model lsq, logreg or svm: one stored scalar per example), not {:?}",
@@ -566,13 +621,6 @@ impl TrainConfig {
             self.gaia.significance
         );
         anyhow::ensure!(self.gaia.dc_staleness <= 1_000_000, "--dc-staleness must be at most 1000000 clocks, got {}", self.gaia.dc_staleness);
-        if self.gaia.gaia_inner == crate::sync::gaia::GaiaInner::Asap {
-            anyhow::ensure!(self.sync == SyncKind::Gaia, "--gaia-inner asap applies to --sync gaia (the stochastic reduce inside each group)");
-            anyhow::ensure!(
-                self.asap.notify == crate::sync::asap::NotifyMode::NotifyAck && !self.asap.overlap,
-                "--gaia-inner asap runs the group's stochastic reduce with --notify notify-ack and without --overlap (a clock's group update needs every in-neighbour's model of that clock)"
-            );
-        }
         anyhow::ensure!(self.bosen.queue_size >= 1, "--queue-size must be at least 1 row");
         anyhow::ensure!(self.bosen.max_snapshots >= 1, "--max-snapshots must be at least 1");
         anyhow::ensure!(
@@ -587,15 +635,7 @@ impl TrainConfig {
             self.sync != SyncKind::Bosen || self.ssp.apply != Some(crate::sync::ssp::ApplyRule::Dynsgd),
             "--sync bosen pushes parts of a clock's update early, which DynSGD's per-version bookkeeping does not define: use --apply consgd (the default for bosen) or plain"
         );
-        anyhow::ensure!(
-            self.bosen.bandwidth_mbps.is_none() || matches!(self.sync, SyncKind::Bosen | SyncKind::Asap),
-            "--bandwidth-mbps is a budget of --sync bosen and --sync asap; to make every mode's link slower use --emulate-bandwidth"
-        );
         if let Some(s) = self.ssp.staleness {
-            anyhow::ensure!(
-                matches!(self.sync, SyncKind::Ssp | SyncKind::Bosen | SyncKind::Asap),
-                "--staleness applies to --sync ssp, bosen and asap (for --sync async use --barrier ssp:S)"
-            );
             anyhow::ensure!(
                 self.sync != SyncKind::Asap || s == 0 || self.asap.notify == crate::sync::asap::NotifyMode::NotifyAck,
                 "--staleness on --sync asap bounds NOTIFY-ACK: it needs --notify notify-ack"
@@ -606,10 +646,6 @@ impl TrainConfig {
             );
             anyhow::ensure!(s <= 1000, "--staleness {s} is too large (at most 1000: each step of it costs a model-sized slot per edge under asap)");
         }
-        anyhow::ensure!(
-            !self.bosen.fp16 || self.sync == SyncKind::Bosen,
-            "--fp16 applies to --sync bosen (its pushes are updates, whose rounding error stays in the buffer)"
-        );
         anyhow::ensure!(
             self.send_log.is_none() || self.emulate_bandwidth.is_some() || self.bosen.bandwidth_mbps.is_some() || self.sync == SyncKind::Bosen,
             "--send-log records paced sends: it needs --emulate-bandwidth, --bandwidth-mbps or --sync bosen"
@@ -636,7 +672,7 @@ fn positive_ms(s: &str) -> Result<f64, String> {
 fn dilation_factor(s: &str) -> Result<f64, String> {
     let x: f64 = s.trim().parse().map_err(|_| format!("expected a number, got {s:?}"))?;
     if !(x.is_finite() && (1.0..=1e4).contains(&x)) {
-        return Err(format!("must be a number in 1..10000, got {s}"));
+        return Err(format!("must be a finite number in 1..10000, got {s}"));
     }
     Ok(x)
 }
@@ -651,7 +687,110 @@ fn link_latency(s: &str) -> Result<LinkSpec, String> {
     LinkSpec::parse(s, "milliseconds", 0.0, false)
 }
 
-/// 1-based line and column of `key` in a TOML or JSON text (1:1 when it cannot be found).
+
+/// A `--config` file's entries, each checked as its flag would be.
+struct ConfigFile;
+
+impl ConfigFile {
+    /// The (key, value, file:line:col) entries of a TOML (`.toml`) or JSON file. Every value is run through the
+    /// value parser of its option's flag (finiteness, enums, predicates: one check for flags and
+    /// files) and then through serde on its own, so a wrong value names its key and place.
+    fn read(path: &Path) -> anyhow::Result<Vec<(String, serde_json::Value, String)>> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+        let entries = if path.extension().is_some_and(|e| e == "toml") { Self::toml_entries(path, &text)? } else { Self::json_entries(path, &text)? };
+        let cmd = TrainConfig::augment_args(clap::Command::new("asap-train"));
+        let mut out = Vec::new();
+        for (key, value) in entries {
+            // The old name of --factors is still accepted.
+            let key = if key == "rank" { "factors".to_owned() } else { key };
+            let at = |msg: String| {
+                let (line, col) = locate_key(&text, &key);
+                anyhow::anyhow!("{}:{line}:{col}: {msg}", path.display())
+            };
+            let Some(arg) = cmd.get_arguments().find(|a| a.get_id() == key.as_str()) else {
+                return Err(at(format!("unknown option {key:?} (see asap-train train --help; keys are the long options with _)")));
+            };
+            let value = value.map_err(|e| at(format!("option {key}: {e}")))?;
+            Self::parse_like_flag(arg, &value).map_err(|e| at(format!("option {key}: {e}")))?;
+            let mut probe = serde_json::to_value(TrainConfig::default())?;
+            probe[&key] = value.clone();
+            if let Err(e) = serde_json::from_value::<TrainConfig>(probe) {
+                return Err(at(format!("option {key}: {e}")));
+            }
+            let (line, col) = locate_key(&text, &key);
+            out.push((key, value, format!("{}:{line}:{col}", path.display())));
+        }
+        Ok(out)
+    }
+
+    /// A TOML file's entries; a value JSON cannot carry (NaN, infinity, a date) is an error of
+    /// its entry, never a null.
+    fn toml_entries(path: &Path, text: &str) -> anyhow::Result<Vec<(String, Result<serde_json::Value, String>)>> {
+        let table: toml::Table = toml::from_str(text).map_err(|e| {
+            // file:line:col like every other input error (toml's own text says "at line L,
+            // column C" in the middle of a multi-line message).
+            let (line, col) = e.span().map_or((1, 1), |s| line_col(text, s.start));
+            anyhow::anyhow!("{}:{line}:{col}: {}", path.display(), e.message().trim_end())
+        })?;
+        Ok(table.into_iter().map(|(k, v)| (k, toml_to_json(v))).collect())
+    }
+
+    fn json_entries(path: &Path, text: &str) -> anyhow::Result<Vec<(String, Result<serde_json::Value, String>)>> {
+        let parsed: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+            // serde_json names a newline that ends a line too early (an unterminated string)
+            // as column 0 of the next line: name the end of the line it ended instead.
+            let (mut line, mut col) = (e.line(), e.column());
+            if col == 0 && line > 1 {
+                line -= 1;
+                col = text.lines().nth(line - 1).map_or(0, |l| l.chars().count()) + 1;
+            }
+            anyhow::anyhow!("{}:{line}:{col}: {e}", path.display())
+        })?;
+        let serde_json::Value::Object(entries) = parsed else {
+            anyhow::bail!("{}: a config file holds option = value pairs (a table or object)", path.display());
+        };
+        Ok(entries.into_iter().map(|(k, v)| (k, Ok(v))).collect())
+    }
+
+    /// Runs a file's value through `arg`'s value parser, as `--flag=value` (each element of an
+    /// array as one occurrence). Switches (`--overlap`) take no value: serde checks their bool.
+    fn parse_like_flag(arg: &clap::Arg, value: &serde_json::Value) -> Result<(), String> {
+        fn texts(v: &serde_json::Value, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::String(s) => out.push(s.clone()),
+                serde_json::Value::Number(_) | serde_json::Value::Bool(_) => out.push(v.to_string()),
+                serde_json::Value::Array(a) => a.iter().for_each(|x| texts(x, out)),
+                serde_json::Value::Null | serde_json::Value::Object(_) => {}
+            }
+        }
+        if !arg.get_action().takes_values() {
+            return Ok(());
+        }
+        let long = arg.get_long().unwrap_or(arg.get_id().as_str());
+        let mut args = Vec::new();
+        texts(value, &mut args);
+        let args = args.into_iter().map(|t| format!("--{long}={t}"));
+        let probe = clap::Command::new("config").no_binary_name(true).arg(arg.clone());
+        probe.try_get_matches_from(args).map(|_| ()).map_err(|e| {
+            let rendered = e.render().to_string();
+            rendered.lines().next().unwrap_or("").trim_start_matches("error: ").to_owned()
+        })
+    }
+}
+
+/// A TOML value as JSON, refusing what JSON cannot hold instead of turning it into null.
+fn toml_to_json(v: toml::Value) -> Result<serde_json::Value, String> {
+    Ok(match v {
+        toml::Value::Float(x) if !x.is_finite() => return Err(format!("must be a finite number, got {x}")),
+        toml::Value::Datetime(d) => return Err(format!("a date ({d}) is no value of any option")),
+        toml::Value::Array(a) => serde_json::Value::Array(a.into_iter().map(toml_to_json).collect::<Result<_, _>>()?),
+        toml::Value::Table(t) => {
+            serde_json::Value::Object(t.into_iter().map(|(k, v)| Ok((k, toml_to_json(v)?))).collect::<Result<_, String>>()?)
+        }
+        other => serde_json::to_value(other).map_err(|e| e.to_string())?,
+    })
+}
+
 /// 1-based line and column (in characters) of byte `offset` of `text`.
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..text.floor_char_boundary(offset.min(text.len()))];
@@ -659,6 +798,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
 }
 
+/// 1-based line and column of `key` in a TOML or JSON text (1:1 when it cannot be found).
 fn locate_key(text: &str, key: &str) -> (usize, usize) {
     let quoted = format!("\"{key}\"");
     for (i, line) in text.lines().enumerate() {
@@ -734,7 +874,7 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let t = dir.path().join("c.toml");
-        std::fs::write(&t, "epochs = 3\nbatch_size = 64\nrank = 7\nstaleness = 5\ngraph = \"ring\"\n").unwrap();
+        std::fs::write(&t, "epochs = 3\nbatch_size = 64\nmodel = \"mf\"\nrank = 7\nstaleness = 5\ngraph = \"ring\"\n").unwrap();
         let m = Cmd::command().get_matches_from(["x", "--epochs", "10", "--graph", "exponential"]);
         let flags = Cmd::from_arg_matches(&m).unwrap().c;
         let c = TrainConfig::merge(Some(&t), flags, Some(&m)).unwrap();
@@ -747,6 +887,171 @@ mod tests {
         // Defaults come from the flags' declarations.
         assert_eq!(TrainConfig::default().ssp.ssp_staleness(), 3);
         assert_eq!(TrainConfig::default().batch_size, 32);
+    }
+
+    /// Every float option, found from the declarations by the type its value parser makes (so a
+    /// new one is covered without a list), refuses NaN and infinities from a flag and from a TOML
+    /// or JSON config file, naming the option; a finite value passes.
+    #[test]
+    fn every_float_option_refuses_non_finite_values_from_flags_and_files() {
+        use std::any::TypeId;
+        let cmd = TrainConfig::augment_args(clap::Command::new("x"));
+        let floats: Vec<&clap::Arg> = cmd
+            .get_arguments()
+            .filter(|a| [TypeId::of::<f64>(), TypeId::of::<f32>()].iter().any(|t| a.get_value_parser().type_id() == *t))
+            .collect();
+        let names: Vec<&str> = floats.iter().map(|a| a.get_id().as_str()).collect();
+        for known in ["lr", "emulate_compute", "bandwidth_mbps", "significance", "soft_significance", "label_threshold"] {
+            assert!(names.contains(&known), "{known} not found among the float options {names:?}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        for arg in floats {
+            let (id, long) = (arg.get_id().as_str(), format!("--{}", arg.get_long().unwrap()));
+            assert!(cmd.clone().try_get_matches_from(["x", &format!("{long}=1")]).is_ok(), "{long} 1");
+            for bad in ["nan", "NaN", "inf", "-inf", "infinity"] {
+                // `=`: clap reads a lone "-inf" as short flags (an error too, but naming no option).
+                let e = cmd.clone().try_get_matches_from(["x", &format!("{long}={bad}")]).unwrap_err().to_string();
+                assert!(e.contains(&long) && e.contains("finite"), "flag {long} {bad}: {e}");
+                let j = dir.path().join("c.json");
+                std::fs::write(&j, format!("{{\"epochs\": 2,\n \"{id}\": \"{bad}\"}}")).unwrap();
+                let e = TrainConfig::from_file(&j).unwrap_err().to_string();
+                assert!(e.contains("c.json:2:2") && e.contains(&format!("option {id}")) && e.contains("finite"), "{e}");
+            }
+            for bad in ["nan", "+inf", "-inf", "-nan"] {
+                let t = dir.path().join("c.toml");
+                std::fs::write(&t, format!("epochs = 2\n{id} = {bad}\n")).unwrap();
+                let e = TrainConfig::from_file(&t).unwrap_err().to_string();
+                assert!(e.contains("c.toml:2:1") && e.contains(&format!("option {id}")) && e.contains("finite"), "{e}");
+            }
+        }
+    }
+
+    /// A non-finite value that reached the merge by another way than a flag (a float option
+    /// declared without a finite parser) is an error, never a null in the merged options.
+    #[test]
+    fn the_merge_refuses_values_json_cannot_carry() {
+        let mut flags = TrainConfig::default();
+        flags.bosen.bandwidth_mbps = Some(f64::NAN);
+        assert!(TrainConfig::merge(None, flags, None).unwrap_err().to_string().contains("NaN"));
+        let mut flags = TrainConfig::default();
+        flags.gaia.soft_significance = f64::INFINITY;
+        assert!(TrainConfig::merge(None, flags, None).is_err());
+    }
+
+    /// Every mode (and model) against every option group: an option of the group given
+    /// explicitly, as a flag and in a config file, is refused naming the runs it applies to
+    /// exactly where the run does not use the group. The expectations are written out here, not
+    /// taken from GROUPS_USED, and every group of the command must be among them.
+    #[test]
+    fn options_of_groups_a_run_does_not_use_are_refused() {
+        use clap::ValueEnum;
+        // (group, the selecting option, the values that use it)
+        let expect: &[(&str, &str, &[&str])] = &[
+            ("AsapOptions", "sync", &["asap"]),
+            ("graph_group", "sync", &["asap"]), // and gaia with --gaia-inner asap, below
+            ("staleness_group", "sync", &["asap", "ssp", "bosen"]),
+            ("SspOptions", "sync", &["ssp", "bosen"]),
+            ("budget_group", "sync", &["asap", "bosen"]),
+            ("BosenOptions", "sync", &["bosen"]),
+            ("AsyncOptions", "sync", &["async"]),
+            ("GaiaOptions", "sync", &["gaia"]),
+            ("mlp_group", "model", &["mlp"]),
+            ("mf_group", "model", &["mf"]),
+            ("classes_group", "model", &["mlr", "mlp"]),
+            ("LdaOptions", "model", &["lda"]),
+        ];
+        let mut cmd = TrainConfig::augment_args(clap::Command::new("x"));
+        cmd.build();
+        for g in cmd.get_groups() {
+            assert!(expect.iter().any(|e| e.0 == g.get_id().as_str()), "group {} has no expectation here", g.get_id());
+            // clap keeps groups and options in one namespace of matches: a clash breaks parsing.
+            assert!(cmd.get_arguments().all(|a| a.get_id() != g.get_id()), "group {} is also an option", g.get_id());
+        }
+        let names = |values: Vec<clap::builder::PossibleValue>| values.iter().map(|v| v.get_name().to_owned()).collect::<Vec<_>>();
+        let modes = names(SyncKind::value_variants().iter().filter_map(|v| v.to_possible_value()).collect());
+        let models = names(ModelKind::value_variants().iter().filter_map(|v| v.to_possible_value()).collect());
+        let dir = tempfile::tempdir().unwrap();
+        let mut checked = 0;
+        for &(group, selector, _) in expect {
+            let g = cmd.get_groups().find(|g| g.get_id().as_str() == group).unwrap();
+            let args: Vec<&clap::Arg> = g.get_args().map(|id| cmd.get_arguments().find(|a| a.get_id() == id).unwrap()).collect();
+            assert!(!args.is_empty(), "{group}");
+            for arg in args {
+                // An option in several groups (asap's --graph is also in graph_group) applies where
+                // any of them is used.
+                let mine: Vec<&(&str, &str, &[&str])> =
+                    expect.iter().filter(|e| cmd.get_groups().any(|g| g.get_id().as_str() == e.0 && g.get_args().any(|a| a == arg.get_id()))).collect();
+                assert!(mine.iter().all(|e| e.1 == selector), "{}: groups of two selectors", arg.get_id());
+                let users: Vec<&str> = mine.iter().flat_map(|e| e.2.iter().copied()).collect();
+                let in_graph_group = mine.iter().any(|e| e.0 == "graph_group");
+                let (flag, file) = sample(arg);
+                for choice in if selector == "sync" { &modes } else { &models } {
+                    for extra in [&[][..], &["--gaia-inner", "asap"]] {
+                        if !extra.is_empty() && (choice != "gaia" || arg.get_id() == "gaia_inner") {
+                            continue;
+                        }
+                        let applies = users.contains(&choice.as_str()) || (in_graph_group && !extra.is_empty());
+                        let sel = format!("--{selector}={choice}");
+                        let mut argv = vec!["x".to_owned(), sel.clone()];
+                        argv.extend(extra.iter().map(|s| s.to_string()));
+                        let from_flag = merged(&cmd, &[&argv[..], &flag[..]].concat(), None);
+                        let toml = dir.path().join("c.toml");
+                        std::fs::write(&toml, format!("epochs = 10\n{file}\n")).unwrap();
+                        let from_file = merged(&cmd, &argv, Some(&toml));
+                        for (how, r) in [("flag", from_flag), ("file", from_file)] {
+                            let refused = r.as_ref().err().filter(|e| e.contains("not to this run"));
+                            let long = format!("--{}", arg.get_long().unwrap());
+                            match (applies, refused) {
+                                (true, Some(e)) => panic!("{how} {long} with {sel} {extra:?} refused: {e}"),
+                                (false, None) => panic!("{how} {long} with {sel} {extra:?} accepted: {r:?}"),
+                                (false, Some(e)) => {
+                                    assert!(e.starts_with(&format!("{long} applies to --{selector} ")), "{e}");
+                                    assert!(users.iter().all(|u| e.contains(&format!("--{selector} {u}"))), "{e}");
+                                    assert!(e.contains(&format!("--{selector} {choice}")), "{e}");
+                                    assert!(e.contains(if how == "flag" { "command line" } else { "c.toml:2:1" }), "{e}");
+                                }
+                                (true, None) => {}
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 200, "{checked}");
+        // The defaults of every group are no explicit choice: every mode and model runs without them.
+        for m in &modes {
+            let r = merged(&cmd, &["x".to_owned(), format!("--sync={m}")], None);
+            assert!(r.as_ref().is_ok() || m == "bosen", "--sync {m}: {r:?}"); // bosen needs a budget
+        }
+        let e = merged(&cmd, &["x".into(), "--sync=gaia".into(), "--graph=ring".into()], None).unwrap_err();
+        assert!(e.contains("--graph applies to --sync asap and to --sync gaia --gaia-inner asap, not to this run (--sync gaia --gaia-inner allreduce)"), "{e}");
+    }
+
+    /// An explicit value of `arg`: as flag arguments and as a TOML line (its default, its first
+    /// possible value, or 1).
+    fn sample(arg: &clap::Arg) -> (Vec<String>, String) {
+        let id = arg.get_id().as_str();
+        let long = format!("--{}", arg.get_long().unwrap());
+        if !arg.get_action().takes_values() {
+            return (vec![long], format!("{id} = true"));
+        }
+        let value = arg
+            .get_default_values()
+            .first()
+            .map(|v| v.to_string_lossy().into_owned())
+            .or_else(|| arg.get_possible_values().first().map(|v| v.get_name().to_owned()))
+            .unwrap_or_else(|| "1".to_owned());
+        let toml = if value.parse::<f64>().is_ok() { value.clone() } else { format!("{value:?}") };
+        let toml = if matches!(arg.get_action(), clap::ArgAction::Append) { format!("[{toml}]") } else { toml };
+        (vec![format!("{long}={value}")], format!("{id} = {toml}"))
+    }
+
+    /// [`TrainConfig::merge`] of `argv` (and a config file) as the binary does it, the error as text.
+    fn merged(cmd: &clap::Command, argv: &[String], file: Option<&Path>) -> Result<TrainConfig, String> {
+        use clap::FromArgMatches;
+        let m = cmd.clone().try_get_matches_from(argv).map_err(|e| e.to_string())?;
+        TrainConfig::merge(file, TrainConfig::from_arg_matches(&m).unwrap(), Some(&m)).map_err(|e| e.to_string())
     }
 
     /// The --lr-decay default is scaled above 8 ranks so that the step after the same examples

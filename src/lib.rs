@@ -22,3 +22,4 @@ pub mod predict;
 pub mod rng;
 pub mod sync;
 pub mod train;
+pub mod values;

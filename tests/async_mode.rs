@@ -240,7 +240,7 @@ fn bad_async_options_are_refused() {
     let cases: [(&[&str], &str); 6] = [
         (&["--sync", "async", "--barrier", "throttled:5"], "throttled:5 needs K <= the number of workers"),
         (&["--sync", "async", "--barrier", "ssp"], "--barrier"),
-        (&["--sync", "allreduce", "--optimizer", "saga", "--model", "lsq"], "--optimizer saga needs --sync async"),
+        (&["--sync", "allreduce", "--optimizer", "saga", "--model", "lsq"], "--optimizer applies to --sync async, not to this run (--sync allreduce)"),
         (&["--sync", "async", "--optimizer", "saga"], "--optimizer saga needs a linear model"),
         (&["--straggler", "delay:150"], "--straggler delay:P"),
         (&["--straggler", "production:x"], "--straggler production"),

@@ -94,6 +94,37 @@ fn option_cases(f: &Files) -> Vec<Case> {
     ] {
         add(&format!("{opt} {v}"), 1, &[opt, v], &[opt, v]);
     }
+    // Non-finite floats: refused by the option's value parser, from a flag and from a file alike.
+    for opt in ["--emulate-bandwidth", "--bandwidth-mbps", "--emulate-latency", "--soft-significance", "--significance", "--label-threshold"] {
+        for v in ["nan", "inf"] {
+            add(&format!("{opt} {v}"), 1, &[opt, v], &[opt, "finite"]);
+        }
+        let key = opt.trim_start_matches('-').replace('-', "_");
+        let toml = f.file(&format!("{key}-nan.toml"), &format!("epochs = 1\n{key} = nan\n"));
+        add(&format!("config {key} = nan"), 1, &["--config", &toml], &[&format!("{key}-nan.toml:2:1"), &key, "finite"]);
+        let json = f.file(&format!("{key}-inf.json"), &format!("{{\"{key}\": \"inf\"}}"));
+        add(&format!("config {key}: \"inf\""), 1, &["--config", &json], &[&format!("{key}-inf.json:1:"), &key, "finite"]);
+    }
+    // Options of an option group the run does not use (config::GROUPS_USED), named with the runs
+    // they apply to, from a flag and from a file.
+    for (extra, needle) in [
+        (&["--sync", "asap", "--groups", "2"][..], "--groups applies to --sync gaia, not to this run (--sync asap)"),
+        (&["--sync", "ssp", "--notify", "push-sum"], "--notify applies to --sync asap, not to this run (--sync ssp)"),
+        (&["--sync", "asap", "--barrier", "bsp"], "--barrier applies to --sync async, not to this run (--sync asap)"),
+        (&["--sync", "allreduce", "--graph", "ring"], "--graph applies to --sync asap and to --sync gaia --gaia-inner asap"),
+        (&["--sync", "async", "--graph", "ring"], "--graph applies to --sync asap"),
+        (&["--sync", "allreduce", "--significance", "0.1"], "--significance applies to --sync gaia"),
+        (&["--sync", "allreduce", "--staleness", "1"], "--staleness applies to --sync asap and to --sync ssp and to --sync bosen"),
+        (&["--sync", "asap", "--apply", "plain"], "--apply applies to --sync ssp and to --sync bosen"),
+        (&["--sync", "asap", "--queue-size", "5"], "--queue-size applies to --sync bosen"),
+        (&["--model", "mlr", "--hidden", "64"], "--hidden applies to --model mlp, not to this run (--model mlr)"),
+        (&["--model", "svm", "--classes", "3"], "--classes applies to --model mlp and to --model mlr"),
+        (&["--model", "svm", "--factors", "3"], "--factors applies to --model mf"),
+    ] {
+        add(&format!("{extra:?} does not apply"), 1, extra, &[needle, "given on the command line"]);
+    }
+    let misfit = f.file("misfit.toml", "sync = \"allreduce\"\ngraph = \"ring\"\n");
+    add("config with an option of another mode", 1, &["--config", &misfit], &["--graph applies to --sync asap", "misfit.toml:2:1"]);
     add("unknown flag", 1, &["--learning-rate", "0.1"], &["--learning-rate"]);
     add("--resume without --checkpoint-dir", 1, &["--resume"], &["--resume", "--checkpoint-dir"]);
     add("--auto-resume without --checkpoint-dir", 1, &["--auto-resume"], &["--auto-resume", "--checkpoint-dir"]);

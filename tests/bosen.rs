@@ -232,8 +232,8 @@ fn misuse_is_refused_with_the_option_to_fix() {
         (&["--sync", "bosen"], "--bandwidth-mbps"),
         (&["--sync", "bosen", "--bandwidth-mbps", "10", "--apply", "dynsgd"], "--apply consgd"),
         (&["--sync", "ssp", "--lr-schedule", "adarevision"], "needs --sync bosen"),
-        (&["--sync", "allreduce", "--emulate-bandwidth", "-3"], "--emulate-bandwidth must be a positive"),
-        (&["--sync", "allreduce", "--bandwidth-mbps", "10"], "use --emulate-bandwidth"),
+        (&["--sync", "allreduce", "--emulate-bandwidth", "-3"], "--emulate-bandwidth <MBPS[,RANKS:MBPS]>': expected Mbit/s"),
+        (&["--sync", "allreduce", "--bandwidth-mbps", "10"], "--bandwidth-mbps applies to --sync asap and to --sync bosen"),
         (&["--sync", "asap", "--bandwidth-mbps", "10", "--notify", "barrier"], "needs --notify notify-ack"),
         (&["--sync", "asap", "--bandwidth-mbps", "10", "--fp16"], "--fp16 applies to --sync bosen"),
     ];

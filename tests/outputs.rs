@@ -40,6 +40,42 @@ fn runs_sharing_a_checkpoint_directory_keep_their_own() {
     assert!(!stale.exists(), "stale temporary file still there");
 }
 
+/// `--resume` continues only a checkpoint of the same run: one written with another
+/// `--significance` (gaia), `--optimizer` or `--barrier` (async) belongs to another run and is
+/// refused; one that differs only in `--metrics` and the log level is continued.
+#[test]
+fn resume_refuses_other_trajectory_options_and_accepts_other_outputs() {
+    let dir = scratch("ckpt-identity");
+    let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
+    let lsq = ["--sync", "async", "--model", "lsq", "--label-threshold", "5", "--lr", "0.01", "--lr-schedule", "constant"];
+    // (name, options, the option changed, its value in the first run, in the other run)
+    let cases: [(&str, &[&str], &str, &str, &str); 3] = [
+        // --dc-staleness 0: with the default 2, 2 ranks in groups of 1 and --checkpoint-every 10,
+        // main's gaia fails about 1 run in 3 ("updates to the other groups were not delivered
+        // within --wait-timeout"), a gaia defect this test is not about.
+        ("significance", &["--sync", "gaia", "--groups", "2", "--dc-staleness", "0"], "--significance", "0.01", "0.05"),
+        ("optimizer", &lsq, "--optimizer", "sgd", "saga"),
+        ("barrier", &["--sync", "async"], "--barrier", "bsp", "async"),
+    ];
+    for (name, opts, opt, value, other) in cases {
+        let ck = dir.join(name);
+        let go = |v: &str, extra: &[&str], env: &[(&str, &str)]| {
+            let mut a = vec!["train", "--data", &data, "--epochs", "1", "--batch-size", "64", "--checkpoint-dir", s(&ck), "--checkpoint-every", "10", opt, v];
+            a.extend(opts);
+            a.extend(extra);
+            mpirun_env(2, &a, env, 120)
+        };
+        let (m1, m2) = (dir.join(format!("{name}-1.jsonl")), dir.join(format!("{name}-2.jsonl")));
+        go(value, &["--max-rounds", "10", "--metrics", s(&m1)], &[]).expect_ok();
+        // The option changed: another run, which has no checkpoint there.
+        go(other, &["--resume", "--max-rounds", "20"], &[]).expect_failure(&["belong to other runs"]);
+        // Only the metrics file and the log level changed: the same run, continued.
+        let job = go(value, &["--resume", "--max-rounds", "20", "--metrics", s(&m2)], &[("RUST_LOG", "debug")]).expect_ok();
+        assert!(job.stderr.contains("resuming from") && job.stderr.contains("0000000010.h5"), "{name}: {}", job.stderr);
+        assert_eq!(summary(&m2)["rounds"].as_u64(), Some(20), "{name}: the resumed run went on from round 10 to 20");
+    }
+}
+
 /// An output that names an input fails at once on every rank, and the input is unchanged.
 #[test]
 fn an_output_that_is_an_input_fails_before_training() {

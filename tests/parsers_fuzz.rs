@@ -517,9 +517,11 @@ const KEYS: &[(&str, &str, &str)] = &[
     ("batch_size", "16", "1.5"),
     ("lr", "0.05", "\"fast\""),
     ("seed", "7", "-1"),
-    ("sync", "\"allreduce\"", "\"sometimes\""),
+    // ssp and its --staleness: any subset of these keys is a valid run (an option of another
+    // mode's group, e.g. --graph with allreduce, would be refused).
+    ("sync", "\"ssp\"", "\"sometimes\""),
     ("model", "\"svm\"", "3"),
-    ("graph", "\"ring\"", "[1]"),
+    ("staleness", "2", "[1]"),
     ("sync_every", "2", "true"),
     ("lambda", "0.001", "\"none\""),
 ];

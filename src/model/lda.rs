@@ -52,10 +52,10 @@ pub struct LdaOptions {
     #[arg(long, value_name = "K", default_value_t = 100)]
     pub topics: usize,
     /// Dirichlet prior of the document-topic mixes (symmetric).
-    #[arg(long, value_name = "A", default_value_t = 0.1)]
+    #[arg(long, value_name = "A", default_value_t = 0.1, value_parser = crate::values::finite_f64)]
     pub alpha: f64,
     /// Dirichlet prior of the topic-word distributions (symmetric).
-    #[arg(long, value_name = "B", default_value_t = 0.1)]
+    #[arg(long, value_name = "B", default_value_t = 0.1, value_parser = crate::values::finite_f64)]
     pub beta: f64,
     /// Topic sampler: sparse (SparseLDA) or dense (O(K) per token).
     #[arg(long, value_enum, default_value_t = SamplerKind::Sparse)]

@@ -36,7 +36,7 @@ pub struct AsapOptions {
     /// or fewer; a seeded random 4-regular graph above; the choice and reason are logged),
     /// root-expander, exponential, ring, complete, chain, line, star, hypercube, torus, random:D
     /// (D-regular, seeded), one-peer-exponential (time-varying: one send per round; notify-ack only) or file:PATH (see graphs/).
-    #[arg(long, value_name = "GRAPH", default_value = "auto")]
+    #[arg(long, value_name = "GRAPH", default_value = "auto", group = "graph_group")]
     pub graph: String,
     /// Synchronisation: notify-ack (one-sided NOTIFY-ACK), barrier (put, MPI_Barrier, reduce
     /// what is consistent), none (fully asynchronous: average whatever intact models are there)

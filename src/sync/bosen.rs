@@ -31,6 +31,7 @@ pub enum Priority {
 /// Options of `--sync bosen` (its SSP options are `--staleness` and `--apply`).
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
+#[command(group = clap::ArgGroup::new("budget_group").multiple(true))]
 #[command(next_help_heading = "Bosen managed communication (--sync bosen; --bandwidth-mbps and --priority also budget --sync asap)")]
 pub struct BosenOptions {
     /// Per-rank bandwidth budget in Mbit/s (10^6 bits) for everything the rank sends. bosen:
@@ -38,7 +39,7 @@ pub struct BosenOptions {
     /// updates early [default: --emulate-bandwidth when given; required otherwise]. asap: each
     /// round's message on an edge carries only the rows that fit, most significant first (per
     /// edge residuals keep the rest for later; needs --notify notify-ack) [default: no budget].
-    #[arg(long, value_name = "MBPS")]
+    #[arg(long, value_name = "MBPS", value_parser = crate::values::finite_f64, group = "budget_group")]
     pub bandwidth_mbps: Option<f64>,
     /// Most rows in one bosen message (caps the burst of a send; end-of-clock pushes are split
     /// into messages of at most this many rows too). Bosen's Table 3 uses 100-5000. (asap's
@@ -47,7 +48,7 @@ pub struct BosenOptions {
     pub queue_size: usize,
     /// Which buffered rows go first: random, round-robin, absolute (|delta|) or relative
     /// (|delta/a|).
-    #[arg(long, value_enum, default_value_t = Priority::Relative)]
+    #[arg(long, value_enum, default_value_t = Priority::Relative, group = "budget_group")]
     pub priority: Priority,
     /// Push updates as IEEE half-precision numbers (half the bytes); each value's rounding error
     /// stays in the buffer and goes out with a later push, so nothing is lost.

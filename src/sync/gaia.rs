@@ -72,7 +72,7 @@ pub struct GaiaOptions {
     /// Initial significance threshold V (a fraction: 0.01 = 1 %): an accumulated update is sent
     /// to the other groups when |update / value| exceeds V / sqrt(t) at clock t. 0 sends every
     /// non-zero update.
-    #[arg(long, value_name = "V", default_value_t = 0.01)]
+    #[arg(long, value_name = "V", default_value_t = 0.01, value_parser = crate::values::finite_f64)]
     pub significance: f64,
     /// Clocks per step of the threshold's decay: at clock c the threshold is V / sqrt(t) with
     /// t = 1 + (c - 1) / N. 0 (the default): the clocks of one epoch, the paper's "iteration t of
@@ -84,7 +84,7 @@ pub struct GaiaOptions {
     /// to the other groups is idle at the end of a clock (nothing of earlier clocks still queued
     /// or in flight), entries above S / sqrt(t) are sent too, best-effort; above V they are
     /// always sent. 0 (the default): off, the paper's "minimise WAN cost" goal. Must be below V.
-    #[arg(long, value_name = "S", default_value_t = 0.0)]
+    #[arg(long, value_name = "S", default_value_t = 0.0, value_parser = crate::values::finite_f64)]
     pub soft_significance: f64,
     /// Data-centre staleness DS (the mirror clock): a group starts clock t+1 only with every
     /// other group's significant updates of clocks <= t - DS. 0 makes the groups meet every clock.
@@ -802,7 +802,8 @@ fn build_inner(
     asap: &AsapOptions,
     init: &[f32],
 ) -> anyhow::Result<(StochasticReduce, serde_json::Value)> {
-    // --notify notify-ack without --overlap is checked with the options (`TrainConfig::validate`).
+    // --notify and --overlap do not apply to gaia (config::GROUPS_USED): their defaults, notify-ack
+    // without overlap, are what a clock's group update needs (every in-neighbour's model of it).
     debug_assert!(asap.notify == NotifyMode::NotifyAck && !asap.overlap);
     let inner_ctx = SyncContext {
         comm: local,

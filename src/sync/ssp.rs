@@ -60,7 +60,7 @@ pub struct SspOptions {
     /// reduces each in-neighbour's newest message no older than S rounds and runs at most S
     /// messages ahead of what its receivers have read (S + 1 slots per edge); 0 is ASAP's
     /// NOTIFY-ACK [default: 0].
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", group = "staleness_group")]
     pub staleness: Option<u64>,
     /// Server-side rule: plain (add updates), consgd (scale by 1/M), dynsgd (scale by
     /// 1/staleness per model version; not with bosen, whose early partial pushes DynSGD's

@@ -6,6 +6,7 @@
 //! configuration and model spec as JSON string attributes. Rank 0 writes it to a temporary file
 //! and renames it, so a crash never leaves a half-written checkpoint under the real name.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -14,6 +15,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use ndarray::{Array1, Array2};
 
 use crate::comm::collectives::{self, agree};
+use crate::config::{TrainConfig, TRAJECTORY_FREE};
 use crate::sync::ModeState;
 
 /// How many checkpoints to keep in the directory (older ones are deleted).
@@ -37,10 +39,12 @@ pub struct Restored {
     pub path: PathBuf,
 }
 
-/// Which run a checkpoint belongs to: a hash of what determines the trajectory (the options
-/// below and the seed; not outputs, `--max-rounds`, `--resume` or evaluation settings), and one
-/// of that and the rank count. Checkpoints are named by the run identity, and pruning and
-/// `--resume` look only at the run's own, so a directory shared by two runs loses nothing.
+/// Which run a checkpoint belongs to: a hash of the whole resolved configuration
+/// ([`TrainConfig::resolved`]) less the options that do not change the trajectory
+/// ([`crate::config::TRAJECTORY_FREE`]: outputs, `--max-rounds`, `--resume`, evaluation
+/// settings), and one of that and the rank count. Checkpoints are named by the run identity, and
+/// pruning and `--resume` look only at the run's own, so a directory shared by two runs loses
+/// nothing, and a run never continues another's checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunIdentity {
     /// Hash of the trajectory-determining options (16 hex digits).
@@ -50,35 +54,22 @@ pub struct RunIdentity {
 }
 
 impl RunIdentity {
-    pub fn new(cfg: &crate::config::TrainConfig, ranks: usize) -> Self {
-        let mut c = serde_json::json!({
-            "data": cfg.data, "test_data": cfg.test_data, "format": cfg.format, "test_fraction": cfg.test_fraction,
-            "scale": cfg.scale, "model": cfg.model, "hidden": cfg.hidden, "factors": cfg.factors, "classes": cfg.classes,
-            "features": cfg.features, "lambda": cfg.lambda, "batch_size": cfg.batch_size, "lr": cfg.lr,
-            "lr_schedule": cfg.lr_schedule, "lr_decay": cfg.lr_decay, "seed": cfg.seed, "sync": cfg.sync,
-            "sync_every": cfg.sync_every, "asap": cfg.asap, "ssp": cfg.ssp, "straggler": cfg.straggler,
-        });
-        // `--staleness` resolved (asap's default is 0, the others' 3), so the default and the
-        // same value given explicitly are the same run.
-        c["ssp"]["staleness"] = serde_json::json!(match cfg.sync {
-            crate::config::SyncKind::Asap => cfg.ssp.staleness.unwrap_or(0),
-            _ => cfg.ssp.ssp_staleness(),
-        });
-        // Gaia's inner mode changes the trajectory (added only when not the default).
-        if cfg.sync == crate::config::SyncKind::Gaia && cfg.gaia.gaia_inner != crate::sync::gaia::GaiaInner::Allreduce {
-            c["gaia_inner"] = serde_json::json!(cfg.gaia.gaia_inner);
-        }
-        if cfg.partition != "iid" {
-            c["partition"] = serde_json::json!(cfg.partition);
-        }
-        // The budget steers bosen's and a budgeted asap's trajectory (added only there, so the
-        // other modes' identities stay what they were).
-        if cfg.sync == crate::config::SyncKind::Bosen || cfg.bosen.bandwidth_mbps.is_some() {
-            c["bosen"] = serde_json::json!(cfg.bosen);
-        }
-        let config_id = format!("{:016x}", fnv1a(c.to_string().as_bytes()));
+    pub fn new(cfg: &TrainConfig, ranks: usize) -> Self {
+        let text = serde_json::to_string(&Self::hashed_options(cfg)).expect("options serialise");
+        let config_id = format!("{:016x}", fnv1a(text.as_bytes()));
         let run_id = format!("{:016x}", fnv1a(format!("{config_id}/{ranks}").as_bytes()));
         RunIdentity { config_id, run_id }
+    }
+
+    /// What the identity hashes: every option of the resolved configuration by its key, sorted
+    /// (so moving an option between flattened groups changes nothing), less the trajectory-free
+    /// ones. The configuration is finite (its float options' parsers refuse NaN and infinity), so
+    /// JSON holds it exactly.
+    pub fn hashed_options(cfg: &TrainConfig) -> BTreeMap<String, serde_json::Value> {
+        let serde_json::Value::Object(all) = serde_json::to_value(cfg.resolved()).expect("options serialise") else {
+            unreachable!("a struct serialises to an object")
+        };
+        all.into_iter().filter(|(k, _)| !TRAJECTORY_FREE.iter().any(|(free, _)| free == k)).collect()
     }
 }
 
@@ -331,4 +322,70 @@ pub fn restore_mode_state(comm: &SimpleCommunicator, path: &Path) -> anyhow::Res
     })()
     .with_context(|| format!("checkpoint {}: cannot read the sync-mode state of rank {r}", path.display()));
     agree(comm, read)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Args;
+
+    fn parse(args: &[&str]) -> TrainConfig {
+        use clap::FromArgMatches;
+        let cmd = TrainConfig::augment_args(clap::Command::new("x").no_binary_name(true));
+        let m = cmd.try_get_matches_from(args).unwrap();
+        TrainConfig::merge(None, TrainConfig::from_arg_matches(&m).unwrap(), Some(&m)).unwrap()
+    }
+
+    fn id(args: &[&str]) -> String {
+        RunIdentity::new(&parse(args), 4).run_id
+    }
+
+    /// Every option declared (flag and config key) enters the identity unless it is listed as
+    /// trajectory-free, and every listed name is an option: the identity follows the declarations.
+    #[test]
+    fn the_identity_hashes_every_option_but_the_trajectory_free() {
+        let hashed = RunIdentity::hashed_options(&TrainConfig::default());
+        let cmd = TrainConfig::augment_args(clap::Command::new("x"));
+        for arg in cmd.get_arguments() {
+            let key = arg.get_id().as_str();
+            let free = TRAJECTORY_FREE.iter().any(|(k, _)| *k == key);
+            assert!(free != hashed.contains_key(key), "option {key}: trajectory-free {free}, hashed {}", hashed.contains_key(key));
+        }
+        let keys: Vec<&str> = cmd.get_arguments().map(|a| a.get_id().as_str()).collect();
+        for (k, _) in TRAJECTORY_FREE {
+            assert!(keys.contains(k), "{k} is no option");
+        }
+    }
+
+    /// The options the old hand-kept identity missed now change it; outputs and the other
+    /// trajectory-free options do not; a mode's default and the same value given are one run.
+    #[test]
+    fn trajectory_options_change_the_identity_and_outputs_do_not() {
+        let pairs: [(&[&str], &[&str]); 8] = [
+            (&["--sync", "gaia"], &["--sync", "gaia", "--significance", "0.02"]),
+            (&["--sync", "gaia"], &["--sync", "gaia", "--groups", "2"]),
+            (&["--sync", "gaia"], &["--sync", "gaia", "--dc-staleness", "0"]),
+            (&["--sync", "async"], &["--sync", "async", "--barrier", "bsp"]),
+            (&["--sync", "async", "--model", "lsq"], &["--sync", "async", "--model", "lsq", "--optimizer", "saga"]),
+            (&[], &["--consensus-only"]),
+            (&[], &["--label-threshold", "5"]),
+            (&[], &["--emulate-bandwidth", "100"]),
+        ];
+        for (a, b) in pairs {
+            assert_ne!(id(a), id(b), "{a:?} vs {b:?}");
+        }
+        let base = id(&["--sync", "ssp"]);
+        for same in [
+            &["--sync", "ssp", "--staleness", "3", "--apply", "dynsgd"][..],
+            &["--sync", "ssp", "--metrics", "/tmp/m.jsonl", "--save-model", "/tmp/m.h5", "--max-rounds", "5"],
+            &["--sync", "ssp", "--eval-every", "3", "--wait-timeout", "5", "--stop-check-every", "2", "--own-models", "1"],
+            &["--sync", "ssp", "--checkpoint-dir", "/tmp", "--checkpoint-every", "9", "--resume", "--target", "0.5"],
+        ] {
+            assert_eq!(id(same), base, "{same:?}");
+        }
+        assert_eq!(id(&["--sync", "asap"]), id(&["--sync", "asap", "--staleness", "0"]));
+        assert_ne!(id(&["--sync", "ssp"]), id(&["--sync", "ssp", "--staleness", "0"]));
+        assert_ne!(RunIdentity::new(&parse(&[]), 4), RunIdentity::new(&parse(&[]), 8), "the rank count is part of the run");
+        assert_eq!(RunIdentity::new(&parse(&[]), 4).config_id, RunIdentity::new(&parse(&[]), 8).config_id);
+    }
 }

@@ -184,8 +184,13 @@ pub fn rank_pids(key: &str, value: &str, rank: Option<usize>) -> Vec<u32> {
 
 /// `LAUNCHER -n N asap-train ARGS`, killed after `limit_s` seconds with every process of the job.
 pub fn mpirun(n: usize, args: &[&str], limit_s: u64) -> Job {
+    mpirun_env(n, args, &[], limit_s)
+}
+
+/// [`mpirun`] with extra environment variables for the ranks (e.g. `RUST_LOG`).
+pub fn mpirun_env(n: usize, args: &[&str], env: &[(&str, &str)], limit_s: u64) -> Job {
     let mut cmd = launch(n, limit_s);
-    cmd.args(args);
+    cmd.args(args).envs(env.iter().copied());
     let job = finish(cmd.output().expect("timeout(1) runs"));
     reap(&cmd, &job);
     job
