@@ -137,6 +137,12 @@ pub struct TrainConfig {
     /// (zero mean, unit variance) for dense data, none for sparse.
     #[arg(long, value_enum, default_value_t = Scaling::Auto, help_heading = "Data")]
     pub scale: Scaling,
+    /// How LIBSVM feature indices are numbered, as scikit-learn's load_svmlight_file: auto
+    /// (0-based when any index in the training or test file is 0), true (0 is the first
+    /// feature), false (LIBSVM's own convention: 1 is the first, and an index 0 is an error that
+    /// names these options; the default, so a 1-based file with a stray 0 is not misread).
+    #[arg(long, value_enum, default_value_t = crate::data::ZeroBased::False, help_heading = "Data")]
+    pub zero_based: crate::data::ZeroBased,
     /// Number of input features, if the data does not show the largest index (sparse data).
     #[arg(long, value_name = "D", help_heading = "Data")]
     pub features: Option<usize>,
@@ -173,9 +179,15 @@ pub struct TrainConfig {
     /// Examples per mini-batch on each rank.
     #[arg(long, value_name = "B", default_value_t = 32, help_heading = "Optimisation")]
     pub batch_size: usize,
-    /// Initial step size eta0.
+    /// Initial step size eta0. When not given it is chosen at start-up for the model and the
+    /// data (a short search on a sample of the training set, see src/train/step_search.rs; the
+    /// start line and the metrics say which); 0.3 for --lr-schedule adarevision's alpha.
     #[arg(long, value_name = "ETA", default_value_t = 0.3, value_parser = finite_f32, help_heading = "Optimisation")]
     pub lr: f32,
+    /// Whether --lr came from the command line or the config file (not stored).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub lr_given: bool,
     /// Step-size schedule: constant, inv-sqrt (eta0/sqrt(1+t), t = mini-batches), bottou
     /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch), adarevision (bosen's
     /// servers choose per-coordinate steps; eta0 is its alpha).
@@ -460,6 +472,7 @@ impl TrainConfig {
         let mut cfg: TrainConfig = serde_json::from_value(merged)?;
         cfg.config_file = file.map(|p| p.to_string_lossy().into_owned());
         cfg.lr_decay_given = on_command_line("lr_decay") || file_keys.iter().any(|k| k == "lr_decay");
+        cfg.lr_given = on_command_line("lr") || file_keys.iter().any(|k| k == "lr");
         cfg.check_applicable(&given)?;
         crate::cluster::apply(&mut cfg)?;
         cfg.validate()?;
@@ -554,8 +567,20 @@ impl TrainConfig {
         Self::merge(Some(path), TrainConfig::default(), None)
     }
 
+    /// Options that would be accepted and then do nothing (issue 27, "nothing silent").
+    fn check_inert_options(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.checkpoint_every == 0 || self.checkpoint_dir.is_some(),
+            "--checkpoint-every {} writes checkpoints into --checkpoint-dir DIR, which is not given",
+            self.checkpoint_every
+        );
+        anyhow::ensure!(self.max_rounds != Some(0), "--max-rounds 0 would stop before the first round: give at least 1 (or leave it out)");
+        Ok(())
+    }
+
     /// Checks settings that do not need the data; messages name the option to fix.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.check_inert_options()?;
         anyhow::ensure!(self.batch_size >= 1, "--batch-size must be at least 1");
         anyhow::ensure!(self.sync_every >= 1, "--sync-every must be at least 1");
         anyhow::ensure!(self.epochs >= 1, "--epochs must be at least 1");

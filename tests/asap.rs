@@ -45,7 +45,8 @@ fn barrier_and_asynchronous_variants_run_and_report_histograms() {
         let m = dir.join("m.jsonl");
         asap(4, &["--graph", "ring", "--notify", notify], &m).expect_ok();
         let sm = summary(&m);
-        assert!(sm["final_metric"].as_f64().unwrap() > 0.6, "{notify}: {sm}");
+        // Without NOTIFY-ACK's full reduce the schedule picks the messages: see `TRAINED`.
+        assert!(sm["final_metric"].as_f64().unwrap() > TRAINED, "{notify}: {sm}");
         let hist = sm["sync_metrics"]["consistency_histogram"].as_array().unwrap();
         let total: f64 = hist.iter().map(|v| v.as_f64().unwrap()).sum();
         assert_eq!(total, sm["rounds"].as_f64().unwrap() * 4.0, "{notify}: one histogram entry per reduce");
@@ -126,7 +127,8 @@ fn bounded_staleness_notify_ack_trains_and_records_the_ages_used() {
     assert_eq!(ages.len(), 3, "ages 0..=2: {sync}");
     assert_eq!(ages.iter().sum::<f64>(), 4.0 * rounds, "one age per message reduced: {sync}");
     assert!(ages[1] + ages[2] > 0.0, "a 3x straggler's receiver should reduce older messages: {sync}");
-    assert!(sm["final_metric"].as_f64().unwrap() > 0.7, "{sm}");
+    // The schedule picks the ages (histogram above): see `TRAINED`.
+    assert!(sm["final_metric"].as_f64().unwrap() > TRAINED, "{sm}");
 }
 
 #[test]
@@ -180,7 +182,8 @@ fn push_sum_trains_and_keeps_the_weights_summing_to_n() {
     let sm = summary(&m);
     let w = sm["sync_metrics"]["push_sum_weight_sum"].as_f64().unwrap();
     assert!((w - 4.0).abs() < 1e-9, "weights sum to {w}: {sm}");
-    assert!(sm["final_metric"].as_f64().unwrap() > 0.7, "{sm}");
+    // Push-sum never waits: the schedule picks what each rank folds in (see `TRAINED`).
+    assert!(sm["final_metric"].as_f64().unwrap() > TRAINED, "{sm}");
 }
 
 /// Push-sum's byte counters count what their names say: every share a rank sends is received

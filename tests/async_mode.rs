@@ -119,7 +119,8 @@ fn each_barrier_predicate_keeps_its_guarantee() {
     let (_, sm) = run("async");
     let sync = &sm["sync_metrics"];
     assert!(num(&sync["max_result_staleness"]) >= 2.0, "async results go stale with a straggler: {sync}");
-    assert!(num(&sm["final_metric"]) > 0.75, "{sm}");
+    // Which results are stale is the schedule's choice: see `TRAINED`.
+    assert!(num(&sm["final_metric"]) > TRAINED, "{sm}");
 }
 
 /// bsp applies each round's results together, in worker order: model averaging, as allreduce

@@ -91,6 +91,7 @@ fn option_cases(f: &Files) -> Vec<Case> {
         ("--target-on", "best-rank"),
         ("--lr-schedule", "cosine"),
         ("--scale", "minmax"),
+        ("--zero-based", "maybe"),
     ] {
         add(&format!("{opt} {v}"), 1, &[opt, v], &[opt, v]);
     }
@@ -126,6 +127,8 @@ fn option_cases(f: &Files) -> Vec<Case> {
     let misfit = f.file("misfit.toml", "sync = \"allreduce\"\ngraph = \"ring\"\n");
     add("config with an option of another mode", 1, &["--config", &misfit], &["--graph applies to --sync asap", "misfit.toml:2:1"]);
     add("unknown flag", 1, &["--learning-rate", "0.1"], &["--learning-rate"]);
+    add("--checkpoint-every without --checkpoint-dir", 1, &["--checkpoint-every", "5"], &["--checkpoint-every", "--checkpoint-dir"]);
+    add("--max-rounds 0", 1, &["--max-rounds", "0"], &["--max-rounds"]);
     add("--resume without --checkpoint-dir", 1, &["--resume"], &["--resume", "--checkpoint-dir"]);
     add("--auto-resume without --checkpoint-dir", 1, &["--auto-resume"], &["--auto-resume", "--checkpoint-dir"]);
     add("--resume with an empty directory", 1, &["--resume", "--checkpoint-dir", &f.path("empty-ck")], &["--resume", "empty-ck"]);
@@ -195,6 +198,33 @@ fn file_cases(f: &Files) -> Vec<Case> {
         let p = f.file(name, text);
         data(&format!("libsvm {name}"), 1, &p, &svm, &[needle]);
     }
+    // SVMlight as scikit-learn reads it (issue 27): the multilabel form and a comma after the
+    // label are refused with what they are; a 0 index names --zero-based; a token quoted in an
+    // error is cut (a 1 MiB line of NUL bytes must not be echoed whole).
+    for (name, text, needles) in [
+        ("svmlight-multilabel.svm", "1,0 2:2.5\n", &["svmlight-multilabel.svm:1:1", "multilabel"][..]),
+        ("svmlight-comma.svm", "1, 2:2.5\n", &["svmlight-comma.svm:1:1", "comma"][..]),
+        ("svmlight-zero-index.svm", "+1 0:1 2:1\n-1 1:1\n", &["svmlight-zero-index.svm:1:4", "--zero-based"][..]),
+    ] {
+        let p = f.file(name, text);
+        data(&format!("libsvm {name}"), 1, &p, &svm, needles);
+    }
+    // A binary model on labels that all read as one class (issue 27: logreg on labels 1-4 scored
+    // 100 %) is refused with the fix.
+    let one_class = f.file("labels-1-to-4.svm", "1 1:0.5\n2 2:1\n3 1:1\n4 2:0.3\n");
+    data("logreg on labels 1-4", 2, &one_class, &["--model", "logreg"], &["labels-1-to-4.svm", "one class", "--label-threshold"]);
+    let nul = f.path("nul-line.svm");
+    std::fs::write(&nul, [vec![0u8; 1 << 20], b" 1:1\n".to_vec()].concat()).unwrap();
+    data("libsvm 1 MiB NUL label", 2, &nul, &svm, &["nul-line.svm:1:1", "... (1048576 bytes)"]);
+    // Compressed LIBSVM is read (IDX is read compressed too); its errors name the file given.
+    let gz = f.path("bad-label.svm.gz");
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut enc, b"+1 1:0.5\nyes 1:1\n").unwrap();
+    std::fs::write(&gz, enc.finish().unwrap()).unwrap();
+    data("gzip libsvm with a bad label", 2, &gz, &svm, &["bad-label.svm.gz (decompressed):2:1", "label"]);
+    let broken = f.path("broken.svm.gz");
+    std::fs::write(&broken, [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 1, 2, 3]).unwrap();
+    data("corrupt gzip libsvm", 2, &broken, &svm, &["broken.svm.gz", "cannot be decompressed"]);
     let mf = ["--model", "mf"];
     for (name, text, needle) in [
         ("bad-fields.ratings", "0 1 4\n1 2\n", "bad-fields.ratings:2:"),

@@ -64,9 +64,9 @@ fn the_filter_keeps_residuals_and_every_copy_ends_equal() {
     assert!(num(g, "final_group_disagreement") < 1e-4, "the groups' copies differ after the flush: {g}");
     assert!(num(g, "wan_bytes_sent") < num(g, "lan_bytes_sent"), "{g}");
     assert!(num(g, "mirror_lag_max") <= 2.0, "{g}");
-    // Gaia's timing decides which updates cross when, so the accuracy varies between runs:
-    // 0.7725 to above 0.78 in our suite runs. 0.75 still says it trained (chance is 0.10).
-    assert!(num(&sm, "final_metric") > 0.75, "{sm}");
+    // Gaia's timing decides which updates cross when, so the accuracy varies between runs
+    // (0.7725 to above 0.78 in our suite runs): see `TRAINED`.
+    assert!(num(&sm, "final_metric") > TRAINED, "{sm}");
 }
 
 /// §4.4's soft threshold: on an idle link (here shared memory, nothing queued between clocks)
@@ -168,7 +168,7 @@ fn asap_inside_the_groups_trains() {
     let g = &sm["sync_metrics"];
     assert!(num(g, "final_group_disagreement") < 1e-4, "{g}");
     assert!(num(g, "significant_updates") > 0.0 && num(g, "wan_bytes_sent") > 0.0, "{g}");
-    assert!(num(&sm, "final_metric") > 0.75, "{sm}");
+    assert!(num(&sm, "final_metric") > TRAINED, "{sm}");
     let start = metrics(&m).into_iter().find(|v| v["event"] == "start").expect("a start line");
     assert_eq!(start["sync_info"]["gaia_inner"], "asap", "{start}");
     assert_eq!(start["sync_info"]["inner"]["report"]["nodes"], 2, "the inner graph spans a group: {start}");
@@ -217,7 +217,7 @@ fn asap_inside_resumes_and_still_ends_with_equal_copies() {
     assert_eq!(num(g, "inner_rounds"), 6.0 * after, "{g}");
     assert!(num(g, "inner_correction_max") > 1e-4, "{g}");
     assert!(num(g, "final_group_disagreement") < 1e-4, "{g}");
-    assert!(num(&sm, "final_metric") > 0.75, "{sm}");
+    assert!(num(&sm, "final_metric") > TRAINED, "{sm}");
 }
 
 /// Bad --gaia-inner combinations fail on every rank with a message naming the flag and group.

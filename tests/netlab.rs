@@ -96,5 +96,6 @@ fn gaia_over_delayed_shaped_namespaces() {
     assert_eq!(relay["delay_ms"].as_f64().unwrap(), DELAY_MS, "{relay}");
     let frames: f64 = relay["links"].as_array().unwrap().iter().map(|l| l["frames"].as_f64().unwrap()).sum();
     assert!(frames > 0.0, "{relay}");
-    assert!(sm["final_metric"].as_f64().unwrap() > 0.7, "{sm}");
+    // Gaia over a delayed link: the schedule decides which updates cross when (see `TRAINED`).
+    assert!(sm["final_metric"].as_f64().unwrap() > TRAINED, "{sm}");
 }

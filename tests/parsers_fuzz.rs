@@ -189,7 +189,7 @@ fn libsvm_planted_defects_are_named_and_clean_files_parse_exactly() {
                 (r, want) => prop_assert!(false, "expected defect {:?}, got {:?}\n{}", want, r.as_ref().map(|d| d.len()), textv.join("\n")),
             }
             // Several ranks: each shard parses or names a defect of its own.
-            let parts = timed("sharded read_libsvm", || shards(path, nranks, |r| text::read_libsvm_range(path, r, None)));
+            let parts = timed("sharded read_libsvm", || shards(path, nranks, |r| text::read_libsvm_range(path, r, None, asap_train::data::ZeroBased::False)));
             let mut rows = 0;
             for p in &parts {
                 match p {
@@ -227,7 +227,7 @@ fn libsvm_noise_never_panics_and_errors_name_an_existing_line() {
         .run(&(noise(SVM_ALPHABET, 120), 1usize..=3), |(bytes, nranks)| {
             std::fs::write(path, &bytes).unwrap();
             let nlines = bytes.split(|&b| b == b'\n').count();
-            for p in timed("noise read_libsvm", || shards(path, nranks, |r| text::read_libsvm_range(path, r, None))) {
+            for p in timed("noise read_libsvm", || shards(path, nranks, |r| text::read_libsvm_range(path, r, None, asap_train::data::ZeroBased::False))) {
                 match p {
                     Ok(ds) => {
                         let Features::Sparse(c) = &ds.features else { panic!() };

@@ -47,10 +47,9 @@ fn staleness_bound_holds_with_a_straggler() {
     // Every rank reads every shard once per clock.
     let rounds = sm["rounds"].as_f64().unwrap();
     assert_eq!(sync["reads"].as_f64().unwrap(), rounds * 4.0 * 4.0, "{sync}");
-    // A floor that only says it trained (chance is 0.10): with a straggler, which stale
-    // versions DynSGD folds depends on timing, and one suite run ended at 0.7372 (ranks' own
-    // models 0.74-0.79) where others end above 0.75.
-    assert!(sm["final_metric"].as_f64().unwrap() > 0.70, "{sm}");
+    // With a straggler, which stale versions DynSGD folds depends on timing, and one suite run
+    // ended at 0.7372 (ranks' own models 0.74-0.79) where others end above 0.75: see `TRAINED`.
+    assert!(sm["final_metric"].as_f64().unwrap() > TRAINED, "{sm}");
 }
 
 fn read_model(p: &std::path::Path) -> Vec<f32> {

@@ -292,8 +292,10 @@ fn target_reports_the_first_evaluation_that_reached_it() {
         let m = dir.join(format!("m{target}.jsonl"));
         let job = mpirun(
             2,
+            // A fixed step (not the start-up search's): the target must be crossed after the first
+            // evaluation, which depends on how fast the first 10 rounds learn.
             &["train", "--data", &data, "--test-fraction", "0.2", "--sync", "allreduce", "--epochs", "1", "--eval-every", "10",
-              "--target", target, "--metrics", s(&m)],
+              "--lr", "0.3", "--target", target, "--metrics", s(&m)],
             120,
         )
         .expect_ok();

@@ -3,21 +3,20 @@
 //! the timeout the job is aborted with a message naming the ranks that never reached it.
 //!
 //! Naming them needs no answer from them: each rank keeps, in its own words of a small one-sided
-//! window (local stores, no MPI call), the number of collectives it has entered and a heartbeat
-//! it bumps while it polls one. A rank that times out reads every rank's words, twice, 100 ms
-//! apart. Ranks whose count is below its own never arrived; ranks that arrived but whose
-//! heartbeat stands still are stopped or hung inside the collective (a collective can complete
-//! on some ranks and not on others, so "arrived" alone does not clear a rank).
+//! window (local stores, no MPI call), the number of collectives it has entered, a heartbeat it
+//! bumps while it polls one, and a sign of life bumped every [`LIFE_BEAT`] by a thread of its own
+//! (a SIGSTOPped process stops all its threads; a rank that is merely busy elsewhere, or starved
+//! of CPU on a loaded machine, keeps it moving). A rank that times out watches every rank's words
+//! for [`WATCH`] and names only the ranks whose sign of life stood still (stopped) or that do
+//! not answer the read. A rank that is alive is not blamed, behind or not (one that completed the
+//! collective may be computing its next step, which a stuck one cannot be told from): it is not to blame: under load (two CPU burners beside a 3-rank job) a rank can miss a 3 s
+//! deadline while computing its step or evaluating, and blaming it named the wrong ranks. When
+//! every rank lives, the wait goes on for another timeout, up to [`MAX_EXTENSIONS`] times while
+//! no rank is found stopped; after that the job ends saying that it cannot tell who holds it up.
 //!
-//! How to read depends on the MPI (both measured with a SIGSTOPped rank, tests/deadline.rs):
-//! Open MPI's osc/ucx completes `MPI_Get` + `MPI_Win_flush` without the target's help, so a
-//! stopped rank is read and found standing still (its `MPI_Rget` requests, by contrast, often
-//! did not complete within 0.5 s even from live ranks). MPICH 4.0.2 (ch4:ucx) completes a get
-//! only while the target calls into MPI, and a flush towards a stopped rank never returns; there
-//! each read is an `MPI_Rget` polled for at most [`READ_LIMIT`], and a rank that does not answer
-//! is named as unreadable (stopped or hung).
-
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mpi::request::{Request, Scope};
@@ -30,6 +29,71 @@ struct Armed {
     board: Window,
     entered: u64,
     timeout: Duration,
+    life: Option<LifeBeat>,
+}
+
+/// Board words (u64 offsets): collectives entered, polling heartbeat, sign of life.
+const ENTERED: usize = 0;
+const POLLING: usize = 8;
+const LIFE: usize = 16;
+/// How often the sign-of-life thread bumps its word (cheap: one atomic store).
+const LIFE_BEAT: Duration = Duration::from_millis(20);
+/// How long a timed-out rank watches the board. A starved but running process gets the CPU
+/// many times a second even beside two nice-0 CPU burners at nice 19 (CFS gives it ~1.5 % in
+/// slices of a few ms), so a sign of life that stands still for 1 s means a stopped process.
+const WATCH: Duration = Duration::from_secs(1);
+/// Extra timeouts waited while every rank lives but the collective does not complete (a
+/// mismatch of collectives between ranks would otherwise hang the job).
+const MAX_EXTENSIONS: u32 = 10;
+
+/// The thread that bumps this rank's sign-of-life word; stopped (joined) before the window is
+/// freed.
+struct LifeBeat {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The board's sign-of-life word, handed to the beating thread.
+struct LifeWord(*const AtomicU64);
+// SAFETY: the pointer is into this rank's window memory, which stays allocated until `LifeBeat`
+// is dropped, and that drop joins the thread first (see `Armed`'s field order and `Drop`). The
+// word is only touched through atomic operations, so sharing it with the thread is sound.
+unsafe impl Send for LifeWord {}
+
+impl LifeBeat {
+    fn start(board: &Window) -> LifeBeat {
+        let word = LifeWord(board.local_atomic_u64(LIFE));
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("deadline-life".into())
+            .spawn(move || {
+                let word = word;
+                while !flag.load(Ordering::Relaxed) {
+                    // SAFETY: see `LifeWord`: the window outlives this thread.
+                    unsafe { (*word.0).fetch_add(1, Ordering::Release) };
+                    std::thread::sleep(LIFE_BEAT);
+                }
+            })
+            .ok();
+        LifeBeat { stop, thread }
+    }
+}
+
+impl Drop for LifeBeat {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        // The thread writes into the board's memory: stop it before the board is freed.
+        self.life.take();
+    }
 }
 
 thread_local! {
@@ -39,8 +103,9 @@ thread_local! {
 
 /// Collective: from now on collectives time out after `timeout`. Replaces an earlier arming.
 pub fn arm(comm: &SimpleCommunicator, timeout: Duration) -> RmaResult<()> {
-    let board = Window::allocate(comm, 16)?;
-    ARMED.with(|a| *a.borrow_mut() = Some(Armed { board, entered: 0, timeout }));
+    let board = Window::allocate(comm, 24)?;
+    let life = Some(LifeBeat::start(&board));
+    ARMED.with(|a| *a.borrow_mut() = Some(Armed { board, entered: 0, timeout, life }));
     Ok(())
 }
 
@@ -59,16 +124,18 @@ pub fn enter() {
     ARMED.with(|a| {
         if let Some(a) = a.borrow_mut().as_mut() {
             a.entered += 1;
-            a.board.store_u64(0, a.entered);
+            a.board.store_u64(ENTERED, a.entered);
         }
     });
 }
 
-/// Polls `req` until it completes; past the deadline aborts the job naming the ranks that have
-/// not entered this collective. `what` names the collective for the message.
+/// Polls `req` until it completes; past the deadline aborts the job naming the ranks that hold
+/// it up (see the module comment for when it waits longer). `what` names the collective.
 pub fn wait<'a, D: ?Sized, S: Scope<'a>>(mut req: Request<'a, D, S>, what: &str) {
     let timeout = ARMED.with(|a| a.borrow().as_ref().map(|a| a.timeout)).unwrap_or(Duration::MAX);
     let start = Instant::now();
+    let mut deadline = timeout;
+    let mut extensions = 0;
     // Collectives advance only while ranks call into MPI: yield rather than sleep for a while.
     let mut backoff = Backoff::with_yield_window(Duration::from_millis(20));
     loop {
@@ -77,10 +144,15 @@ pub fn wait<'a, D: ?Sized, S: Scope<'a>>(mut req: Request<'a, D, S>, what: &str)
             Err(r) => req = r,
         }
         beat();
-        if start.elapsed() > timeout {
-            // rsmpi panics when an unfinished request is dropped; the job ends right here.
-            std::mem::forget(req);
-            super::abort_job(&missing_ranks_message(what, start.elapsed()), 4);
+        if start.elapsed() > deadline {
+            let verdict = diagnose(what, start.elapsed());
+            if verdict.blamed || extensions >= MAX_EXTENSIONS {
+                // rsmpi panics when an unfinished request is dropped; the job ends right here.
+                std::mem::forget(req);
+                super::abort_job(&verdict.message, 4);
+            }
+            extensions += 1;
+            deadline = start.elapsed() + timeout;
         }
         backoff.pause();
     }
@@ -90,7 +162,7 @@ pub fn wait<'a, D: ?Sized, S: Scope<'a>>(mut req: Request<'a, D, S>, what: &str)
 fn beat() {
     ARMED.with(|a| {
         if let Some(a) = a.borrow().as_ref() {
-            a.board.store_u64(8, a.board.load_u64(8).wrapping_add(1));
+            a.board.store_u64(POLLING, a.board.load_u64(POLLING).wrapping_add(1));
         }
     });
 }
@@ -100,60 +172,109 @@ fn beat() {
 /// target's progress for a get (MPICH) uses it up.
 const READ_LIMIT: Duration = Duration::from_millis(500);
 
-/// Every rank's (collectives entered, heartbeat), or None where the read failed or did not
+/// Every rank's (collectives entered, polling heartbeat, sign of life), or None where the read failed or did not
 /// complete within [`READ_LIMIT`].
-fn read_board(board: &Window) -> Vec<Option<[u64; 2]>> {
+fn read_board(board: &Window) -> Vec<Option<[u64; 3]>> {
     let polled = super::library() == super::MpiLibrary::Mpich;
     (0..board.size())
         .map(|r| {
             if polled {
-                board.get_within::<u64>(r, 0, 2, READ_LIMIT).ok().flatten().map(|w| [w[0], w[1]])
+                board.get_within::<u64>(r, 0, 3, READ_LIMIT).ok().flatten().map(|w| [w[0], w[1], w[2]])
             } else {
-                let mut words = [0u64; 2];
+                let mut words = [0u64; 3];
                 board.get(r, 0, &mut words).ok().map(|_| words)
             }
         })
         .collect()
 }
 
-fn missing_ranks_message(what: &str, waited: Duration) -> String {
+/// What a timed-out rank found on the board.
+struct Verdict {
+    /// Some rank was found stopped, hung or unreadable (named in `message`).
+    blamed: bool,
+    message: String,
+}
+
+/// Watches every rank's board words for [`WATCH`] and says which ranks hold `what` up.
+fn diagnose(what: &str, waited: Duration) -> Verdict {
     ARMED.with(|a| {
         let a = a.borrow();
-        let Some(a) = a.as_ref() else { return format!("{what} did not complete") };
+        let Some(a) = a.as_ref() else {
+            return Verdict { blamed: true, message: format!("{what} did not complete") };
+        };
         let first = read_board(&a.board);
         // Keep beating while we watch the others, so we do not look stopped to them.
         let t = Instant::now();
         // Calling into MPI meanwhile serves the others' reads of our board where the MPI needs
         // the target's help for them (MPICH).
-        while t.elapsed() < Duration::from_millis(100) {
-            a.board.store_u64(8, a.board.load_u64(8).wrapping_add(1));
+        while t.elapsed() < WATCH {
+            a.board.store_u64(POLLING, a.board.load_u64(POLLING).wrapping_add(1));
             let _ = a.board.progress();
             std::thread::sleep(Duration::from_millis(5));
         }
         let second = read_board(&a.board);
-        let mut named = Vec::new();
-        let mut how = Vec::new();
-        for (r, (x, y)) in first.iter().zip(&second).enumerate() {
-            match (x, y) {
-                (Some([n, _]), _) if *n < a.entered => {
-                    named.push(r);
-                    how.push(format!("rank {r} never reached it (at collective {n} of {})", a.entered));
-                }
-                (Some([_, b1]), Some([_, b2])) if b1 == b2 && r as i32 != a.board.rank() => {
-                    named.push(r);
-                    how.push(format!("rank {r} reached it but stands still (stopped or hung)"));
-                }
-                (None, _) | (_, None) => {
-                    named.push(r);
-                    how.push(format!("rank {r} does not answer a one-sided read within {:.1} s (stopped or hung)", READ_LIMIT.as_secs_f64()));
-                }
-                _ => {}
-            }
-        }
-        format!(
-            "{what} did not complete within {:.1} s (--wait-timeout): rank(s) {named:?} hold it up: {}",
-            waited.as_secs_f64(),
-            if how.is_empty() { "no rank found behind or standing still".to_owned() } else { how.join("; ") }
-        )
+        judge(what, waited, a.entered, a.board.rank() as usize, &first, &second)
     })
+}
+
+/// The verdict from two reads of the board [`WATCH`] apart (`me` entered `entered` collectives).
+fn judge(what: &str, waited: Duration, entered: u64, me: usize, first: &[Option<[u64; 3]>], second: &[Option<[u64; 3]>]) -> Verdict {
+    let (mut named, mut how, mut notes) = (Vec::new(), Vec::new(), Vec::new());
+    let watch = WATCH.as_secs_f64();
+    for (r, (x, y)) in first.iter().zip(second).enumerate() {
+        if r == me {
+            continue;
+        }
+        let (Some([_, _, l1]), Some([n2, _, l2])) = (x, y) else {
+            named.push(r);
+            how.push(format!("rank {r} does not answer a one-sided read within {:.1} s (stopped or hung)", READ_LIMIT.as_secs_f64()));
+            continue;
+        };
+        if l1 == l2 {
+            named.push(r);
+            let at = if *n2 < entered { format!("before it, at collective {n2} of {entered}") } else { "inside it".to_owned() };
+            how.push(format!("rank {r} shows no sign of life for {watch:.1} s, {at} (stopped)"));
+        } else if *n2 < entered {
+            notes.push(format!("rank {r} runs but is still before it (collective {n2} of {entered})"));
+        }
+    }
+    let message = if named.is_empty() {
+        let seen = if notes.is_empty() { "every rank runs and polls".to_owned() } else { notes.join("; ") };
+        format!(
+            "{what} did not complete within {:.1} s (--wait-timeout and {MAX_EXTENSIONS} extensions while every rank showed signs of life): cannot tell which rank holds it up: {seen}",
+            waited.as_secs_f64()
+        )
+    } else {
+        format!("{what} did not complete within {:.1} s (--wait-timeout): rank(s) {named:?} hold it up: {}", waited.as_secs_f64(), how.join("; "))
+    };
+    Verdict { blamed: !named.is_empty(), message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a rank without a sign of life (or that does not answer) is named; a live rank that
+    /// is behind (busy, or starved by the OS) or past it (computing its next step) is not.
+    #[test]
+    fn only_stopped_ranks_are_named() {
+        let w = Duration::from_secs(3);
+        // Rank 0 behind but alive, rank 1 stopped inside, rank 2 (me) waiting.
+        let first = [Some([4, 10, 100]), Some([5, 7, 50]), Some([5, 1, 1])];
+        let second = [Some([4, 10, 140]), Some([5, 7, 50]), Some([5, 1, 1])];
+        let v = judge("an allreduce", w, 5, 2, &first, &second);
+        assert!(v.blamed && v.message.contains("rank(s) [1]") && v.message.contains("inside it"), "{}", v.message);
+        // Rank 1 stopped before reaching it, rank 2 done with it and computing: only rank 1.
+        let first = [Some([5, 10, 100]), Some([4, 7, 50]), Some([5, 1, 1])];
+        let second = [Some([5, 12, 140]), Some([4, 7, 50]), Some([5, 1, 9])];
+        let v = judge("an allreduce", w, 5, 0, &first, &second);
+        assert!(v.blamed && v.message.contains("rank(s) [1]") && v.message.contains("before it"), "{}", v.message);
+        // Everyone alive: nobody is blamed, and the message says it cannot tell.
+        let second = [Some([5, 12, 140]), Some([4, 7, 90]), Some([5, 1, 3])];
+        let v = judge("an allreduce", w, 5, 0, &first, &second);
+        assert!(!v.blamed && v.message.contains("cannot tell") && v.message.contains("rank 1 runs but is still before it"), "{}", v.message);
+        // An unreadable rank is named.
+        let v = judge("an allreduce", w, 5, 0, &[Some([5, 1, 1]), None], &[Some([5, 1, 1]), None]);
+        assert!(v.blamed && v.message.contains("rank(s) [1]"), "{}", v.message);
+    }
 }

@@ -480,6 +480,15 @@ impl Window {
         cell.load(Ordering::Acquire)
     }
 
+    /// The u64 at `offset` of the local window as an atomic cell, for a thread of this process
+    /// that must update it without borrowing the window (the caller keeps the window alive for
+    /// as long as it uses the pointer). Panics if misaligned or out of bounds.
+    pub fn local_atomic_u64(&self, offset: usize) -> *const AtomicU64 {
+        self.check_local(offset, 8, 8);
+        // SAFETY: in bounds and aligned (checked above); only a pointer is formed here.
+        unsafe { self.base.add(offset) as *const AtomicU64 }
+    }
+
     /// Atomic (release) store of a u64 at `offset` of the local window.
     pub fn store_u64(&self, offset: usize, value: u64) {
         self.check_local(offset, 8, 8);

@@ -242,6 +242,8 @@ pub struct LoadOptions {
     pub labels_path: Option<String>,
     /// Declared feature count (sparse data whose shard may not show the largest index).
     pub features: Option<usize>,
+    /// How LIBSVM indices are numbered.
+    pub zero_based: ZeroBased,
 }
 
 /// Guesses the format from the file name: `.h5`/`.hdf5` -> hdf5; `-ubyte`, `.idx*` (optionally
@@ -264,6 +266,41 @@ pub fn detect_format(path: &str) -> Result<Format, DataError> {
     })
 }
 
+/// How LIBSVM feature indices are numbered (`--zero-based`, as scikit-learn's
+/// `load_svmlight_file(zero_based=...)`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ZeroBased {
+    /// 0-based when any index of the file (training and test files together) is 0, else 1-based.
+    Auto,
+    /// Index 0 is the first feature.
+    True,
+    /// Index 1 is the first feature; 0 is an error (LIBSVM's own convention).
+    #[default]
+    False,
+}
+
+/// `--zero-based auto` after every rank read its shards with indices kept as read: when no
+/// shard (`saw_zero` says whether any rank saw a 0) holds a 0 the files were 1-based, so every
+/// column moves down by one. Returns whether they were 0-based.
+pub fn one_based_after_all(sets: &mut [&mut Dataset], saw_zero: bool) -> bool {
+    if saw_zero {
+        return true;
+    }
+    for d in sets.iter_mut() {
+        if let Features::Sparse(c) = &mut d.features {
+            c.indices.iter_mut().for_each(|i| *i -= 1);
+            c.ncols = c.ncols.saturating_sub(1);
+        }
+    }
+    false
+}
+
+/// Whether a sparse set holds column 0 (an index 0 as read, under --zero-based auto).
+pub fn has_column_zero(d: &Dataset) -> bool {
+    matches!(&d.features, Features::Sparse(c) if c.indices.contains(&0))
+}
+
 /// Reads shard `rank` of `nranks` of a data file. A shard may be empty (more ranks than
 /// examples); the caller decides, collectively, whether that is an error.
 pub fn load_shard(path: &str, opts: &LoadOptions, rank: usize, nranks: usize) -> Result<Dataset, DataError> {
@@ -273,7 +310,7 @@ pub fn load_shard(path: &str, opts: &LoadOptions, rank: usize, nranks: usize) ->
     };
     check_regular(path)?;
     let d = match format {
-        Format::Libsvm => text::read_libsvm(path, rank, nranks, opts.features)?,
+        Format::Libsvm => text::read_libsvm_based(path, rank, nranks, opts.features, opts.zero_based)?,
         Format::Ratings => text::read_ratings(path, rank, nranks)?,
         Format::Idx => idx::read_idx(path, opts.labels_path.as_deref(), rank, nranks)?,
         Format::Hdf5 => h5::read_h5(path, rank, nranks)?,

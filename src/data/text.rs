@@ -17,7 +17,7 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 
-use super::{Csr, DataError, Dataset, Features};
+use super::{Csr, DataError, Dataset, Features, ZeroBased};
 
 /// Read buffer for the streaming passes.
 const BUF: usize = 1 << 20;
@@ -247,20 +247,28 @@ pub fn line_number(path: &str, offset: u64) -> usize {
     n
 }
 
-/// Splits a line into (column, token) pairs, columns 1-based, stopping at '#'.
+/// Splits a line into (column, token) pairs, columns 1-based, stopping at '#'. Commas separate
+/// tokens too (ratings files may be CSV).
 fn tokens(line: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    split_tokens(line, true)
+}
+
+/// Tokens separated by blanks only (SVMlight: a comma belongs to a multilabel label, and
+/// scikit-learn refuses `1, 2:2.5`, so it is never a separator there).
+fn split_tokens(line: &[u8], commas: bool) -> impl Iterator<Item = (usize, &[u8])> {
     let end = line.iter().position(|&b| b == b'#').unwrap_or(line.len());
     let line = &line[..end];
+    let sep = move |b: u8| b == b' ' || b == b'\t' || b == b'\r' || (commas && b == b',');
     let mut i = 0;
     std::iter::from_fn(move || {
-        while i < line.len() && (line[i] == b' ' || line[i] == b'\t' || line[i] == b'\r' || line[i] == b',') {
+        while i < line.len() && sep(line[i]) {
             i += 1;
         }
         if i >= line.len() {
             return None;
         }
         let s = i;
-        while i < line.len() && !matches!(line[i], b' ' | b'\t' | b'\r' | b',') {
+        while i < line.len() && !sep(line[i]) {
             i += 1;
         }
         Some((s + 1, &line[s..i]))
@@ -312,19 +320,90 @@ fn for_each_line(path: &str, range: TextRange, mut f: impl FnMut(&[u8]) -> Resul
     }
 }
 
+/// Bytes of a token quoted in an error message at most; longer tokens are cut (a 50 MB line of
+/// NUL bytes once made 105 MB of stderr).
+const SHOW_BYTES: usize = 40;
+
+/// A token as quoted in an error message: cut to [`SHOW_BYTES`], saying how long it was.
 fn show(t: &[u8]) -> String {
-    String::from_utf8_lossy(t).into_owned()
+    if t.len() <= SHOW_BYTES {
+        return String::from_utf8_lossy(t).into_owned();
+    }
+    format!("{}... ({} bytes)", String::from_utf8_lossy(&t[..SHOW_BYTES]), t.len())
+}
+
+/// Why a LIBSVM label token is not a number, with the fix where one is known.
+fn label_error(lab: &[u8], why: &str) -> String {
+    if lab.contains(&b',') {
+        let parts: Vec<&[u8]> = lab.split(|&b| b == b',').collect();
+        if parts.len() > 1 && parts.iter().all(|p| parse_finite(p).is_ok()) {
+            return format!(
+                "the label {:?} is a multilabel list (scikit-learn's multilabel SVMlight form), which training cannot use: give one label per line",
+                show(lab)
+            );
+        }
+        return format!("cannot use the label {:?}: a comma is not part of a label (write `1 2:2.5`, not `1, 2:2.5`)", show(lab));
+    }
+    format!("cannot use the label {:?}: {why} (expected a finite number such as +1, -1 or 3)", show(lab))
+}
+
+/// A gzip-compressed text file decompressed into a private temporary file (removed on drop).
+/// The text readers shard by byte offsets, which a gzip stream cannot seek to; IDX files are read
+/// compressed, so compressed LIBSVM and ratings files are read too. Each rank decompresses the
+/// whole file once (it needs the file's size in temporary space: `TMPDIR` chooses where).
+pub struct Gunzipped {
+    path: std::path::PathBuf,
+}
+
+impl Gunzipped {
+    /// The decompressed file.
+    pub fn path(&self) -> &str {
+        self.path.to_str().unwrap_or_default()
+    }
+}
+
+impl Drop for Gunzipped {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// `Some` decompressed copy when `path` starts with the gzip magic bytes, None for plain text.
+pub fn gunzip_if_compressed(path: &str) -> Result<Option<Gunzipped>, DataError> {
+    let (mut f, _) = open(path)?;
+    let mut magic = [0u8; 2];
+    let gz = f.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
+    if !gz {
+        return Ok(None);
+    }
+    f.seek(SeekFrom::Start(0)).map_err(|e| DataError::io(path, &e))?;
+    static SERIAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = Gunzipped { path: std::env::temp_dir().join(format!("asap-train-{}-{k}.gunzipped", std::process::id())) };
+    let mut w = std::io::BufWriter::new(File::create(&out.path).map_err(|e| DataError::io(out.path(), &e))?);
+    let mut r = flate2::read::MultiGzDecoder::new(BufReader::new(f));
+    std::io::copy(&mut r, &mut w)
+        .and_then(|_| std::io::Write::flush(&mut w))
+        .map_err(|e| DataError::at(path, &format!("starts like a gzip file but cannot be decompressed: {e} (a truncated or corrupt .gz?)")))?;
+    Ok(Some(out))
 }
 
 /// Reads this rank's shard of a LIBSVM/SVMlight file (balanced by examples, see the module
 /// documentation) into sparse rows (0-based columns).
 pub fn read_libsvm(path: &str, rank: usize, nranks: usize, width: Option<usize>) -> Result<Dataset, DataError> {
-    let range = if nranks == 1 { whole(path)? } else { plan_serial(path, nranks)?[rank] };
-    read_libsvm_range(path, range, width)
+    read_libsvm_based(path, rank, nranks, width, ZeroBased::False)
 }
 
-/// Pass 3: parses the LIBSVM examples in `range`.
-pub fn read_libsvm_range(path: &str, range: TextRange, width: Option<usize>) -> Result<Dataset, DataError> {
+/// [`read_libsvm`] with the index base chosen (see [`ZeroBased`]).
+pub fn read_libsvm_based(path: &str, rank: usize, nranks: usize, width: Option<usize>, zero: ZeroBased) -> Result<Dataset, DataError> {
+    let range = if nranks == 1 { whole(path)? } else { plan_serial(path, nranks)?[rank] };
+    read_libsvm_range(path, range, width, zero)
+}
+
+/// Pass 3: parses the LIBSVM examples in `range`. With `zero` true or auto, index i is column i
+/// (0 allowed); the caller of auto shifts every column down by one when no rank saw a 0
+/// ([`super::one_based_after_all`]). With false, index i is column i - 1 and 0 is refused.
+pub fn read_libsvm_range(path: &str, range: TextRange, width: Option<usize>, zero: ZeroBased) -> Result<Dataset, DataError> {
     if let Some(w) = width {
         if w as u64 > MAX_FEATURE_INDEX {
             return Err(DataError::at(path, &format!("--features {w} is above the largest supported feature index {MAX_FEATURE_INDEX}")));
@@ -333,12 +412,11 @@ pub fn read_libsvm_range(path: &str, range: TextRange, width: Option<usize>) -> 
     let mut csr = Csr { indptr: vec![0], ..Default::default() };
     let mut labels = Vec::new();
     for_each_line(path, range, |line| {
-        let mut toks = tokens(line);
+        let mut toks = split_tokens(line, false);
         let Some((c, lab)) = toks.next() else { return Ok(()) };
-        let y = parse_finite(lab).map_err(|why| {
-            (c, format!("cannot use the label {:?}: {why} (expected a finite number such as +1, -1 or 3)", show(lab)))
-        })?;
-        let mut last: u64 = 0;
+        let y = parse_finite(lab).map_err(|why| (c, label_error(lab, why)))?;
+        let first = if zero == ZeroBased::False { 1 } else { 0 };
+        let mut last: Option<u64> = None;
         for (c, t) in toks {
             if t.starts_with(b"qid:") {
                 continue;
@@ -348,28 +426,33 @@ pub fn read_libsvm_range(path: &str, range: TextRange, width: Option<usize>) -> 
             let idx: u64 = match parse_num(it) {
                 Some(i) => i,
                 None if !it.is_empty() && it.iter().all(u8::is_ascii_digit) => u64::MAX,
-                None if parse_num::<i64>(it).is_some() => 0,
+                None if parse_num::<i64>(it).is_some() => {
+                    return Err((c, format!("feature index {} in {:?} is negative: indices are 1-based (0-based with --zero-based true)", show(it), show(t))));
+                }
                 None => return Err((c, format!("expected index:value with an integer index, found {:?}", show(t)))),
             };
-            if idx < 1 {
-                return Err((c, format!("feature index {} in {:?}: indices are 1-based (the first feature is 1)", show(it), show(t))));
+            if idx < first {
+                let fix = if zero == ZeroBased::False { " (the first feature is 1; --zero-based auto or true reads 0-based files)" } else { "" };
+                return Err((c, format!("feature index {} in {:?}: indices are {}-based{fix}", show(it), show(t), first)));
             }
             if idx > MAX_FEATURE_INDEX {
                 return Err((c, format!("feature index {} is above the largest supported index {MAX_FEATURE_INDEX}", show(it))));
             }
-            if idx <= last {
+            if let Some(last) = last.filter(|&l| idx <= l) {
                 return Err((c, format!("feature index {idx} is not larger than the previous {last}: indices must increase within a line")));
             }
+            let col = idx - first;
             if let Some(w) = width {
-                if idx > w as u64 {
+                // Auto may still shift the columns down by one: the check is on the column then.
+                if col >= w as u64 + (zero == ZeroBased::Auto) as u64 {
                     return Err((c, format!("feature index {idx} exceeds --features {w}")));
                 }
             }
-            last = idx;
+            last = Some(idx);
             let v = parse_finite(vt).map_err(|why| (c + colon + 1, format!("cannot use the value in {:?}: {why} (expected a finite number)", show(t))))?;
-            csr.indices.push((idx - 1) as u32);
+            csr.indices.push(col as u32);
             csr.data.push(v);
-            csr.ncols = csr.ncols.max(idx as usize);
+            csr.ncols = csr.ncols.max(col as usize + 1);
         }
         labels.push(y);
         csr.indptr.push(csr.indices.len());

@@ -168,7 +168,7 @@ fn table(r: &GraphReport) -> String {
     row("sigma_1(P)", format!("{:.6}", r.sigma_1));
     row("sigma_2(P)", format!("{:.6}", r.sigma_2));
     row("spectral gap", format!("{:.6}", r.spectral_gap));
-    row("SLEM (eigenvalues)", r.slem.map_or("not computed (> 1024 nodes)".into(), |v| format!("{v:.6}")));
+    row("SLEM (eigenvalues)", r.slem.map_or("not computed (> 256 nodes and not a Cayley graph)".into(), |v| format!("{v:.6}")));
     row("mixing rounds", r.mixing_rounds.map_or("never (gap 0)".into(), |t| format!("{t} (sigma_2^t < {})", r.epsilon)));
     if let Some(b) = r.bytes_per_round {
         row("bytes per round", format!("{b} ({:.2} MB)", b as f64 / 1e6));

@@ -12,6 +12,7 @@ pub mod phases;
 pub mod report;
 pub mod schedule;
 pub mod setup;
+pub mod step_search;
 
 use std::time::{Duration, Instant};
 
@@ -487,6 +488,12 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         return lda::run(cfg, comm, t_start);
     }
     let (shards, spec) = setup::prepare(cfg, comm)?;
+    // --lr not given: the step is chosen for this model and data (step_search.rs).
+    let searched = step_search::default_lr(cfg, &shards, &spec, comm)?.map(|lr| TrainConfig { lr, ..cfg.clone() });
+    let cfg = searched.as_ref().unwrap_or(cfg);
+    if rank0 && searched.is_some() {
+        eprintln!("asap-train: --lr not given: step size {} chosen for this model and data (a search on a sample; --lr sets it)", cfg.lr);
+    }
     let load_seconds = t_start.elapsed().as_secs_f64();
     let setup_start = Instant::now();
     let model = crate::model::build(&spec)?;

@@ -23,24 +23,48 @@ pub struct Shards {
     pub scaling: Option<data::ColumnScaling>,
 }
 
-fn load(cfg: &TrainConfig, path: &str, rank: usize, n: usize) -> anyhow::Result<Dataset> {
-    let opts = LoadOptions { format: cfg.format, features: cfg.features, ..Default::default() };
-    Ok(data::load_shard(path, &opts, rank, n)?)
+fn load(cfg: &TrainConfig, path: &str, shown: &str, format: Format, rank: usize, n: usize) -> anyhow::Result<Dataset> {
+    let opts = LoadOptions { format: Some(format), features: cfg.features, zero_based: cfg.zero_based, ..Default::default() };
+    data::load_shard(path, &opts, rank, n).map_err(|e| named(e, path, shown))
+}
+
+/// A data error about `path` (a decompressed copy) as one about `shown` (the file given).
+fn named(mut e: data::DataError, path: &str, shown: &str) -> anyhow::Error {
+    if path != shown {
+        if e.path == path {
+            e.path = format!("{shown} (decompressed)");
+        }
+        e.message = e.message.replace(path, shown);
+    }
+    e.into()
 }
 
 /// Reads this rank's shard; every failure is agreed on by all ranks.
 fn load_agreed(cfg: &TrainConfig, path: &str, comm: &SimpleCommunicator) -> anyhow::Result<Dataset> {
-    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
     let format = agree(comm, cfg.format.map_or_else(|| data::detect_format(path), Ok).map_err(anyhow::Error::from))?;
+    if !matches!(format, Format::Libsvm | Format::Ratings) {
+        return load_format(cfg, path, path, format, comm);
+    }
+    // A gzip-compressed text file is read from a decompressed copy; messages name the file given.
+    let gz = agree(comm, text::gunzip_if_compressed(path).map_err(anyhow::Error::from))?;
+    let Some(copy) = gz else { return load_format(cfg, path, path, format, comm) };
+    let mut d = load_format(cfg, copy.path(), path, format, comm)?;
+    d.source = path.to_owned();
+    Ok(d)
+}
+
+/// [`load_agreed`] of a file in a known format; messages name `shown` for `path`.
+fn load_format(cfg: &TrainConfig, path: &str, shown: &str, format: Format, comm: &SimpleCommunicator) -> anyhow::Result<Dataset> {
+    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
     match format {
-        Format::Libsvm | Format::Ratings if n > 1 => load_text_balanced(cfg, path, format, comm),
+        Format::Libsvm | Format::Ratings if n > 1 => load_text_balanced(cfg, path, shown, format, comm),
         Format::Idx if n > 1 && agree(comm, data::idx::is_gzip(path).map_err(anyhow::Error::from))? => {
             match load_idx_scattered(path, comm)? {
                 Some(d) => Ok(d),
-                None => agree(comm, load(cfg, path, rank, n)),
+                None => agree(comm, load(cfg, path, shown, format, rank, n)),
             }
         }
-        _ => agree(comm, load(cfg, path, rank, n)),
+        _ => agree(comm, load(cfg, path, shown, format, rank, n)),
     }
 }
 
@@ -83,10 +107,10 @@ fn load_idx_scattered(path: &str, comm: &SimpleCommunicator) -> anyhow::Result<O
 /// chunk, remembering where every 4096th starts; all share (start, end, count); the owner of
 /// the chunk where rank r's first example lies finds its offset from the nearest mark; all share
 /// those starts (a shard ends where the next one starts); each rank parses its range.
-fn load_text_balanced(cfg: &TrainConfig, path: &str, format: Format, comm: &SimpleCommunicator) -> anyhow::Result<Dataset> {
+fn load_text_balanced(cfg: &TrainConfig, path: &str, shown: &str, format: Format, comm: &SimpleCommunicator) -> anyhow::Result<Dataset> {
     let (rank, n) = (comm.rank() as usize, comm.size() as usize);
     let t0 = std::time::Instant::now();
-    let mine = agree(comm, text::count_chunk(path, rank, n).map_err(anyhow::Error::from))?;
+    let mine = agree(comm, text::count_chunk(path, rank, n).map_err(|e| named(e, path, shown)))?;
     let t_count = t0.elapsed().as_secs_f64();
     let c = mine.count;
     let all = all_gather_u64(comm, &[c.start, c.end, c.examples]);
@@ -103,7 +127,7 @@ fn load_text_balanced(cfg: &TrainConfig, path: &str, format: Format, comm: &Simp
         }
         Ok(v)
     })();
-    let answers = agree(comm, answers.map_err(anyhow::Error::from))?;
+    let answers = agree(comm, answers.map_err(|e| named(e, path, shown)))?;
     // Each start was filled in by exactly one rank, the others hold 0: a sum gathers them.
     let mut starts: Vec<f64> = answers.iter().map(|&x| x as f64).collect();
     collectives::sum_f64(comm, &mut starts);
@@ -116,13 +140,13 @@ fn load_text_balanced(cfg: &TrainConfig, path: &str, format: Format, comm: &Simp
     let t_locate = t0.elapsed().as_secs_f64();
     let read = match format {
         Format::Ratings => text::read_ratings_range(path, range),
-        _ => text::read_libsvm_range(path, range, cfg.features),
+        _ => text::read_libsvm_range(path, range, cfg.features, cfg.zero_based),
     };
     log::debug!(
         "{path}: examples {}..{} (bytes {}..{}); counted in {t_count:.2} s, located by {t_locate:.2} s, parsed by {:.2} s",
         range.first_row, next, range.start, range.end, t0.elapsed().as_secs_f64()
     );
-    agree(comm, read.map_err(anyhow::Error::from))
+    agree(comm, read.map_err(|e| named(e, path, shown)))
 }
 
 /// Every rank's `v` (all the same length), in rank order. Exact below 2^53 (byte offsets and
@@ -141,11 +165,12 @@ fn all_gather_u64(comm: &SimpleCommunicator, v: &[u64]) -> Vec<u64> {
 /// Reads the shards and applies the held-out split.
 pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Shards> {
     let n = comm.size() as usize;
-    let train = load_agreed(cfg, &cfg.data, comm)?;
-    let test = match &cfg.test_data {
+    let mut train = load_agreed(cfg, &cfg.data, comm)?;
+    let mut test = match &cfg.test_data {
         Some(p) => Some(load_agreed(cfg, p, comm)?),
         None => None,
     };
+    zero_based_auto(cfg, &mut train, test.as_mut(), comm);
     let (train, test) = match (test, cfg.test_fraction > 0.0) {
         (None, true) => {
             let (tr, te) = data::split_holdout(train, cfg.test_fraction, cfg.seed);
@@ -173,6 +198,32 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
         );
     }
     Ok(Shards { train, test, total_train, total_test, scaling: None })
+}
+
+/// `--zero-based auto`: the LIBSVM files were read with indices as written; unless some rank saw
+/// an index 0 (in the training or the test file) they were 1-based and every column moves down.
+fn zero_based_auto(cfg: &TrainConfig, train: &mut Dataset, test: Option<&mut Dataset>, comm: &SimpleCommunicator) {
+    if cfg.zero_based != data::ZeroBased::Auto {
+        return;
+    }
+    let is_libsvm = |p: &str| cfg.format.map_or_else(|| data::detect_format(p).ok(), Some) == Some(Format::Libsvm);
+    let libsvm_train = is_libsvm(&cfg.data);
+    let libsvm_test = cfg.test_data.as_deref().is_some_and(is_libsvm);
+    if !libsvm_train && !libsvm_test {
+        return;
+    }
+    let mut sets: Vec<&mut Dataset> = Vec::new();
+    if libsvm_train {
+        sets.push(train);
+    }
+    if let Some(t) = test.filter(|_| libsvm_test) {
+        sets.push(t);
+    }
+    let mine = sets.iter().any(|d| data::has_column_zero(d)) as u64;
+    let saw_zero = collectives::sum_u64(comm, mine) > 0;
+    if data::one_based_after_all(&mut sets, saw_zero) && comm.rank() == 0 {
+        log::info!("--zero-based auto: an index 0 in the LIBSVM data: reading it as 0-based (--zero-based false refuses it)");
+    }
 }
 
 /// `--partition`: moves every training example to the rank its class and the seed choose, in
@@ -478,5 +529,62 @@ pub fn prepare(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<(
     let mut shards = load_shards(cfg, comm)?;
     let spec = model_spec(cfg, &shards, comm).context("cannot set up the model")?;
     scale_features(cfg, &mut shards, spec.features, comm)?;
+    degenerate_setup(cfg, &shards, comm)?;
     Ok((shards, spec))
+}
+
+/// Feature magnitude above which a warning suggests scaling: a sparse feature of 1.2e10 gave an
+/// objective of 6e11 (issue 27); standardised or unit-norm data stays within ~1e2.
+const LARGE_FEATURE: f64 = 1e4;
+
+/// Set-ups that run but cannot train as the user expects (issue 27): a binary model whose
+/// training labels all fall on one side is refused; fewer examples per rank than a mini-batch,
+/// more than two label values for a binary model, and huge feature values are warned about once
+/// (rank 0), with the fix.
+fn degenerate_setup(cfg: &TrainConfig, shards: &Shards, comm: &SimpleCommunicator) -> anyhow::Result<()> {
+    let train = &shards.train;
+    let smallest = collectives::min_u64(comm, train.len() as u64);
+    let binary = matches!(cfg.model, ModelKind::Svm | ModelKind::Logreg);
+    let positive = collectives::sum_u64(comm, train.labels.iter().filter(|&&y| y > 0.0).count() as u64);
+    let others_labels = train.labels.iter().any(|&y| y != 1.0 && y != -1.0 && y != 0.0) as u64;
+    let other = collectives::sum_u64(comm, others_labels) > 0;
+    let mut big = [match &train.features {
+        Features::Dense { x, .. } => x.iter().fold(0f64, |m, &v| m.max((v as f64).abs())),
+        Features::Sparse(c) => c.data.iter().fold(0f64, |m, &v| m.max((v as f64).abs())),
+        Features::Ratings { .. } => 0.0,
+    }];
+    collectives::max_f64(comm, &mut big);
+    if binary && (positive == 0 || positive == shards.total_train) {
+        bail!(
+            "{}: every training label is {} (--model {} reads labels > 0 as +1, the others as -1), so there is one class to learn: use --label-threshold T to split the labels, or --model mlr for class labels 0..J-1",
+            cfg.data,
+            if positive == 0 { "<= 0" } else { "> 0" },
+            format!("{:?}", cfg.model).to_lowercase()
+        );
+    }
+    if comm.rank() != 0 {
+        return Ok(());
+    }
+    if (smallest as usize) < cfg.batch_size {
+        log::warn!(
+            "the smallest shard holds {smallest} training examples, fewer than --batch-size {}: each epoch is one step per rank ({} steps in all); use --batch-size {} or fewer ranks",
+            cfg.batch_size,
+            cfg.epochs,
+            smallest.max(1)
+        );
+    }
+    if binary && other {
+        log::warn!(
+            "--model {} reads labels > 0 as +1 and the others as -1, and the data has other labels than -1, 0 and 1: use --label-threshold T to say where the classes split, or --model mlr",
+            format!("{:?}", cfg.model).to_lowercase()
+        );
+    }
+    if big[0] > LARGE_FEATURE {
+        log::warn!(
+            "a training feature value of {:.3e} (after --scale {}): SGD steps and the objective scale with it; use --scale max-abs (sparse data) or standard (dense)",
+            big[0],
+            serde_json::to_value(cfg.scale).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+        );
+    }
+    Ok(())
 }

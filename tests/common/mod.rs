@@ -278,3 +278,14 @@ pub fn settled_count(count: impl Fn() -> usize) -> usize {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// The held-out accuracy floor of Fashion-MNIST runs whose result depends on how the OS schedules
+/// the ranks (asap without NOTIFY-ACK's full reduce, ssp/bosen with staleness, async, gaia):
+/// which stale updates a read sees is the schedule's choice, so these tests assert the mode's
+/// invariants (staleness bounds, byte counts, every update applied once) and only that the model
+/// trained. A model that learned nothing scores 0.10 (10 balanced classes) and a diverged one
+/// less; the lowest such run seen in the suite beside two CPU burners ended at 0.7372 (ssp with a
+/// straggler), on a quiet machine they end at 0.77-0.84. 0.6 leaves 13 points below the worst
+/// schedule seen and is still 50 above a model that did not train. How well a mode trains is
+/// measured by deterministic runs (allreduce, NOTIFY-ACK) and by `make report`.
+pub const TRAINED: f64 = 0.6;
