@@ -23,11 +23,11 @@ LOWER = {"movielens"}  # sections whose metric is an error (RMSE): the target is
 ORDER = ["asap61", "asap62", "mixing", "stragglers", "bandwidth", "libsvm", "movielens", "peers", "torch", "sparse"]
 
 TITLES = {
-    "asap61": "ASAP 6.1: stochastic reduce over sparse graphs vs all-reduce",
-    "asap62": "ASAP 6.2: NOTIFY-ACK vs barrier vs no synchronisation",
+    "asap61": "ASAP 6.1: stochastic reduce over sparse graphs vs all-reduce (8 ranks sharing 2 cores)",
+    "asap62": "ASAP 6.2: NOTIFY-ACK vs barrier vs no synchronisation (8 ranks sharing 2 cores)",
     "mixing": "Mixing vs spectral gap (real MPI job, training off)",
-    "stragglers": "Stragglers: every mode with slow ranks",
-    "bandwidth": "Bandwidth: Bösen vs SSP (and Gaia) under an emulated 100 Mbit/s link",
+    "stragglers": "Stragglers: every mode with slow ranks (8 ranks sharing 2 cores)",
+    "bandwidth": "Bandwidth: Bösen vs SSP (and Gaia) under an emulated 100 Mbit/s link (8 ranks sharing 2 cores)",
     "libsvm": "LIBSVM data (heart_scale): allreduce vs asap vs ssp, logistic regression and SVM",
     "movielens": "MovieLens: matrix factorisation, allreduce vs asap vs ssp to a held-out RMSE",
     "peers": "Peers: scikit-learn and LIBLINEAR on the same data and machine",
