@@ -934,11 +934,11 @@ impl SyncMode for StochasticReduce {
         let (s0, r0) = (self.mail.bytes_sent(), self.mail.bytes_received());
         // --overlap: a checkpoint holds no half-done round.
         self.complete_pending(params)?;
-        if self.cfg.notify == NotifyMode::Deadline {
-            // No NOTIFY left on the emulated link when the ranks meet (checkpoints are refused
-            // with this variant: unread messages are not part of a rank's state).
-            self.mail.drain_deferred()?;
-        }
+        // --notify deadline needs no cut: no rank ever waits for another beyond the deadline, so
+        // the ranks can meet in a collective with messages still on the emulated links (they are
+        // delivered in their time; checkpoints are refused with this variant). Draining them here
+        // made every evaluation deliver the messages in flight at once: measured, 0.41 s per
+        // round instead of the 0.19 s step with --stop-at-target's evaluations every 10 rounds.
         if self.push.is_some() {
             // Nothing in flight at a checkpoint: every total put is folded before the cut.
             self.mail.window().flush_all()?;
