@@ -14,9 +14,10 @@
 # per row give the median and the range. A row whose runs were not all valid (more than 1 % of steps broken or
 # 1 % drift on some rank, docs/emulation.md) is marked INVALID and is not a result.
 #
-# Environment (defaults in brackets): REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10],
+# Environment (defaults in brackets): ONLY (a regex: only the rows whose name matches), REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10],
 # MODEL (compute/even/production) [mlr], DILATION (links) [8], NP (production) [32],
-# BIN [target/release/asap-train]; NICE [-20]: the ranks' priority (a benchmark beside other jobs
+# OUT (a directory of an earlier run of the same table whose rows are reused in the printed
+# table), BIN [target/release/asap-train]; NICE [-20]: the ranks' priority (a benchmark beside other jobs
 # needs its ranks woken on time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,6 +86,8 @@ echo "# $WHAT: $NP ranks, partition $PARTITION, target $TARGET (worst rank's own
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg), binary $BIN"
 for v in "${variants[@]}"; do
     name=${v%%|*}; args=${v#*|}
+    rows+=("$name")
+    if [ -n "${ONLY:-}" ] && [[ ! $name =~ $ONLY ]]; then continue; fi
     for rep in $(seq 1 "$REPS"); do
         f="$out/$(echo "$name" | tr ' /' '__')-$rep"
         # shellcheck disable=SC2086
@@ -95,7 +98,7 @@ for v in "${variants[@]}"; do
             touch "$f.failed"
         fi
     done
-    rows+=("$name")
 done
+if [ -n "${OUT:-}" ]; then cp -n "$OUT"/*.jsonl "$out"/ 2>/dev/null || true; fi   # earlier rows of the same table
 python3 benches/emulated-table.py "$out" "$REPS" "${rows[@]}"
 echo "# load at the end $(cut -d' ' -f1-3 /proc/loadavg); runs in $out"
