@@ -63,7 +63,7 @@ links)
         "none|--sync none"
         "asap notify-ack|--sync asap"
         "asap deadline|--sync asap --notify deadline"
-        "asap deadline one-peer-exp.|--sync asap --notify deadline --graph exponential"
+        "asap deadline exponential|--sync asap --notify deadline --graph exponential"
     )
     ;;
 production)
