@@ -156,7 +156,10 @@ impl StepPacer {
         }
         let slept = t.elapsed().as_secs_f64();
         self.stats.slept_seconds += slept;
-        self.straggle_seconds += slept;
+        // Declared steps count what was slept; the older form what it asked for (its factor x
+        // compute), as `straggler_sleep_seconds` always has (the OS's late wake-up is not the
+        // straggler's sleep).
+        self.straggle_seconds += if self.declared.is_some() { slept } else { d.as_secs_f64() };
     }
 }
 
