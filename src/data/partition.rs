@@ -33,27 +33,6 @@ impl std::str::FromStr for Partition {
     }
 }
 
-/// A Gamma(shape, 1) draw (Marsaglia and Tsang; shape < 1 through Gamma(shape + 1) * U^(1/shape)).
-fn gamma(rng: &mut Rng, shape: f64) -> f64 {
-    if shape < 1.0 {
-        let u = rng.next_f64().max(f64::MIN_POSITIVE);
-        return gamma(rng, shape + 1.0) * u.powf(1.0 / shape);
-    }
-    let d = shape - 1.0 / 3.0;
-    let c = 1.0 / (9.0 * d).sqrt();
-    loop {
-        let x = rng.normal();
-        let v = (1.0 + c * x).powi(3);
-        if v <= 0.0 {
-            continue;
-        }
-        let u = rng.next_f64();
-        if u.ln() < 0.5 * x * x + d - d * v + d * v.ln() {
-            return d * v;
-        }
-    }
-}
-
 /// Per class, the cumulative share of each rank: `classes x ranks`, each row ending at 1.
 pub fn class_shares(p: Partition, classes: usize, ranks: usize, seed: u64) -> Result<Vec<Vec<f64>>, String> {
     let mut shares = vec![vec![0f64; ranks]; classes];
@@ -71,7 +50,7 @@ pub fn class_shares(p: Partition, classes: usize, ranks: usize, seed: u64) -> Re
             }
             Partition::Dirichlet(alpha) => {
                 let mut rng = Rng::for_stream(seed ^ 0xd1f1_c4e7, c as u64);
-                row.iter_mut().for_each(|s| *s = gamma(&mut rng, alpha));
+                row.iter_mut().for_each(|s| *s = rng.gamma(alpha));
             }
         }
         let total: f64 = row.iter().sum();
@@ -147,7 +126,7 @@ mod tests {
     fn gamma_draws_have_the_right_mean() {
         let mut rng = Rng::new(9);
         for shape in [0.3, 1.0, 4.0] {
-            let m: f64 = (0..50_000).map(|_| gamma(&mut rng, shape)).sum::<f64>() / 50_000.0;
+            let m: f64 = (0..50_000).map(|_| rng.gamma(shape)).sum::<f64>() / 50_000.0;
             assert!((m / shape - 1.0).abs() < 0.03, "shape {shape}: mean {m}");
         }
     }

@@ -39,27 +39,6 @@ pub fn planted_topic(w: usize, words: usize, topics: usize) -> usize {
     if (t + 1) * words / topics <= w { t + 1 } else { t }
 }
 
-/// A Gamma(shape, 1) variate (Marsaglia and Tsang 2000; shape < 1 boosted by U^(1/shape)).
-fn gamma(shape: f64, rng: &mut Rng) -> f64 {
-    if shape < 1.0 {
-        let u = rng.next_f64().max(1e-300);
-        return gamma(shape + 1.0, rng) * u.powf(1.0 / shape);
-    }
-    let d = shape - 1.0 / 3.0;
-    let c = 1.0 / (9.0 * d).sqrt();
-    loop {
-        let x = rng.normal();
-        let v = (1.0 + c * x).powi(3);
-        if v <= 0.0 {
-            continue;
-        }
-        let u = rng.next_f64();
-        if u.ln() < 0.5 * x * x + d - d * v + d * v.ln() {
-            return d * v;
-        }
-    }
-}
-
 /// Cumulative Zipf weights of a block of `n` words.
 fn zipf_cdf(n: usize) -> Vec<f64> {
     let mut acc = 0.0;
@@ -75,7 +54,7 @@ fn zipf_cdf(n: usize) -> Vec<f64> {
 fn document(spec: &LdaSynthSpec, d: usize, cdfs: &[Vec<f64>]) -> Vec<(u32, u32)> {
     let mut rng = Rng::for_stream(spec.seed, d as u64);
     let k = spec.topics;
-    let mut theta: Vec<f64> = (0..k).map(|_| gamma(spec.alpha, &mut rng)).collect();
+    let mut theta: Vec<f64> = (0..k).map(|_| rng.gamma(spec.alpha)).collect();
     let mut acc = 0.0;
     for x in theta.iter_mut() {
         acc += *x;
@@ -166,7 +145,7 @@ mod tests {
         }
         assert!(dominant / 50.0 > 0.7, "mean dominant share {}", dominant / 50.0);
         let mut g = Rng::new(1);
-        let m: f64 = (0..20000).map(|_| gamma(0.3, &mut g)).sum::<f64>() / 20000.0;
+        let m: f64 = (0..20000).map(|_| g.gamma(0.3)).sum::<f64>() / 20000.0;
         assert!((m - 0.3).abs() < 0.02, "Gamma(0.3) mean {m}");
     }
 }
