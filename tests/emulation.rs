@@ -77,13 +77,8 @@ fn per_rank_links_hold_the_slower_end_over_every_window() {
             (t.parse().unwrap(), b.parse().unwrap())
         }).collect()
     };
-    let peak = |log: &[(f64, u64)]| -> f64 {
-        let mut best = 0u64;
-        for (i, &(t0, _)) in log.iter().enumerate() {
-            best = best.max(log[i..].iter().take_while(|(t, _)| *t < t0 + 1.0).map(|x| x.1).sum());
-        }
-        best as f64
-    };
+    // Bytes in the fullest 1 s window (windows starting at a send).
+    let peak = |log: &[(f64, u64)]| asap_train::comm::pace::peak_rate(log, 1.0);
     for r in 0..2 {
         let l = read(r);
         assert_eq!(l.len(), 80, "rank {r}: one message per round to its one out-neighbour");

@@ -209,8 +209,13 @@ impl Pacer {
     /// Puts `bytes` on the link as soon as it is free (not before `now`); returns when the link
     /// starts carrying them and when their last byte has left (not counting latency).
     pub fn reserve_at(&mut self, bytes: u64, now: Instant) -> (Instant, Instant) {
+        self.reserve_at_rate(bytes, now, self.bytes_per_second)
+    }
+
+    /// [`Pacer::reserve_at`] at `rate` bytes per second (a path slower than this rank's link).
+    fn reserve_at_rate(&mut self, bytes: u64, now: Instant, rate: f64) -> (Instant, Instant) {
         let start = self.free_at.max(now);
-        let end = start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_second);
+        let end = start + Duration::from_secs_f64(bytes as f64 / rate);
         self.free_at = end;
         if let Some(log) = &mut self.log {
             log.push(((start - self.start).as_secs_f64(), bytes));
@@ -226,14 +231,7 @@ impl Pacer {
     /// [`Pacer::reserve`] for a message to rank `dest`, at the rate of the path there.
     pub fn reserve_to(&mut self, dest: usize, bytes: u64) -> (Instant, Instant) {
         let rate = self.path_rates.as_ref().and_then(|p| p.get(dest).copied()).unwrap_or(self.bytes_per_second);
-        let now = Instant::now();
-        let start = self.free_at.max(now);
-        let end = start + Duration::from_secs_f64(bytes as f64 / rate);
-        self.free_at = end;
-        if let Some(log) = &mut self.log {
-            log.push(((start - self.start).as_secs_f64(), bytes));
-        }
-        (start, end)
+        self.reserve_at_rate(bytes, Instant::now(), rate)
     }
 
     /// The one-way latency of the path to rank `dest` (the longer of the two ends').

@@ -119,9 +119,7 @@ impl StepPacer {
         // of only the last step's lateness made up every other one: 3.6-6.6 % drift measured at
         // load 10 with 20 ms steps, 8 ranks).
         self.carry = (self.carry + late).clamp(0.0, target / 2.0);
-        if std::env::var_os("ASAP_TRAIN_EMU_TRACE").is_some() {
-            eprintln!("emu rank {} compute {:.3} ms late {:.3} ms", self.rank, compute * 1e3, late * 1e3);
-        }
+        log::trace!("emulated step, rank {}: compute {:.3} ms, late {:.3} ms", self.rank, compute * 1e3, late * 1e3);
         let s = &mut self.stats;
         if late > (0.05 * target).max(5e-4) {
             s.late_wakeups += u64::from(!broken);

@@ -164,9 +164,6 @@ struct Run<'a> {
     run_id: checkpoint::RunIdentity,
     /// The emulated compute (`--emulate-compute`, `--straggler`, `--balance`).
     step_pacer: emulate::StepPacer,
-    /// Examples this rank has stepped over in this process (fewer than steps x batch with
-    /// `--balance`).
-    examples: u64,
     /// CPU seconds of this process when training started.
     cpu_start: f64,
 }
@@ -589,7 +586,6 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         run_id,
         shards,
         step_pacer: pacer,
-        examples: 0,
         cpu_start: emulate::process_cpu_seconds().unwrap_or(0.0),
     };
     let class_counts = (cfg.partition != "iid").then(|| setup::class_counts(&run.shards.train, comm));
@@ -666,7 +662,6 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
                 );
             }
             run.step_pacer.after_step(t0, dt, this_round, bk as f64 / b as f64);
-            run.examples += bk as u64;
             run.pos.step_in_epoch += 1;
             run.pos.global_step += 1;
             if run.pos.global_step % cfg.sync_every as u64 != 0 {
