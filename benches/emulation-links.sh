@@ -19,6 +19,7 @@
 # ["allreduce asap ssp"], NICE [-20], BIN [target/release/asap-train].
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benches/priority.sh
 REPS=${REPS:-3} ROUNDS=${ROUNDS:-40} RATE=${RATE:-100mbit} DELAY=${DELAY:-10ms}
 MODEL=${MODEL:-mlp} HIDDEN=${HIDDEN:-256} COMPUTE=${COMPUTE:-10} MODES=${MODES:-allreduce asap ssp} NICE=${NICE:--20}
 SRC_BIN=${BIN:-$PWD/target/release/asap-train}
