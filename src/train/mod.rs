@@ -730,6 +730,17 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         let mut text = String::from("seconds,bytes\n");
         run.sync.send_log().iter().for_each(|(t, b)| text.push_str(&format!("{t:.6},{b}\n")));
         collectives::agree(comm, std::fs::write(&path, text).with_context(|| format!("cannot write the send log {path}")))?;
+        // The inbound link's log beside it, where the mode models the receiver's link.
+        let received = run.sync.receive_log();
+        let written = if received.is_empty() {
+            Ok(())
+        } else {
+            let path = outputs::receive_log_path(prefix, rank);
+            let mut text = String::from("seconds,bytes\n");
+            received.iter().for_each(|(t, b)| text.push_str(&format!("{t:.6},{b}\n")));
+            std::fs::write(&path, text).with_context(|| format!("cannot write the receive log {path}"))
+        };
+        collectives::agree(comm, written)?;
     }
     let final_model_seconds = final_start.elapsed().as_secs_f64();
     let final_eval_start = Instant::now();
