@@ -122,6 +122,31 @@ fn a_slow_receiver_link_is_shared_by_its_senders() {
     assert!(counted >= logged as f64, "rank 0's inbound log ({logged} bytes) within what a rank counted as received ({counted})");
 }
 
+/// The same under asap: on a star, three ranks send every round to rank 0, whose link is 10x
+/// slower. Rank 0's inbound link takes their messages one after another: within its rate over
+/// every 1 s window (+ one message), and no message read torn.
+#[test]
+fn many_in_neighbours_share_the_receiver_link_under_asap() {
+    let dir = scratch("emulate-ingress-asap");
+    let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
+    let args = ["train", "--data", &t10k(), "--sync", "asap", "--graph", "star", "--epochs", "1", "--max-rounds", "30",
+        "--emulate-bandwidth", "80,0:8", "--metrics", s(&m), "--send-log", s(&log)];
+    mpirun(4, &args, 240).expect_ok();
+    let text = std::fs::read_to_string(dir.join("sends.receives.rank0.csv")).expect("rank 0's receive log");
+    let l: Vec<(f64, u64)> = text.lines().skip(1).map(|l| {
+        let (t, b) = l.split_once(',').unwrap();
+        (t.parse().unwrap(), b.parse().unwrap())
+    }).collect();
+    assert_eq!(l.len(), 90, "rank 0 took in one message per round from each of its 3 in-neighbours");
+    let msg = l.iter().map(|x| x.1).max().unwrap() as f64;
+    let peak = asap_train::comm::pace::peak_rate(&l, 1.0);
+    assert!(peak <= 1e6 + msg, "rank 0 took in {peak} bytes in one second over its 8 Mbit/s link");
+    // 90 messages of 31 kB one after another at 1e6 bytes/s: at least 2.7 s of training.
+    let sm = summary(&m);
+    assert_eq!(sm["sync_metrics"]["torn"], 0.0);
+    assert!(sm["train_seconds"].as_f64().unwrap() >= 2.7, "{}", sm["train_seconds"]);
+}
+
 /// The deadline variant of NOTIFY-ACK never reads a torn message, reduces at most what was sent,
 /// and finishes with a straggler that is never waited for beyond the deadline.
 #[test]

@@ -31,7 +31,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 use mpi::collective::CommunicatorCollectives;
 
-use super::pace::{self, Pacer};
+use super::pace::{self, Ingress, Pacer};
 use super::window::{RmaElement, RmaError, Window};
 
 /// Bytes of one protocol word (header, footer, notify or ack counter).
@@ -251,6 +251,14 @@ pub struct Mailboxes {
     /// Deferred NOTIFYs (`send_deferred`): (when the emulated link delivers, out-neighbour), in
     /// delivery order.
     deferred: std::collections::VecDeque<(Instant, usize)>,
+    /// This rank's inbound link, when modelled ([`Mailboxes::set_ingress`]): a notified message
+    /// counts as delivered only once the link would have carried it in after the ones before.
+    ingress: Option<Ingress>,
+    /// Per in-neighbour: the newest notified message already put through the inbound link, the
+    /// newest delivered, and the ones in between with their delivery times.
+    gated: Vec<u64>,
+    delivered: Vec<u64>,
+    pending: Vec<std::collections::VecDeque<(Instant, u64)>>,
     /// Seconds of [`Mailboxes::send_to`] by part: the puts (each locally complete), the flush
     /// that makes them remotely complete (also counted for [`Mailboxes::post`]), and the NOTIFY
     /// (put + flush).
@@ -293,6 +301,7 @@ impl Mailboxes {
         let slot_at = out_nb.iter().map(|&t| position(&ins[t], me)).collect();
         let ack_at = in_nb.iter().map(|&s| position(&outs[s], me)).collect();
         let win = Window::allocate(comm, layouts[me].bytes())?;
+        let n_in = in_nb.len();
         Ok(Mailboxes {
             win,
             me,
@@ -312,6 +321,10 @@ impl Mailboxes {
             link_overruns: 0,
             deferred: std::collections::VecDeque::new(),
             transfer_parts: [0.0; 3],
+            ingress: None,
+            gated: vec![0; n_in],
+            delivered: vec![0; n_in],
+            pending: vec![std::collections::VecDeque::new(); n_in],
         })
     }
 
@@ -321,15 +334,53 @@ impl Mailboxes {
         self.pacer = pacer;
     }
 
+    /// Models this rank's inbound link (fixed-size messages only, not [`Mailboxes::for_bytes`]):
+    /// every sender stamps its message with the time it would have arrived on a free link (the
+    /// header's second word, inside the header's cache line); a notified message becomes visible
+    /// to the waits and [`Mailboxes::fresh`] when the inbound link has carried it in after the
+    /// ones before it. Every rank must get one or none (the stamp is read from every message).
+    pub fn set_ingress(&mut self, ingress: Option<Ingress>) {
+        self.ingress = ingress;
+    }
+
+    /// The inbound link, if modelled.
+    pub fn ingress(&self) -> Option<&Ingress> {
+        self.ingress.as_ref()
+    }
+
+    /// Newest message of in-neighbour `i` that is delivered: notified (read after `win.sync()`)
+    /// and, with the inbound link modelled, carried in.
+    fn visible(&mut self, i: usize) -> u64 {
+        let raw = self.notifications(i);
+        let Some(ingress) = self.ingress.as_mut() else { return raw };
+        let lay = self.layouts[self.me];
+        for m in self.gated[i] + 1..=raw {
+            // Message m is notified and not yet acknowledged by us: its slot holds it still.
+            let stamp = f64::from_bits(self.win.load_u64(lay.message(i, m) + WORD as usize));
+            let at = ingress.deliver_at(pace::instant_of(stamp), lay.message_bytes() as u64);
+            self.pending[i].push_back((at, m));
+        }
+        self.gated[i] = self.gated[i].max(raw);
+        let now = Instant::now();
+        while let Some(&(at, m)) = self.pending[i].front() {
+            if at > now {
+                break;
+            }
+            self.delivered[i] = m;
+            self.pending[i].pop_front();
+        }
+        self.delivered[i]
+    }
+
     /// The pacer, if any.
     pub fn pacer(&self) -> Option<&Pacer> {
         self.pacer.as_ref()
     }
 
-    /// Puts `bytes` on the emulated link to `target`; returns when the link would have carried
-    /// them (None without emulation).
+    /// Puts `bytes` on the emulated link to `target`; returns when the link would have delivered
+    /// them: their last byte out, plus the path's one-way latency (None without emulation).
     fn reserve(&mut self, target: usize, bytes: u64) -> Option<Instant> {
-        self.pacer.as_mut().map(|p| p.reserve_to(target, bytes).1)
+        self.pacer.as_mut().map(|p| p.reserve_to(target, bytes).1 + p.latency_to(target))
     }
 
     /// After the real transfer of a message the link would carry until `end`: waits for the rest
@@ -411,10 +462,11 @@ impl Mailboxes {
     ) -> MailboxResult<()> {
         let t = self.out_nb[j];
         // Without a NOTIFY the data is visible as soon as it lands: wait for the link first.
-        if let Some(end) = self.reserve(t, self.layouts[t].message_bytes() as u64) {
+        let end = self.reserve(t, self.layouts[t].message_bytes() as u64);
+        if let Some(end) = end {
             pace::sleep_until(end);
         }
-        self.put_message(j, round, payload, ordered)
+        self.put_message(j, round, payload, ordered, end)
     }
 
     /// The puts of one message to out-neighbour `j`, remotely complete on return.
@@ -424,6 +476,7 @@ impl Mailboxes {
         round: u64,
         payload: &[T],
         ordered: bool,
+        arrival: Option<Instant>,
     ) -> MailboxResult<()> {
         assert_eq!(
             std::mem::size_of_val(payload),
@@ -438,6 +491,11 @@ impl Mailboxes {
         // into a buffer once per neighbour made a 1 MiB round at 2 ranks spend ~0.5 ms where a
         // raw put + flush takes ~30 us: the raw baseline `rma-check` prints; docs/asap.md.)
         // The padding after the payload is never written: readers ignore it.
+        if self.ingress.is_some() {
+            // The receiver's inbound link reads when this message would have arrived.
+            let stamp = pace::wall_seconds(arrival.unwrap_or_else(Instant::now));
+            self.win.put(target, base + WORD as usize, &[stamp.to_bits()])?;
+        }
         if ordered {
             self.win.put(target, base, &[round])?;
             self.win.flush(target)?;
@@ -476,7 +534,7 @@ impl Mailboxes {
         // With an emulated link the receiver learns of the message (NOTIFY) only when the link
         // would have delivered it; the real put runs inside that time instead of before it.
         let end = self.reserve(self.out_nb[j], self.layouts[self.out_nb[j]].message_bytes() as u64);
-        self.put_message(j, round, payload, false)?;
+        self.put_message(j, round, payload, false, end)?;
         self.finish_transfer(t, end);
         let t2 = Instant::now();
         self.transfer_parts[0] += (t2 - t).as_secs_f64() - (self.transfer_parts[1] - flush_before);
@@ -632,9 +690,9 @@ impl Mailboxes {
         let mut ready = vec![false; self.in_nb.len()];
         loop {
             self.win.sync()?;
-            for (i, r) in ready.iter_mut().enumerate() {
-                if !*r && self.notifications(i) > self.consumed[i] {
-                    *r = true;
+            for i in 0..ready.len() {
+                if !ready[i] && self.visible(i) > self.consumed[i] {
+                    ready[i] = true;
                     self.bytes_received += WORD;
                 }
             }
@@ -773,8 +831,8 @@ impl Mailboxes {
     }
 
     /// Newest message number in-neighbour `i` has notified (after `win.sync()` in a wait).
-    pub fn notified(&self, i: usize) -> u64 {
-        self.notifications(i)
+    pub fn notified(&mut self, i: usize) -> u64 {
+        self.visible(i)
     }
 
     /// Waits until in-neighbour `i` has sent one more NOTIFY than we consumed (time-varying
@@ -784,7 +842,7 @@ impl Mailboxes {
         let mut backoff = Backoff::default();
         loop {
             self.win.sync()?;
-            if self.notifications(i) > self.consumed[i] {
+            if self.visible(i) > self.consumed[i] {
                 self.bytes_received += WORD;
                 return Ok(());
             }
@@ -803,8 +861,9 @@ impl Mailboxes {
         let mut backoff = Backoff::default();
         loop {
             self.win.sync()?;
+            let visible: Vec<u64> = (0..self.in_nb.len()).map(|i| self.visible(i)).collect();
             let missing: Vec<usize> =
-                (0..self.in_nb.len()).filter(|&i| self.notifications(i) < count).map(|i| self.in_nb[i]).collect();
+                (0..self.in_nb.len()).filter(|&i| visible[i] < count).map(|i| self.in_nb[i]).collect();
             if missing.is_empty() {
                 return Ok(());
             }
@@ -836,10 +895,9 @@ impl Mailboxes {
     pub fn send_deferred(&mut self, j: usize, round: u64, payload: &[f32]) -> MailboxResult<()> {
         let t = self.out_nb[j];
         let end = self.reserve(t, self.layouts[t].message_bytes() as u64);
-        self.put_message(j, round, payload, false)?;
+        self.put_message(j, round, payload, false, end)?;
         match end {
-            Some(end) => {
-                let due = end + self.pacer.as_ref().map_or(Duration::ZERO, |p| p.latency_to(t));
+            Some(due) => {
                 self.deferred.push_back((due, j));
                 self.progress_deferred()
             }
@@ -872,7 +930,7 @@ impl Mailboxes {
     /// Per in-neighbour: whether a message we have not consumed is notified (read now).
     pub fn fresh(&mut self) -> MailboxResult<Vec<bool>> {
         self.win.sync()?;
-        Ok((0..self.in_nb.len()).map(|i| self.notifications(i) > self.consumed[i]).collect())
+        Ok((0..self.in_nb.len()).map(|i| self.visible(i) > self.consumed[i]).collect())
     }
 
     /// Waits until every in-neighbour has a fresh message or `until` passes, publishing our

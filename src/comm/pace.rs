@@ -11,7 +11,7 @@
 //! one-sided puts) or hold the message back until then ([`super::postbox::Postbox`]). Every send
 //! can be logged (time since start, bytes) for checking the rate afterwards.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A per-rank value of an emulated link (`--emulate-bandwidth 1000,0-1:100`: every rank at 1000,
 /// ranks 0 and 1 at 100; the same form for `--emulate-latency`). Parsed without knowing the rank
@@ -377,6 +377,32 @@ impl TokenBucket {
     /// The spends so far: (seconds since the bucket was made, bytes).
     pub fn log(&self) -> &[(f64, u64)] {
         self.log.as_deref().unwrap_or(&[])
+    }
+}
+
+/// Wall-clock seconds since the epoch of an `Instant` (the stamp's clock is shared by the ranks
+/// of one machine; `Instant`s are per process).
+pub fn wall_seconds(t: Instant) -> f64 {
+    let (now_i, now_w) = (Instant::now(), SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
+    if t >= now_i {
+        now_w + (t - now_i).as_secs_f64()
+    } else {
+        now_w - (now_i - t).as_secs_f64()
+    }
+}
+
+/// The `Instant` of wall-clock seconds `w` (clamped to now for times in the future beyond a
+/// clock step, which a stamp from the same machine never is by more than its latency).
+pub fn instant_of(w: f64) -> Instant {
+    let (now_i, now_w) = (Instant::now(), SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
+    let d = w - now_w;
+    if !d.is_finite() {
+        return now_i;
+    }
+    if d >= 0.0 {
+        now_i + Duration::from_secs_f64(d)
+    } else {
+        now_i.checked_sub(Duration::from_secs_f64(-d)).unwrap_or(now_i)
     }
 }
 

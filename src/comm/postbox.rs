@@ -22,7 +22,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::c_int;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use mpi::ffi;
 use mpi::point_to_point::{MatchedReceiveVec, Source};
@@ -30,7 +30,7 @@ use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::mailbox::Backoff;
-use super::pace::{Ingress, Pacer};
+use super::pace::{instant_of, wall_seconds, Ingress, Pacer};
 
 /// An MPI call that failed in the postbox.
 #[derive(Debug, thiserror::Error)]
@@ -64,32 +64,6 @@ pub struct Postbox {
 
 /// Bytes of the arrival time a message carries when the receiver's link is modelled.
 const STAMP: usize = 8;
-
-/// Wall-clock seconds since the epoch of an `Instant` (the stamp's clock is shared by the ranks
-/// of one machine; `Instant`s are per process).
-fn wall_seconds(t: Instant) -> f64 {
-    let (now_i, now_w) = (Instant::now(), SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
-    if t >= now_i {
-        now_w + (t - now_i).as_secs_f64()
-    } else {
-        now_w - (now_i - t).as_secs_f64()
-    }
-}
-
-/// The `Instant` of wall-clock seconds `w` (clamped to now for times in the future beyond a
-/// clock step, which a stamp from the same machine never is by more than its latency).
-fn instant_of(w: f64) -> Instant {
-    let (now_i, now_w) = (Instant::now(), SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
-    let d = w - now_w;
-    if !d.is_finite() {
-        return now_i;
-    }
-    if d >= 0.0 {
-        now_i + Duration::from_secs_f64(d)
-    } else {
-        now_i.checked_sub(Duration::from_secs_f64(-d)).unwrap_or(now_i)
-    }
-}
 
 impl Postbox {
     /// A postbox over a duplicate of `comm` (collective: every rank must create it).

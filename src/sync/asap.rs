@@ -229,6 +229,7 @@ impl StochasticReduce {
             bail!("--staleness on --sync asap needs --notify notify-ack and no --bandwidth-mbps");
         }
         let mut info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "staleness": staleness, "report": report});
+        let fixed_size = budget.is_none();
         let mut mode = match budget {
             None => StochasticReduce::new(ctx.comm, cfg, ctx.n_params())?,
             Some(b) => {
@@ -251,6 +252,11 @@ impl StochasticReduce {
             }
         };
         mode.mail.set_pacer(ctx.pacer(None));
+        // The receiver's link: several in-neighbours share it (fixed-size messages carry the
+        // stamp it needs; a budgeted edge's variable-length messages do not model it).
+        if fixed_size {
+            mode.mail.set_ingress(ctx.ingress());
+        }
         Ok((mode, info))
     }
 
@@ -963,6 +969,10 @@ impl SyncMode for StochasticReduce {
             Some(b) => b.bucket.log().to_vec(),
             None => self.mail.pacer().map_or(Vec::new(), |p| p.log().to_vec()),
         }
+    }
+
+    fn receive_log(&self) -> Vec<(f64, u64)> {
+        self.mail.ingress().map_or(Vec::new(), |i| i.log().to_vec())
     }
 
     fn save_state(&self) -> ModeState {
