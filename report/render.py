@@ -438,8 +438,13 @@ def main():
             elif cur is not None:
                 blocks[cur].append(line)
         for n in ORDER:
-            if n not in secs and n in old and old[n].get("title") in blocks:
-                text = "\n".join(blocks[old[n]["title"]]).strip("\n")
+            # The heading may have been renamed by hand since (matched by the part before " (").
+            title = old.get(n, {}).get("title")
+            if title not in blocks and title:
+                title = next((b for b in blocks if b.split(" (")[0] == title.split(" (")[0]), title)
+            if n not in secs and n in old and title in blocks:
+                old[n]["title"] = title
+                text = "\n".join(blocks[title]).strip("\n")
                 if "Not run yet" in text:
                     continue
                 if n == "peers":
