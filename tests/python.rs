@@ -1,0 +1,187 @@
+//! The Python package `asap_train` (python/, built by `make python` into .venv-python) under a
+//! real mpirun: the reducer's invariants (tests/python/reducer_checks.py), MPI shared with mpi4py
+//! in both import orders, the graph functions against `asap-train graph gap --json`, and the
+//! numpy example. `make test` runs `make python` first.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{bin, kill_job, launcher, launcher_is_open_mpi, new_job_marker, Job, JOB_MARKER};
+
+/// The venv's interpreter; the tests need `make python` to have run.
+fn python() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-python/bin/python");
+    assert!(p.exists(), "{} is missing: run `make python` first (make test does)", p.display());
+    p
+}
+
+fn repo(path: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path).to_string_lossy().into_owned()
+}
+
+/// The package links the MPI `make python` built it against (Debian's default, Open MPI); under
+/// `make test-mpich` (an MPICH build of the binary) there is no MPICH build of it to launch.
+fn skip_under_mpich() -> bool {
+    if common::built_with_mpich() {
+        eprintln!("the Python package is built against Open MPI only: not run under an MPICH build");
+        return true;
+    }
+    false
+}
+
+/// `LAUNCHER -n N .venv-python/bin/python ARGS` with the environment Open MPI needs here, killed
+/// after `limit_s` seconds with every process of the job.
+fn mpirun_python(n: usize, args: &[&str], env: &[(&str, &str)], limit_s: u64) -> Job {
+    let marker = new_job_marker();
+    let mut cmd = Command::new("timeout");
+    cmd.env(JOB_MARKER, &marker).args(["-k", "5", &limit_s.to_string(), &launcher(), "-n", &n.to_string()]);
+    if launcher_is_open_mpi() {
+        cmd.arg("--oversubscribe");
+    }
+    cmd.arg(python())
+        .args(args)
+        .envs(env.iter().copied())
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    let out = cmd.output().expect("timeout(1) runs");
+    let status = out.status.code();
+    let job = Job {
+        timed_out: status == Some(124) || status == Some(137),
+        status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    let left = kill_job(&marker);
+    if left > 0 {
+        eprintln!("killed {left} process(es) left behind (timed out: {})", job.timed_out);
+    }
+    job
+}
+
+/// Runs reducer_checks.py CHECK on `n` ranks and asserts that every rank reported it held.
+fn check(n: usize, name: &str) -> Job {
+    let job = mpirun_python(n, &[&repo("tests/python/reducer_checks.py"), name], &[], 120).expect_ok();
+    // mpirun may join two ranks' lines into one, so the reports are looked for anywhere
+    // (n <= 10: "rank 1" cannot be the start of another rank's number).
+    assert!(n <= 10);
+    for r in 0..n {
+        let report = format!("{name} ok rank {r}");
+        assert!(job.stdout.contains(&report), "rank {r} did not report {name}:\n{}\n{}", job.stdout, job.stderr);
+    }
+    job
+}
+
+#[test]
+fn allreduce_average_is_exact() {
+    if !skip_under_mpich() {
+        check(8, "allreduce_exact");
+        check(3, "allreduce_exact");
+    }
+}
+
+#[test]
+fn notify_ack_has_no_torn_reads_and_keeps_the_mean() {
+    if !skip_under_mpich() {
+        check(8, "notify_ack");
+    }
+}
+
+#[test]
+fn push_sum_conserves_mass() {
+    if !skip_under_mpich() {
+        check(8, "push_sum");
+    }
+}
+
+#[test]
+fn bounded_staleness_reduces_messages_at_most_s_rounds_old() {
+    if !skip_under_mpich() {
+        check(4, "staleness");
+    }
+}
+
+#[test]
+fn bad_options_raise_on_every_rank() {
+    if !skip_under_mpich() {
+        check(8, "bad_options");
+        check(2, "wrong_array");
+    }
+}
+
+#[test]
+fn an_uncaught_bad_option_ends_the_job_without_a_hang() {
+    if skip_under_mpich() {
+        return;
+    }
+    let job = mpirun_python(4, &[&repo("tests/python/reducer_checks.py"), "uncaught"], &[], 60);
+    job.expect_failure(&["invalid value 'bogus' for '--notify <NOTIFY>'", "aborting every rank"]);
+}
+
+/// MPI is initialised once whichever of asap_train and mpi4py is imported first, and both use
+/// the same MPI_COMM_WORLD.
+#[test]
+fn mpi_is_shared_with_mpi4py_in_both_import_orders() {
+    if skip_under_mpich() {
+        return;
+    }
+    for order in ["asap_train-first", "mpi4py-first"] {
+        let job = mpirun_python(4, &[&repo("tests/python/mpi4py_order.py"), order], &[], 120).expect_ok();
+        let lines = job.stdout.matches(&format!("{order} ok rank")).count();
+        assert_eq!(lines, 4, "{order}:\n{}\n{}", job.stdout, job.stderr);
+    }
+}
+
+/// graph_gap returns what `asap-train graph gap --json` prints (all but its timing).
+#[test]
+fn graph_gap_matches_the_binary() {
+    if skip_under_mpich() {
+        return;
+    }
+    let cases: [&[&str]; 4] = [
+        &["--kind", "root-expander", "--nodes", "25"],
+        &["--kind", "random:4", "--nodes", "300", "--seed", "7"],
+        &["--kind", "one-peer-exponential", "--nodes", "16"],
+        &["--kind", "exponential", "--nodes", "1024", "--model-bytes", "31400"],
+    ];
+    for args in cases {
+        let out = Command::new(bin()).args(["graph", "gap", "--json"]).args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let want: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let kw: Vec<String> = args.chunks(2).map(|p| format!("{}={:?}", p[0].trim_start_matches("--").replace('-', "_"), p[1])).collect();
+        let code = format!(
+            "import json, asap_train as at\nkw = dict({})\nfor k in ('nodes', 'seed', 'model_bytes'):\n    kw[k] = int(kw[k]) if k in kw else kw.get(k)\nprint(json.dumps(at.graph_gap(**{{k: v for k, v in kw.items() if v is not None}})))",
+            kw.join(", ")
+        );
+        let py = Command::new(python()).args(["-c", &code]).output().unwrap();
+        assert!(py.status.success(), "{}", String::from_utf8_lossy(&py.stderr));
+        let mut got: serde_json::Value = serde_json::from_slice(&py.stdout).unwrap();
+        let mut want = want;
+        for v in [&mut got, &mut want] {
+            v.as_object_mut().unwrap().remove("seconds");
+        }
+        assert_eq!(got, want, "{args:?}");
+    }
+}
+
+/// The numpy example trains softmax regression on Fashion-MNIST on 8 ranks with both reducers.
+/// Under allreduce and NOTIFY-ACK every round reduces the same models on any schedule, so the
+/// result does not depend on how the OS runs the ranks.
+#[test]
+fn numpy_example_trains_with_both_reducers() {
+    if skip_under_mpich() {
+        return;
+    }
+    for sync in ["allreduce", "asap"] {
+        let job = mpirun_python(8, &[&repo("examples/numpy_logreg.py"), "--sync", sync, "--epochs", "1"], &[], 300).expect_ok();
+        let line = job.stdout.lines().find(|l| l.starts_with("final test accuracy")).unwrap_or_else(|| panic!("no result line:\n{}\n{}", job.stdout, job.stderr));
+        let acc: f64 = line.split_whitespace().nth(3).unwrap().parse().unwrap();
+        // Softmax regression reaches ~84 % on Fashion-MNIST; one epoch on 8 ranks > 80 %.
+        assert!(acc > 0.80, "{sync}: {line}\n{}", job.stderr);
+        if sync == "asap" {
+            assert!(job.stdout.contains("torn 0"), "{}", job.stdout);
+        }
+    }
+}
