@@ -104,6 +104,14 @@ fn bounded_staleness_reduces_messages_at_most_s_rounds_old() {
 }
 
 #[test]
+fn table_reads_hold_the_staleness_bound() {
+    if !skip_under_mpich() {
+        check(8, "table_ssp");
+        check(4, "table_bosen");
+    }
+}
+
+#[test]
 fn bad_options_raise_on_every_rank() {
     if !skip_under_mpich() {
         check(8, "bad_options");

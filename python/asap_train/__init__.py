@@ -15,7 +15,7 @@ import atexit as _atexit
 import sys as _sys
 
 from . import _native
-from ._native import Error, OptionError, Reducer  # noqa: F401
+from ._native import Error, OptionError, Reducer, Table  # noqa: F401
 
 rank, size, _initialised_here = _native.init()
 
@@ -23,6 +23,7 @@ __all__ = [
     "Error",
     "OptionError",
     "Reducer",
+    "Table",
     "rank",
     "size",
     "barrier",

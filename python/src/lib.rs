@@ -14,6 +14,7 @@ use pyo3::types::{PyDict, PyList};
 
 mod graph;
 mod reducer;
+mod table;
 
 create_exception!(asap_train, Error, PyRuntimeError, "An error of asap-train's sync layer or MPI set-up.");
 create_exception!(
@@ -174,4 +175,6 @@ mod _native {
     use super::graph::{graph_gap, graph_gap_edges, graph_mix, graph_search};
     #[pymodule_export]
     use super::reducer::Reducer;
+    #[pymodule_export]
+    use super::table::Table;
 }

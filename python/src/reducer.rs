@@ -29,12 +29,12 @@ thread_local! {
     /// collective frees at exit (`close_all`) run in the same order everywhere. A slot is None
     /// once closed. The modes hold MPI handles and stay on the thread that made them (the
     /// Reducer class is `unsendable`).
-    static MODES: RefCell<Vec<Option<Box<dyn SyncMode>>>> = const { RefCell::new(Vec::new()) };
+    pub(crate) static MODES: RefCell<Vec<Option<Box<dyn SyncMode>>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Frees a mode's MPI resources (collectively), or leaks them when MPI is already finalised
 /// (freeing a window then would be an error; the process is ending).
-fn release(mode: Box<dyn SyncMode>) {
+pub(crate) fn release(mode: Box<dyn SyncMode>) {
     if mpi::environment::is_finalized() {
         std::mem::forget(mode);
     } else {
@@ -50,31 +50,36 @@ pub fn close_all() {
 }
 
 /// The binary's parse and validation of `flags` (`--sync asap --graph ring ...`), restricted to
-/// the options and modes a reducer has.
-fn reducer_config(flags: &[String]) -> anyhow::Result<TrainConfig> {
-    let cmd = TrainConfig::augment_args(clap::Command::new("asap_train.Reducer").no_binary_name(true).allow_negative_numbers(true));
+/// the options `who` (a Python class) takes: `allowed`, as config-file keys.
+pub(crate) fn parse_flags(flags: &[String], allowed: &[&str], who: &str) -> anyhow::Result<TrainConfig> {
+    let cmd = TrainConfig::augment_args(clap::Command::new("asap_train").no_binary_name(true).allow_negative_numbers(true));
     let ids: Vec<String> = cmd.get_arguments().map(|a| a.get_id().to_string()).collect();
     let matches = cmd.try_get_matches_from(flags).map_err(|e| anyhow::anyhow!(clap_message(&e)))?;
     for id in &ids {
-        if matches.value_source(id) == Some(ValueSource::CommandLine) && !REDUCER_OPTIONS.contains(&id.as_str()) {
+        if matches.value_source(id) == Some(ValueSource::CommandLine) && !allowed.contains(&id.as_str()) {
             anyhow::bail!(
-                "{id}= (--{}) is an option of the binary's training loop, not of a Reducer (which takes {})",
+                "{id}= (--{}) is an option of the binary's training loop, not of a {who} (which takes {})",
                 id.replace('_', "-"),
-                REDUCER_OPTIONS.join(", ")
+                allowed.join(", ")
             );
         }
     }
-    let cfg = TrainConfig::merge(None, TrainConfig::from_arg_matches(&matches)?, Some(&matches))?;
+    TrainConfig::merge(None, TrainConfig::from_arg_matches(&matches)?, Some(&matches))
+}
+
+/// [`parse_flags`] for a reducer: its options and modes.
+fn reducer_config(flags: &[String]) -> anyhow::Result<TrainConfig> {
+    let cfg = parse_flags(flags, REDUCER_OPTIONS, "Reducer")?;
     anyhow::ensure!(
         matches!(cfg.sync, SyncKind::Allreduce | SyncKind::Asap | SyncKind::None),
-        "sync={:?}: a Reducer runs allreduce, asap or none (ssp, bosen, async and gaia keep parameter-server state beside the model)",
+        "sync={:?}: a Reducer runs allreduce, asap or none (ssp and bosen are asap_train.Table; async and gaia are not exposed)",
         serde_json::to_value(cfg.sync)?.as_str().unwrap_or_default()
     );
     Ok(cfg)
 }
 
 /// A clap error as one message without the "--help" hint (there is no help to ask for here).
-fn clap_message(e: &clap::Error) -> String {
+pub(crate) fn clap_message(e: &clap::Error) -> String {
     let rendered = e.render().to_string();
     let lines: Vec<&str> = rendered.lines().filter(|l| !l.contains("--help") && !l.trim().is_empty()).collect();
     lines.join("\n").trim_start_matches("error: ").to_owned()
@@ -82,7 +87,7 @@ fn clap_message(e: &clap::Error) -> String {
 
 /// Collective: when any rank failed, every rank gets an error: its own, or the lowest failing
 /// rank's message (so a rank-dependent option cannot leave the others waiting in a collective).
-fn agree<T>(comm: &SimpleCommunicator, r: anyhow::Result<T>) -> Result<T, String> {
+pub(crate) fn agree<T>(comm: &SimpleCommunicator, r: anyhow::Result<T>) -> Result<T, String> {
     let me = comm.rank() as u64;
     let first = collectives::min_u64(comm, if r.is_err() { me } else { u64::MAX });
     if first == u64::MAX {
@@ -98,7 +103,7 @@ fn agree<T>(comm: &SimpleCommunicator, r: anyhow::Result<T>) -> Result<T, String
 
 /// Python kwargs as the binary's flags: `graph="ring"` -> `--graph ring`, `overlap=True` ->
 /// `--overlap`; None and False leave an option out.
-fn kwargs_to_flags(sync: &str, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
+pub(crate) fn kwargs_to_flags(sync: &str, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
     let mut flags = vec!["--sync".to_owned(), sync.to_owned()];
     for (k, v) in options.into_iter().flat_map(|d| d.iter()) {
         let key: String = k.extract()?;
@@ -146,7 +151,7 @@ pub struct Reducer {
 }
 
 /// A mode's counters and metrics at one moment.
-type Snapshot = (asap_train::sync::CommStats, Vec<ModeMetric>);
+pub(crate) type Snapshot = (asap_train::sync::CommStats, Vec<ModeMetric>);
 
 impl Reducer {
     /// The counters and metrics now, or as they were when the reducer was closed.
@@ -195,7 +200,7 @@ fn layout(n: usize, row_len: Option<usize>) -> PyResult<RowLayout> {
 }
 
 /// One metric's values as Python numbers: whole numbers (counters, histograms) as int.
-fn metric_value<'py>(py: Python<'py>, m: &ModeMetric, values: &[f64]) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn metric_value<'py>(py: Python<'py>, m: &ModeMetric, values: &[f64]) -> PyResult<Bound<'py, PyAny>> {
     let one = |x: f64| -> PyResult<Bound<'py, PyAny>> {
         if x.fract() == 0.0 && x.abs() < 9.0e15 {
             Ok((x as i64).into_pyobject(py)?.into_any())
@@ -208,6 +213,54 @@ fn metric_value<'py>(py: Python<'py>, m: &ModeMetric, values: &[f64]) -> PyResul
     } else {
         one(values.first().copied().unwrap_or(0.0))
     }
+}
+
+/// This rank's counters and mode metrics as a dict (the binary's names).
+pub(crate) fn stats_dict<'py>(py: Python<'py>, snap: &Snapshot) -> PyResult<Bound<'py, PyDict>> {
+    let (counters, metrics) = snap;
+    let d = PyDict::new(py);
+    let v = serde_json::to_value(counters).map_err(|e| Error::new_err(e.to_string()))?;
+    for (k, x) in v.as_object().into_iter().flatten() {
+        d.set_item(k, json_to_py(py, x)?)?;
+    }
+    for m in metrics {
+        d.set_item(m.name, metric_value(py, m, &m.values)?)?;
+    }
+    Ok(d)
+}
+
+/// Collective: counters as mean and max over ranks, mode metrics combined by their aggregate.
+pub(crate) fn global_stats_dict<'py>(py: Python<'py>, snap: &Snapshot) -> PyResult<Bound<'py, PyDict>> {
+    let (counters, metrics) = snap;
+    let v = serde_json::to_value(counters).map_err(|e| Error::new_err(e.to_string()))?;
+    let names: Vec<&String> = v.as_object().into_iter().flat_map(|o| o.keys()).collect();
+    let values: Vec<f64> = v.as_object().into_iter().flat_map(|o| o.values()).map(|x| x.as_f64().unwrap_or(0.0)).collect();
+    // MPI_COMM_WORLD, not a duplicate held by the object: a communicator freed after
+    // MPI_Finalize (an object collected at interpreter exit) would be an MPI error.
+    let comm = SimpleCommunicator::world();
+    let (mean, max) = collectives::mean_max(&comm, &values);
+    let d = PyDict::new(py);
+    for (i, k) in names.iter().enumerate() {
+        d.set_item(format!("{k}_mean"), mean[i])?;
+        d.set_item(format!("{k}_max"), max[i])?;
+    }
+    let size = comm.size() as f64;
+    for m in metrics {
+        // Histograms may differ in length between ranks (in-degrees differ): pad to the longest.
+        let len = collectives::max_u64(&comm, m.values.len() as u64) as usize;
+        let mut x = m.values.clone();
+        x.resize(len, 0.0);
+        match m.aggregate {
+            Aggregate::Sum => collectives::sum_f64(&comm, &mut x),
+            Aggregate::Mean => {
+                collectives::sum_f64(&comm, &mut x);
+                x.iter_mut().for_each(|v| *v /= size);
+            }
+            Aggregate::Max => collectives::max_f64(&comm, &mut x),
+        }
+        d.set_item(m.name, metric_value(py, m, &x)?)?;
+    }
+    Ok(d)
 }
 
 #[pymethods]
@@ -261,6 +314,25 @@ impl Reducer {
         Ok(())
     }
 
+    /// `k` rounds in a row with no Python between them (consensus only: nothing changes
+    /// `params` between the rounds). The overhead bench times it against `k` calls of `sync`.
+    fn sync_rounds(&mut self, params: &Bound<'_, PyAny>, k: u64) -> PyResult<()> {
+        let first = self.round + 1;
+        let r = with_params(params, self.n, |p| {
+            self.with_mode(|m| -> anyhow::Result<()> {
+                for round in first..first + k {
+                    m.sync(p, round)?;
+                }
+                Ok(())
+            })
+        })??;
+        if let Err(e) = r {
+            asap_train::comm::abort_job(&format!("Reducer.sync_rounds from round {first}: {}", text(&e)), 1);
+        }
+        self.round += k;
+        Ok(())
+    }
+
     /// Collective end: every rank's `params` becomes the final model the mode defines (the
     /// average of the replicas; push-sum: sum x / sum w), then the reducer is closed.
     fn finish(&mut self, params: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -295,52 +367,14 @@ impl Reducer {
     /// torn, stale, consistency_histogram, in_degree; staleness_histogram with staleness;
     /// push_sum_weight, push_sum_weight_sum after finish, push_sum_held_pushes ...).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (counters, metrics) = self.snapshot()?;
-        let d = PyDict::new(py);
-        let v = serde_json::to_value(&counters).map_err(|e| Error::new_err(e.to_string()))?;
-        for (k, x) in v.as_object().into_iter().flatten() {
-            d.set_item(k, json_to_py(py, x)?)?;
-        }
-        for m in &metrics {
-            d.set_item(m.name, metric_value(py, m, &m.values)?)?;
-        }
-        Ok(d)
+        stats_dict(py, &self.snapshot()?)
     }
 
     /// Collective: the counters over all ranks as the binary's metrics report them: each
     /// counter's mean and max (`bytes_sent_mean`, `bytes_sent_max` ...), and each mode metric
     /// combined as the binary combines it (sum, mean or max; histograms element by element).
     fn global_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (counters, metrics) = self.snapshot()?;
-        let v = serde_json::to_value(&counters).map_err(|e| Error::new_err(e.to_string()))?;
-        let names: Vec<&String> = v.as_object().into_iter().flat_map(|o| o.keys()).collect();
-        let values: Vec<f64> = v.as_object().into_iter().flat_map(|o| o.values()).map(|x| x.as_f64().unwrap_or(0.0)).collect();
-        // MPI_COMM_WORLD, not a duplicate held by the object: a communicator freed after
-        // MPI_Finalize (a reducer collected at interpreter exit) would be an MPI error.
-        let comm = SimpleCommunicator::world();
-        let (mean, max) = collectives::mean_max(&comm, &values);
-        let d = PyDict::new(py);
-        for (i, k) in names.iter().enumerate() {
-            d.set_item(format!("{k}_mean"), mean[i])?;
-            d.set_item(format!("{k}_max"), max[i])?;
-        }
-        let size = comm.size() as f64;
-        for m in &metrics {
-            // Histograms may differ in length between ranks (in-degrees differ): pad to the longest.
-            let len = collectives::max_u64(&comm, m.values.len() as u64) as usize;
-            let mut x = m.values.clone();
-            x.resize(len, 0.0);
-            match m.aggregate {
-                Aggregate::Sum => collectives::sum_f64(&comm, &mut x),
-                Aggregate::Mean => {
-                    collectives::sum_f64(&comm, &mut x);
-                    x.iter_mut().for_each(|v| *v /= size);
-                }
-                Aggregate::Max => collectives::max_f64(&comm, &mut x),
-            }
-            d.set_item(m.name, metric_value(py, m, &x)?)?;
-        }
-        Ok(d)
+        global_stats_dict(py, &self.snapshot()?)
     }
 
     /// What the binary's metrics start line records about the mode (asap: the graph, notify,

@@ -122,6 +122,13 @@ def bad_options():
     expect_option_error("training loop", sync="allreduce", lr=0.1)
     expect_option_error("a Reducer runs allreduce, asap or none", sync="ssp")
     expect_option_error("--wait-timeout", sync="asap", wait_timeout=-1)
+    for kw, needle in [({"sync": "bosen"}, "--sync bosen needs a per-rank budget"), ({"sync": "asap"}, "a Table runs ssp or bosen"), ({"graph": "ring"}, "not of a Table")]:
+        try:
+            at.Table(4, 2, **kw)
+        except at.OptionError as e:
+            assert needle in str(e), (str(e), needle)
+        else:
+            raise AssertionError("Table(%r) did not raise" % (kw,))
     # Only the last rank is wrong: everyone raises, the others naming that rank.
     bad = {"notify": "bogus"} if RANK == N - 1 else {}
     msg = expect_option_error("bogus", sync="asap", **bad)
@@ -171,7 +178,51 @@ def wrong_array():
     print("wrong_array ok rank %d" % RANK, flush=True)
 
 
-CHECKS = {f.__name__: f for f in [allreduce_exact, notify_ack, push_sum, staleness, bad_options, uncaught, wrong_array]}
+def table_ssp():
+    """The table's staleness bound (SSP): every rank adds 1 to every entry each clock (apply
+    plain: w += u). At clock c a read holds every update of clocks <= c-S-1 from every rank and
+    all of this rank's own, so each entry is >= c + (N-1)(c-S); reads are at most S clocks
+    stale; after finish the table holds every update: N x clocks."""
+    S, clocks, rows, width = 2, 30, 16, 4
+    t = at.Table(rows, width, sync="ssp", staleness=S, apply="plain")
+    ones = np.ones((rows, width), np.float32)
+    rng = np.random.default_rng(RANK)
+    for c in range(clocks):
+        some = sorted(rng.choice(rows, 5, replace=False).tolist())
+        v = t.get(some)
+        low = c + (N - 1) * max(0, c - S)
+        assert v.shape == (5, width) and v.min() >= low, (c, v.min(), low)
+        t.inc(list(range(rows)), ones)
+        mine = t.get([0])
+        assert mine.min() >= low + 1, (c, mine.min(), low)  # this rank's inc is visible at once
+        t.clock()
+    s = t.stats()
+    assert s["max_staleness"] <= S and not any(s["staleness_histogram"][S + 1 :]), s
+    assert s["reads"] > 0 and s["staleness_bound"] == S, s
+    final = t.finish()
+    assert final.shape == (rows, width) and np.all(final == N * clocks), final
+    print("table_ssp ok rank %d staleness histogram %s" % (RANK, s["staleness_histogram"]), flush=True)
+
+
+def table_bosen():
+    """bosen's budgeted table (ConSGD: w += u / N): the final table is the mean update."""
+    rows, width, clocks = 32, 8, 20
+    init = np.full((rows, width), 5.0, np.float32)
+    t = at.Table(rows, width, init=init, sync="bosen", staleness=1, bandwidth_mbps=1000)
+    for c in range(clocks):
+        t.get()
+        t.inc(list(range(rows)), np.full((rows, width), float(RANK), np.float32))
+        t.clock()
+    final = t.finish()
+    want = 5.0 + clocks * sum(range(N)) / N
+    assert np.allclose(final, want, rtol=1e-5), (final.min(), final.max(), want)
+    print("table_bosen ok rank %d" % RANK, flush=True)
+
+
+CHECKS = {
+    f.__name__: f
+    for f in [allreduce_exact, notify_ack, push_sum, staleness, bad_options, uncaught, wrong_array, table_ssp, table_bosen]
+}
 
 if __name__ == "__main__":
     for name in sys.argv[1:]:
