@@ -193,3 +193,25 @@ fn numpy_example_trains_with_both_reducers() {
         }
     }
 }
+
+/// read_model gives what `predict` needs: numpy scores the test set from it exactly as
+/// `asap-train predict` does; read_metrics reads the run's metrics file.
+#[test]
+fn read_model_and_metrics_of_a_binary_run() {
+    if skip_under_mpich() {
+        return;
+    }
+    let dir = common::scratch("python-read-files");
+    let (model, metrics) = (dir.join("m.h5"), dir.join("m.jsonl"));
+    let (model, metrics) = (model.to_str().unwrap(), metrics.to_str().unwrap());
+    common::mpirun(2, &["train", "--sync", "allreduce", "--epochs", "1", "--max-rounds", "40", "--lr", "0.05", "--metrics", metrics, "--save-model", model], 120)
+        .expect_ok();
+    let test = format!("{}/t10k-images-idx3-ubyte.gz", common::FASHION);
+    let out = Command::new(bin()).args(["predict", "--model", model, "--data", &test, "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let value = v["value"].as_f64().unwrap().to_string();
+    let py = Command::new(python()).args([&repo("tests/python/read_files.py"), model, metrics, &value]).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&py.stdout), String::from_utf8_lossy(&py.stderr));
+    assert!(py.status.success() && text.contains("read_files ok"), "{text}");
+}

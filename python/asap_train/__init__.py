@@ -32,6 +32,8 @@ __all__ = [
     "graph_gap_edges",
     "graph_search",
     "graph_mix",
+    "read_model",
+    "read_metrics",
     "flatten",
     "unflatten",
 ]
@@ -41,6 +43,7 @@ graph_gap = _native.graph_gap
 graph_gap_edges = _native.graph_gap_edges
 graph_search = _native.graph_search
 graph_mix = _native.graph_mix
+read_model = _native.read_model
 
 if not _initialised_here and not _native.osc_ok() and rank == 0:
     # MPI came up before us (mpi4py imported first) with Debian's default one-sided component.
@@ -66,6 +69,23 @@ def _abort_on_uncaught(kind, value, tb):
 
 
 _sys.excepthook = _abort_on_uncaught
+
+
+def read_metrics(path):
+    """A `--metrics` JSONL file as a list of dicts, one per line (start, eval ... summary lines;
+    each has an "event" key). A line that is not JSON raises ValueError naming file and line."""
+    import json
+
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(json.loads(line))
+            except ValueError as e:
+                raise ValueError("%s:%d: not a JSON metrics line (%s)" % (path, i, e)) from None
+    return out
 
 
 def allreduce_sum(x):

@@ -12,6 +12,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+mod files;
 mod graph;
 mod reducer;
 mod table;
@@ -173,6 +174,8 @@ mod _native {
     use super::{abort, allreduce_sum, allreduce_sum_array, barrier, finalize, init, mpi_active, osc_ok, Error, OptionError};
     #[pymodule_export]
     use super::graph::{graph_gap, graph_gap_edges, graph_mix, graph_search};
+    #[pymodule_export]
+    use super::files::read_model;
     #[pymodule_export]
     use super::reducer::Reducer;
     #[pymodule_export]
