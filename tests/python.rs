@@ -174,23 +174,35 @@ fn graph_gap_matches_the_binary() {
     }
 }
 
-/// The numpy example trains softmax regression on Fashion-MNIST on 8 ranks with both reducers.
-/// Under allreduce and NOTIFY-ACK every round reduces the same models on any schedule, so the
-/// result does not depend on how the OS runs the ranks.
+/// The numpy example trains softmax regression on Fashion-MNIST on 8 ranks with both reducers,
+/// and reaches the binary's held-out accuracy with the same data, model (MLR), step size,
+/// decay, L2, batch and mode within 0.5 pt (issue 30). Under allreduce and NOTIFY-ACK every
+/// round reduces the same models on any schedule, so neither result depends on how the OS runs
+/// the ranks; the two differ in shuffling and sharding only.
 #[test]
-fn numpy_example_trains_with_both_reducers() {
+fn numpy_example_reaches_the_binarys_accuracy() {
     if skip_under_mpich() {
         return;
     }
+    let dir = common::scratch("python-numpy-example");
+    let same = ["--epochs", "2", "--batch-size", "32", "--lr", "0.1", "--lr-decay", "0.8", "--lambda", "1e-4", "--seed", "1"];
     for sync in ["allreduce", "asap"] {
-        let job = mpirun_python(8, &[&repo("examples/numpy_logreg.py"), "--sync", sync, "--epochs", "1"], &[], 300).expect_ok();
+        let mut args = vec![repo("examples/numpy_logreg.py"), "--sync".into(), sync.into()];
+        args.extend(same.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let job = mpirun_python(8, &args, &[], 300).expect_ok();
         let line = job.stdout.lines().find(|l| l.starts_with("final test accuracy")).unwrap_or_else(|| panic!("no result line:\n{}\n{}", job.stdout, job.stderr));
-        let acc: f64 = line.split_whitespace().nth(3).unwrap().parse().unwrap();
-        // Softmax regression reaches ~84 % on Fashion-MNIST; one epoch on 8 ranks > 80 %.
-        assert!(acc > 0.80, "{sync}: {line}\n{}", job.stderr);
+        let python: f64 = line.split_whitespace().nth(3).unwrap().parse().unwrap();
         if sync == "asap" {
             assert!(job.stdout.contains("torn 0"), "{}", job.stdout);
         }
+        let metrics = dir.join(format!("{sync}.jsonl"));
+        let mut bin_args = vec!["train", "--model", "mlr", "--sync", sync, "--metrics", metrics.to_str().unwrap()];
+        bin_args.extend(same);
+        common::mpirun(8, &bin_args, 300).expect_ok();
+        let binary = common::summary(&metrics)["final_metric"].as_f64().unwrap();
+        assert!((python - binary).abs() <= 0.005, "{sync}: numpy example {python}, binary {binary}");
+        eprintln!("{sync}: numpy example {python:.4}, binary {binary:.4}");
     }
 }
 
