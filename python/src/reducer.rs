@@ -269,7 +269,7 @@ impl Reducer {
     /// `bandwidth_mbps` it must be the same on every rank) and the same options.
     #[new]
     #[pyo3(signature = (params, sync="asap", row_len=None, **options))]
-    fn new(py: Python<'_>, params: &Bound<'_, PyAny>, sync: &str, row_len: Option<usize>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+    fn new(params: &Bound<'_, PyAny>, sync: &str, row_len: Option<usize>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         if !crate::mpi_active() {
             return Err(Error::new_err("MPI is not active (asap_train.init() was not called, or MPI was finalised)"));
         }
@@ -295,7 +295,6 @@ impl Reducer {
             m.push(Some(mode));
             m.len() - 1
         });
-        let _ = py;
         let sync_kind = serde_json::to_value(cfg.sync).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
         Ok(Reducer { slot, n: init.len(), round: 0, sync_kind, info, last: None })
     }
