@@ -227,3 +227,33 @@ fn read_model_and_metrics_of_a_binary_run() {
     let text = format!("{}{}", String::from_utf8_lossy(&py.stdout), String::from_utf8_lossy(&py.stderr));
     assert!(py.status.success() && text.contains("read_files ok"), "{text}");
 }
+
+/// A Python MF loop on the Table (examples/table_mf.py) reaches the binary's held-out RMSE on
+/// MovieLens with the same settings (`--model mf --sync ssp --staleness 0 --apply consgd`):
+/// at S = 0 each shard applies a clock's pushes in worker order, so both runs are the same on
+/// any schedule; they differ in shuffling and in the Python loop's one step per mini-batch.
+#[test]
+fn table_mf_example_reaches_the_binarys_rmse() {
+    if skip_under_mpich() {
+        return;
+    }
+    let root = env!("CARGO_MANIFEST_DIR");
+    let prep = Command::new(format!("{root}/datasets/prepare.sh")).current_dir(root).output().unwrap();
+    assert!(prep.status.success(), "datasets/prepare.sh: {}", String::from_utf8_lossy(&prep.stderr));
+    let (train, test) = (repo("datasets/out/movielens-train.ratings"), repo("datasets/out/movielens-test.ratings"));
+    let same = ["--staleness", "0", "--apply", "consgd", "--lr", "1", "--lambda", "0.1", "--lr-decay", "0.9", "--epochs", "3", "--sync-every", "22", "--seed", "1"];
+    let mut args = vec![repo("examples/table_mf.py"), "--train".into(), train.clone(), "--test".into(), test.clone()];
+    args.extend(same.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let job = mpirun_python(4, &args, &[], 300).expect_ok();
+    let line = job.stdout.lines().find(|l| l.starts_with("held-out RMSE")).unwrap_or_else(|| panic!("no result:\n{}\n{}", job.stdout, job.stderr));
+    let python: f64 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(job.stdout.contains("max staleness 0"), "{}", job.stdout);
+    let metrics = common::scratch("python-table-mf").join("mf.jsonl");
+    let mut bin_args = vec!["train", "--data", &train, "--test-data", &test, "--model", "mf", "--sync", "ssp", "--metrics", metrics.to_str().unwrap()];
+    bin_args.extend(same);
+    common::mpirun(4, &bin_args, 300).expect_ok();
+    let binary = common::summary(&metrics)["final_metric"].as_f64().unwrap();
+    assert!((python - binary).abs() <= 0.01, "numpy MF on the Table {python}, binary {binary}");
+    eprintln!("held-out RMSE: Python on the Table {python:.4}, binary {binary:.4}");
+}

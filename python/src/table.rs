@@ -210,9 +210,16 @@ impl Table {
         stats_dict(py, &self.snapshot()?)
     }
 
-    /// Collective: the counters over all ranks (see Reducer.global_stats).
+    /// Collective, after finish(): the counters over all ranks (see Reducer.global_stats).
+    /// While the table is open a rank may still wait for another's shard server, which a
+    /// blocking collective would stop from answering: the job would hang.
     fn global_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        global_stats_dict(py, &self.snapshot()?)
+        match &self.last {
+            Some(snap) => global_stats_dict(py, snap),
+            None => Err(Error::new_err(
+                "Table.global_stats() is collective: call it after finish() (while the table is open another rank may still wait for this rank's shard server)",
+            )),
+        }
     }
 
     /// Staleness bound, apply rule and bosen's options, as the metrics' start line records them.
