@@ -100,6 +100,7 @@ fn push_sum_conserves_mass() {
 fn bounded_staleness_reduces_messages_at_most_s_rounds_old() {
     if !skip_under_mpich() {
         check(4, "staleness");
+        check(4, "budget");
     }
 }
 

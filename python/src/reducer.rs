@@ -187,6 +187,22 @@ fn build_mode(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Res
     })
 }
 
+/// With `bandwidth_mbps` every edge keeps a mirror of what its receiver holds, starting from the
+/// model every rank starts from: `params` that differ between ranks would leave the mirrors wrong
+/// until `finish` found them out. A checksum (sums of the values and of their squares, in f64)
+/// compared over ranks catches that at the start.
+fn same_on_every_rank(comm: &SimpleCommunicator, params: &[f32]) -> anyhow::Result<()> {
+    let sum: f64 = params.iter().map(|&x| x as f64).sum();
+    let sq: f64 = params.iter().map(|&x| (x as f64) * (x as f64)).sum();
+    let mut v = [sum, sq, -sum, -sq];
+    collectives::max_f64(comm, &mut v);
+    anyhow::ensure!(
+        v[0] == -v[2] && v[1] == -v[3],
+        "bandwidth_mbps (--bandwidth-mbps) needs the same starting params on every rank (each edge mirrors what its receiver holds): broadcast them first"
+    );
+    Ok(())
+}
+
 /// Rows of `row_len` over `n` values (the last may be shorter): what `bandwidth_mbps` sends or
 /// holds back as a unit.
 fn layout(n: usize, row_len: Option<usize>) -> PyResult<RowLayout> {
@@ -289,6 +305,10 @@ impl Reducer {
             record_sends: false,
             rounds_per_epoch: 1,
         };
+        if cfg.bosen.bandwidth_mbps.is_some() {
+            let same = same_on_every_rank(&comm, &init);
+            agree(&comm, same).map_err(OptionError::new_err)?;
+        }
         let built = build_mode(&cfg, &ctx, &init);
         let (mode, info) = agree(&comm, built).map_err(OptionError::new_err)?;
         let slot = MODES.with_borrow_mut(|m| {

@@ -101,9 +101,27 @@ def staleness():
     print("staleness ok rank %d ages %s" % (RANK, s["staleness_histogram"]), flush=True)
 
 
-def expect_option_error(needle, **kw):
-    """Reducer(**kw) must raise OptionError on this rank, with `needle` in its message."""
-    x = np.zeros(16, np.float32)
+def budget():
+    """bandwidth_mbps: each message carries the rows that fit the budget, the rest is held in
+    per-edge residuals; finish() still leaves the same model on every rank, and the rows sent
+    and held are counted."""
+    x = np.zeros(4000, np.float32)
+    r = at.Reducer(x, sync="asap", graph="ring", bandwidth_mbps=50, row_len=100)
+    rng = np.random.default_rng(RANK)
+    for _ in range(15):
+        x += rng.standard_normal(x.size).astype(np.float32) * np.float32(0.1)
+        r.sync(x)
+    r.finish(x)
+    s = r.stats()
+    assert s["rows_sent"] > 0 and "rows_held" in s and s["torn"] == 0, s
+    spread = at.allreduce_sum(np.abs(x[:32] - at.allreduce_sum(x[:32]) / N))
+    assert spread.max() < 1e-5, spread.max()
+    print("budget ok rank %d rows sent %d held %d" % (RANK, s["rows_sent"], s["rows_held"]), flush=True)
+
+
+def expect_option_error(needle, x=None, **kw):
+    """Reducer(x, **kw) must raise OptionError on this rank, with `needle` in its message."""
+    x = np.zeros(16, np.float32) if x is None else x
     try:
         at.Reducer(x, **kw)
     except at.OptionError as e:
@@ -129,6 +147,8 @@ def bad_options():
             assert needle in str(e), (str(e), needle)
         else:
             raise AssertionError("Table(%r) did not raise" % (kw,))
+    differ = np.full(16, float(RANK), np.float32)
+    expect_option_error("same starting params on every rank", x=differ, sync="asap", bandwidth_mbps=100)
     # Only the last rank is wrong: everyone raises, the others naming that rank.
     bad = {"notify": "bogus"} if RANK == N - 1 else {}
     msg = expect_option_error("bogus", sync="asap", **bad)
@@ -221,7 +241,7 @@ def table_bosen():
 
 CHECKS = {
     f.__name__: f
-    for f in [allreduce_exact, notify_ack, push_sum, staleness, bad_options, uncaught, wrong_array, table_ssp, table_bosen]
+    for f in [allreduce_exact, notify_ack, push_sum, staleness, budget, bad_options, uncaught, wrong_array, table_ssp, table_bosen]
 }
 
 if __name__ == "__main__":
