@@ -47,7 +47,8 @@ run: build
 # The Python package `asap_train` (python/, PyO3) in a venv made from Debian's Python, which
 # sees Debian's numpy and mpi4py (--system-site-packages); maturin (pinned) from PyPI builds it
 # in target/ beside the binary, over the same crate. Use it as .venv-python/bin/python, or after
-# `source .venv-python/bin/activate`.
+# `source .venv-python/bin/activate`. maturin's "Failed to set rpath ... patchelf" warning is
+# harmless here: the module links only Debian's system libraries, found without an rpath.
 PYTHON_VENV := .venv-python
 SYSTEM_PYTHON ?= /usr/bin/python3
 MATURIN_VERSION := 1.16.0
