@@ -143,12 +143,14 @@ fn mpi_is_shared_with_mpi4py_in_both_import_orders() {
     }
 }
 
-/// graph_gap returns what `asap-train graph gap --json` prints (all but its timing).
+/// graph_gap returns what `asap-train graph gap --json` prints (all but its timing); edges,
+/// search and mix agree with it.
 #[test]
 fn graph_gap_matches_the_binary() {
     if skip_under_mpich() {
         return;
     }
+    check(1, "graphs");
     let cases: [&[&str]; 4] = [
         &["--kind", "root-expander", "--nodes", "25"],
         &["--kind", "random:4", "--nodes", "300", "--seed", "7"],

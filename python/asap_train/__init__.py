@@ -40,7 +40,6 @@ __all__ = [
 
 barrier = _native.barrier
 graph_gap = _native.graph_gap
-graph_gap_edges = _native.graph_gap_edges
 graph_search = _native.graph_search
 graph_mix = _native.graph_mix
 read_model = _native.read_model
@@ -69,6 +68,18 @@ def _abort_on_uncaught(kind, value, tb):
 
 
 _sys.excepthook = _abort_on_uncaught
+
+
+def graph_gap_edges(nodes, edges, model_bytes=0, method="auto", epsilon=1e-3, name="edges"):
+    """`graph gap`'s report for a graph given by its (source, target) pairs: a list of pairs or
+    an (E, 2) integer array over nodes 0..nodes-1 (self-loops and repeats are ignored)."""
+    pairs = []
+    for i, e in enumerate(edges):
+        a, b = (int(v) for v in e)
+        if a < 0 or b < 0:
+            raise OptionError("edge %d (%d, %d) names a node outside 0..%d" % (i, a, b, nodes))
+        pairs.append((a, b))
+    return _native.graph_gap_edges(nodes, pairs, model_bytes=model_bytes, method=method, epsilon=epsilon, name=name)
 
 
 def read_metrics(path):

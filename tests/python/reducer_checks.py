@@ -119,6 +119,31 @@ def budget():
     print("budget ok rank %d rows sent %d held %d" % (RANK, s["rows_sent"], s["rows_held"]), flush=True)
 
 
+def graphs():
+    """Graph analysis: a graph given by its edges has the report of the same graph given by
+    kind; search finds a gap at least the root expander's; mix measures rounds to epsilon."""
+    n = 12
+    ring = [(i, (i + 1) % n) for i in range(n)]
+    by_kind, by_edges = at.graph_gap(kind="ring", nodes=n), at.graph_gap_edges(n, np.array(ring))
+    for k in ("nodes", "edges", "regular", "strongly_connected", "diameter", "mixing_rounds"):
+        assert by_kind[k] == by_edges[k], (k, by_kind[k], by_edges[k])
+    assert abs(by_kind["spectral_gap"] - by_edges["spectral_gap"]) < 1e-9
+    edges, report = at.graph_search(16, 2, candidates=20, seed=3)
+    root = at.graph_gap(kind="root-expander", nodes=16)
+    assert len(edges) == 32 and report["spectral_gap"] >= root["spectral_gap"] - 1e-12, (report, root)
+    assert abs(at.graph_gap_edges(16, edges)["spectral_gap"] - report["spectral_gap"]) < 1e-9
+    rows = at.graph_mix(["exponential", "nonsense"], 16)
+    assert rows[0]["measured_rounds"] >= 1 and "error" in rows[1], rows
+    for bad, kw in [("outside", dict(nodes=3, edges=[(0, 5)])), ("epsilon", dict(nodes=3, edges=[(0, 1)], epsilon=2))]:
+        try:
+            at.graph_gap_edges(**kw)
+        except at.OptionError as e:
+            assert bad in str(e), str(e)
+        else:
+            raise AssertionError("graph_gap_edges(%r) did not raise" % (kw,))
+    print("graphs ok rank %d" % RANK, flush=True)
+
+
 def expect_option_error(needle, x=None, **kw):
     """Reducer(x, **kw) must raise OptionError on this rank, with `needle` in its message."""
     x = np.zeros(16, np.float32) if x is None else x
@@ -241,7 +266,7 @@ def table_bosen():
 
 CHECKS = {
     f.__name__: f
-    for f in [allreduce_exact, notify_ack, push_sum, staleness, budget, bad_options, uncaught, wrong_array, table_ssp, table_bosen]
+    for f in [allreduce_exact, notify_ack, push_sum, staleness, budget, graphs, bad_options, uncaught, wrong_array, table_ssp, table_bosen]
 }
 
 if __name__ == "__main__":
