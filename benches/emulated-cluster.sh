@@ -6,6 +6,8 @@
 #   benches/emulated-cluster.sh even        the same without stragglers
 #   benches/emulated-cluster.sh links       8 ranks, clusters/1gbe-2slow.toml (ranks 0-1 behind
 #                                           100 Mbit/s), MLP 784-1024-10 (3.3 MB), batch 256
+#   benches/emulated-cluster.sh links32     32 ranks, clusters/1gbe.toml (every link 1 GbE), MLP
+#                                           784-1024-10, batch 64
 #   benches/emulated-cluster.sh production  NP ranks (32) with --straggler production, MLR
 #
 # Time is training seconds until the worst rank's own model reaches TARGET (every rank's own
@@ -15,12 +17,13 @@
 # 1 % drift on some rank, docs/emulation.md) is marked INVALID and is not a result.
 #
 # Environment (defaults in brackets): ONLY (a regex: only the rows whose name matches), REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10],
-# MODEL (compute/even/production) [mlr], DILATION (links) [8], NP (production) [32],
+# MODEL (compute/even/production) [mlr], DILATION (links [8], links32 [24]), NP (production) [32],
 # OUT (a directory of an earlier run of the same table whose rows are reused in the printed
 # table), BIN [target/release/asap-train]; NICE [-20]: the ranks' priority (a benchmark beside other jobs
 # needs its ranks woken on time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benches/priority.sh
 WHAT=${1:-compute}
 REPS=${REPS:-3}
 PARTITION=${PARTITION:-iid}
@@ -51,6 +54,8 @@ compute | even)
             "asap --balance|--sync asap --balance"
             "asap deadline --balance|--sync asap --notify deadline --balance"
             "asap staleness 2|--sync asap --staleness 2"
+            "asap push-sum|--sync asap --notify push-sum"
+            "asap one-peer exponential|--sync asap --graph one-peer-exponential"
         )
     fi
     ;;
@@ -66,6 +71,22 @@ links)
         "asap deadline exponential|--sync asap --notify deadline --graph exponential"
     )
     ;;
+links32)
+    # 32 ranks, every link 1 GbE, the 3.3 MB MLP: bandwidth-bound for every mode (a ring
+    # allreduce moves 2 x 31/32 of the model per rank per round, the root expander 2 models,
+    # one-peer exponential 1). Dilation 24: 32 ranks need 32 x 6.4 ms of CPU per round, 103 ms
+    # on 2 cores, inside the 154 ms declared step.
+    NP=32; EPOCHS=${EPOCHS:-10}; TARGET=${TARGET:-0.80}; DILATION=${DILATION:-24}
+    common=(--cluster clusters/1gbe.toml --dilation "$DILATION" --model mlp --hidden 1024 --batch-size 64 --lr 0.1)
+    slow=(); bal=()
+    variants=(
+        "allreduce|--sync allreduce"
+        "none|--sync none"
+        "asap notify-ack|--sync asap"
+        "asap deadline|--sync asap --notify deadline"
+        "asap one-peer exponential|--sync asap --graph one-peer-exponential"
+    )
+    ;;
 production)
     NP=${NP:-32}; EPOCHS=${EPOCHS:-12}; TARGET=${TARGET:-0.82}
     common=(--emulate-compute 40 --model "$MODEL" --batch-size 64 --lr 0.3)
@@ -79,7 +100,7 @@ production)
         "asap deadline --balance|--sync asap --notify deadline --balance"
     )
     ;;
-*) echo "usage: $0 compute|even|links|production" >&2; exit 2 ;;
+*) echo "usage: $0 compute|even|links|links32|production" >&2; exit 2 ;;
 esac
 
 echo "# $WHAT: $NP ranks, partition $PARTITION, target $TARGET (worst rank's own model), $REPS runs per row"

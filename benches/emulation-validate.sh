@@ -7,6 +7,7 @@
 # Environment: REPS [3], TARGET [0.83], BIN [target/release/asap-train], NICE [-20].
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benches/priority.sh
 REPS=${REPS:-3}
 TARGET=${TARGET:-0.83}
 BIN=${BIN:-target/release/asap-train}

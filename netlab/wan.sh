@@ -26,7 +26,9 @@
 #
 # Names: namespaces gaia-NAME-h0.. (hosts) and gaia-NAME-sw (bridges, taps, relay); no
 # interface is made outside them, so `down` is deleting those namespaces (and the relay, by
-# its pid file). NETLAB_NAME (default wan) and NETLAB_NET (default 10.77.0) let two set-ups
+# its pid file). NETLAB_QUEUE_MS sets the relay's drop-tail buffer (default 2 x DELAY + 20 ms),
+# NETLAB_IDLE_RESTART the hosts' net.ipv4.tcp_slow_start_after_idle (default 1, Linux's).
+# NETLAB_NAME (default wan) and NETLAB_NET (default 10.77.0) let two set-ups
 # coexist; NETLAB_EAGER (default 4194304) is Open MPI's TCP eager limit in bytes. Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), iproute2, /dev/net/tun and python3.
 # State (hostfile, host -> namespace map, relay pid, log and counters): $NETLAB_DIR
 # (/tmp/netlab-NAME).
@@ -133,6 +135,10 @@ up() {
         # TCP windows large enough for the bandwidth-delay product (100 Mbit/s x 100 ms RTT =
         # 1.25 MB) with room: autotuning may grow to 32 MiB.
         ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_rmem="4096 131072 33554432" net.ipv4.tcp_wmem="4096 16384 33554432"
+        # NETLAB_IDLE_RESTART=0: TCP keeps its congestion window across idle gaps (Linux's
+        # default, 1, restarts slow start after an idle RTO, which a program that computes
+        # between messages meets every round). benches/emulation-links.sh measures both.
+        ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_slow_start_after_idle="${NETLAB_IDLE_RESTART:-1}"
         echo "$ip $ns $((h / H))" >> "$DIR/hosts"
     done
     if ((shaped)); then
@@ -149,6 +155,7 @@ up() {
         chrt -f 20 true 2>/dev/null && prio=(chrt -f 20)
         [[ ${NETLAB_RELAY_PRIO:-} == inherit ]] && prio=()
         ip netns exec "$sw" "${prio[@]}" "$PY" "$HERE/wanlink.py" "${taps[@]}" --rate-mbit "$rate" --delay-ms "$delay" \
+            ${NETLAB_QUEUE_MS:+--queue-ms "$NETLAB_QUEUE_MS"} \
             --stats "$DIR/link.json" --ready "$DIR/wanlink.ready" > "$DIR/wanlink.log" 2>&1 &
         echo $! > "$DIR/wanlink.pid"
         for _ in $(seq 100); do [[ -f $DIR/wanlink.ready ]] && break; sleep 0.1; done
@@ -184,7 +191,11 @@ run() {
     local EAGER=${NETLAB_EAGER:-4194304}
     # mpirun runs on host 0 (its namespace, its own host name), as on a cluster's first node;
     # the daemons connect back to it over the bridges. Ranks on different hosts use TCP only
-    # (shared-memory transports would cross namespaces and bypass the link).
+    # (shared-memory transports would cross namespaces and bypass the link). One-sided traffic
+    # goes through UCX (the program sets OMPI_MCA_osc=ucx), which finds its peers' shared
+    # memory by the kernel's boot id, not the host name: left to itself it put ASAP's windows
+    # across "hosts" through /dev/shm (measured: 20 rounds of 0.81 MB puts over a 100 Mbit/s
+    # link in 0.31 s, 4x faster than the link can carry). UCX_TLS=tcp,self keeps it on eth0.
     ip netns exec "$h0" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$h0" \
         mpirun --hostfile "$DIR/hostfile" -n "$np" --map-by slot \
         --mca plm_rsh_agent "$HERE/nsexec" --mca plm_rsh_no_tree_spawn 1 \
@@ -192,6 +203,7 @@ run() {
         --mca btl_tcp_if_include "$NET.0/24" --mca oob_tcp_if_include "$NET.0/24" \
         --mca btl_tcp_eager_limit "$EAGER" --mca btl_tcp_rndv_eager_limit "$EAGER" --mca btl_tcp_max_send_size "$EAGER" \
         -x OMPI_MCA_mpi_yield_when_idle=1 -x PATH \
+        -x UCX_TLS="${NETLAB_UCX_TLS:-tcp,self}" -x UCX_NET_DEVICES=eth0 \
         "$BIN" "$@"
 }
 

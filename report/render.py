@@ -124,6 +124,7 @@ class Run:
             "mean_staleness": sm.get("mean_staleness"),
             "consistency_histogram": sm.get("consistency_histogram"),
             "examples_per_second_per_rank": s.get("examples_per_second_per_rank"),
+            "emulation": s.get("emulation"),
         }
 
 
@@ -173,13 +174,14 @@ def training_section(args, d, m, names, extra_cols, extra, base_of):
     target = TARGETS[m["section"]]
     lower = m["section"] in LOWER
     runs = {n: Run(d, n) for n in names}
+    emulated = any(r.summary.get("emulation") for r in runs.values())
     rows, md = [], []
     for n in names:
         r = runs[n]
         row = r.row(target, lower)
         rows.append(row)
         if row.get("diverged"):
-            md.append([n] + ["diverged"] + ["-"] * (6 + len(extra_cols)))
+            md.append([n] + ["diverged"] + ["-"] * (6 + len(extra_cols) + emulated))
             continue
         b = base_of(n, r)
         base = runs[b].row(target, lower)["seconds_to_target"] if b in runs and not runs[b].diverged else None
@@ -187,11 +189,29 @@ def training_section(args, d, m, names, extra_cols, extra, base_of):
         row["vs_baseline"] = t / base if t and base else None
         md.append([n, row["ranks"], *extra(r, row), secs(t) if t else "not reached", f(row["vs_baseline"]),
                    mb(row["mb_sent_per_rank_to_target"]), f(row["rounds_to_target"], "{}"), metric_text(row["final_metric"], lower),
-                   f"{secs(row['sync_seconds_mean'])} / {secs(row['sync_seconds_max'])}"])
+                   f"{secs(row['sync_seconds_mean'])} / {secs(row['sync_seconds_max'])}"] + ([emulation_text(row)] if emulated else []))
     to = f"RMSE {target}" if lower else f"{100 * target:.0f} %"
     head = ["run", "ranks", *extra_cols, f"train s to {to}", "vs allreduce", "MB sent/rank to target",
-            "rounds to target", "final held-out " + ("RMSE" if lower else "acc"), "sync s/rank (mean/max)"]
+            "rounds to target", "final held-out " + ("RMSE" if lower else "acc"), "sync s/rank (mean/max)"] + (["emulation"] if emulated else [])
     return rows, table(head, md)
+
+
+def emulation_text(row):
+    """Whether the emulated cluster held for a run (docs/emulation.md), as the summary says."""
+    e = row.get("emulation")
+    if not e:
+        return "-"
+    if e.get("valid"):
+        return "valid"
+    return f"INVALID (broke {100 * e.get('worst_rank_broken_fraction', 0):.1f} %, drift {100 * e.get('worst_rank_drift', 0):+.1f} %)"
+
+
+def cluster_title(name, m):
+    """A section's title, naming the emulated cluster its runs declared (report/run.sh CLUSTER)."""
+    c = m.get("cluster")
+    if not c or c == "none":
+        return TITLES[name]
+    return TITLES[name].replace("(8 ranks sharing 2 cores)", f"(emulated cluster {os.path.basename(c)}, dilation {m.get('dilation')})")
 
 
 def tag(r):
@@ -215,7 +235,7 @@ def section(args, name):
         return None
     names = m.get("rows", "").split()
     svgs, text = [], []
-    res = {"title": TITLES[name], "claim": CLAIMS[name], "load": m["load"], "finished": m["finished"],
+    res = {"title": cluster_title(name, m), "claim": CLAIMS[name], "load": m["load"], "finished": m["finished"],
            "command": f"report/run.sh {name}" + (" (QUICK=1)" if m.get("quick") == "1" else "")}
     q = args.quick == "1"
     if name in ("asap61", "stragglers", "bandwidth", "asap62", "libsvm", "movielens"):
@@ -258,7 +278,7 @@ def section(args, name):
             groups.setdefault(key, []).append(f"{d}/{n}.jsonl")
         for key, files in groups.items():
             what = key.replace("-", " ranks, ", 1) if name == "asap61" else (f"{key}, 8 ranks" if name == "libsvm" else f"{key} ranks")
-            svg = plot(args, f"{name}-{key}.svg", files, f"{TITLES[name]} ({what})")
+            svg = plot(args, f"{name}-{key}.svg", files, f"{res['title']} ({what})")
             if svg:
                 svgs.append(svg)
     elif name == "mixing":

@@ -93,6 +93,35 @@ fn per_rank_links_hold_the_slower_end_over_every_window() {
     assert!(sm["train_seconds"].as_f64().unwrap() >= 2.4);
 }
 
+/// The receiver's link: three workers send their results to the async coordinator (rank 0),
+/// whose link is 10x slower than theirs. Each path alone runs at rank 0's rate, so without a
+/// model of rank 0's inbound link the three together would bring it 3x its rate. With it, the
+/// bytes rank 0 took in stay within its 1e6 bytes/s in every 1 s window (+ one message), and
+/// they are the bytes it counted as received.
+#[test]
+fn a_slow_receiver_link_is_shared_by_its_senders() {
+    let dir = scratch("emulate-ingress");
+    let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
+    let args = ["train", "--data", &t10k(), "--sync", "async", "--epochs", "1", "--max-rounds", "40",
+        "--emulate-bandwidth", "80,0:8", "--metrics", s(&m), "--send-log", s(&log)];
+    mpirun(4, &args, 240).expect_ok();
+    let text = std::fs::read_to_string(dir.join("sends.receives.rank0.csv")).expect("rank 0's receive log");
+    let l: Vec<(f64, u64)> = text.lines().skip(1).map(|l| {
+        let (t, b) = l.split_once(',').unwrap();
+        (t.parse().unwrap(), b.parse().unwrap())
+    }).collect();
+    assert!(l.len() >= 40, "rank 0 took in a result per round and worker: {} messages", l.len());
+    let span = l.last().unwrap().0 - l[0].0;
+    assert!(span > 1.5, "the run must span a few windows ({span:.2} s)");
+    let msg = l.iter().map(|x| x.1).max().unwrap() as f64;
+    let peak = asap_train::comm::pace::peak_rate(&l, 1.0);
+    assert!(peak <= 1e6 + msg, "rank 0 took in {peak} bytes in one second over its 8 Mbit/s link");
+    let sm = summary(&m);
+    let logged: u64 = l.iter().map(|x| x.1).sum();
+    let counted = sm["counters"]["bytes_received"]["max"].as_f64().unwrap();
+    assert!(counted >= logged as f64, "rank 0's inbound log ({logged} bytes) within what a rank counted as received ({counted})");
+}
+
 /// The deadline variant of NOTIFY-ACK never reads a torn message, reduces at most what was sent,
 /// and finishes with a straggler that is never waited for beyond the deadline.
 #[test]

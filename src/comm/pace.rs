@@ -263,6 +263,57 @@ impl Pacer {
     }
 }
 
+/// One rank's inbound link: messages from every sender share it, one after another at its rate.
+/// The sender's [`Pacer`] already carries a message at the slower end's rate, which models one
+/// sender alone; when several send to one rank at once (a parameter-server shard, a rank with
+/// many in-neighbours) the receiver's link is the bottleneck, and this queue models it. A message
+/// that would have arrived at `arrival` (its last byte, had the receiver's link been free) takes
+/// the link for its bytes at the receiver's rate, starting no earlier than the link is free; it
+/// is delivered when its last byte is in. Alone, a message is delivered at `arrival`.
+#[derive(Debug, Clone)]
+pub struct Ingress {
+    bytes_per_second: f64,
+    free_at: Instant,
+    start: Instant,
+    /// (seconds since start when the message started coming in, bytes), if recording.
+    log: Option<Vec<(f64, u64)>>,
+}
+
+impl Ingress {
+    /// An inbound link of `bytes_per_second`.
+    pub fn new(bytes_per_second: f64) -> Self {
+        assert!(bytes_per_second > 0.0, "rate must be positive");
+        let now = Instant::now();
+        Ingress { bytes_per_second, free_at: now, start: now, log: None }
+    }
+
+    /// Keeps a log of every message taken in (see [`Ingress::log`]).
+    pub fn record(mut self) -> Self {
+        self.log = Some(Vec::new());
+        self
+    }
+
+    /// When a message of `bytes` that would have arrived at `arrival` on a free link is in.
+    pub fn deliver_at(&mut self, arrival: Instant, bytes: u64) -> Instant {
+        let took = Duration::from_secs_f64(bytes as f64 / self.bytes_per_second);
+        // `arrival - took` is when it would have started coming in; `Instant` cannot go before
+        // the process's first instant, so clamp at the link's own start.
+        let wanted = arrival.checked_sub(took).unwrap_or(self.start).max(self.start);
+        let start = wanted.max(self.free_at);
+        let end = start + took;
+        self.free_at = end;
+        if let Some(log) = &mut self.log {
+            log.push(((start - self.start).as_secs_f64(), bytes));
+        }
+        end.max(arrival)
+    }
+
+    /// The messages taken in so far: (seconds since the link was made, bytes).
+    pub fn log(&self) -> &[(f64, u64)] {
+        self.log.as_deref().unwrap_or(&[])
+    }
+}
+
 /// A token bucket over one rank's outgoing bytes, for senders that choose what to send from what
 /// the budget allows now instead of waiting for it (`--sync asap --bandwidth-mbps`: each round
 /// sends only the rows that fit). Credit accrues at the rate up to `capacity`; a send spends it

@@ -12,10 +12,17 @@
 //! `send` queues them and they are handed to MPI when the link would have carried them (plus its
 //! latency), in order, as the owner keeps calling [`Postbox::progress_sends`]. The sender never
 //! blocks, as with a real NIC whose queue drains at line rate.
+//!
+//! With an [`Ingress`] as well ([`Postbox::with_ingress`], on every rank alike) the receiver's
+//! own link is modelled: every message to another rank carries, in 8 trailing bytes, the wall
+//! clock time it would have arrived on a free link; the receiver takes every message MPI has for
+//! it into a queue and delivers each when its inbound link would have carried it in after the
+//! ones before it. Several senders to one rank then share that rank's rate, as they would share
+//! its port. The clock is the machine's (the emulation runs on one machine).
 
 use std::collections::VecDeque;
 use std::ffi::c_int;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mpi::ffi;
 use mpi::point_to_point::{MatchedReceiveVec, Source};
@@ -23,7 +30,7 @@ use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::mailbox::Backoff;
-use super::pace::Pacer;
+use super::pace::{Ingress, Pacer};
 
 /// An MPI call that failed in the postbox.
 #[derive(Debug, thiserror::Error)]
@@ -47,8 +54,41 @@ pub struct Postbox {
     /// Paced messages not handed to MPI yet: (when, dest, tag, buf), in release order.
     held: VecDeque<(Instant, usize, i32, Vec<u8>)>,
     pacer: Option<Pacer>,
+    ingress: Option<Ingress>,
+    /// With `ingress`: messages taken from MPI, (when delivered, source, tag, payload), in the
+    /// order the inbound link carries them (delivery times only grow).
+    arrived: VecDeque<(Instant, usize, i32, Vec<u8>)>,
     bytes_sent: u64,
     bytes_received: u64,
+}
+
+/// Bytes of the arrival time a message carries when the receiver's link is modelled.
+const STAMP: usize = 8;
+
+/// Wall-clock seconds since the epoch of an `Instant` (the stamp's clock is shared by the ranks
+/// of one machine; `Instant`s are per process).
+fn wall_seconds(t: Instant) -> f64 {
+    let (now_i, now_w) = (Instant::now(), SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
+    if t >= now_i {
+        now_w + (t - now_i).as_secs_f64()
+    } else {
+        now_w - (now_i - t).as_secs_f64()
+    }
+}
+
+/// The `Instant` of wall-clock seconds `w` (clamped to now for times in the future beyond a
+/// clock step, which a stamp from the same machine never is by more than its latency).
+fn instant_of(w: f64) -> Instant {
+    let (now_i, now_w) = (Instant::now(), SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
+    let d = w - now_w;
+    if !d.is_finite() {
+        return now_i;
+    }
+    if d >= 0.0 {
+        now_i + Duration::from_secs_f64(d)
+    } else {
+        now_i.checked_sub(Duration::from_secs_f64(-d)).unwrap_or(now_i)
+    }
 }
 
 impl Postbox {
@@ -56,13 +96,35 @@ impl Postbox {
     pub fn new(comm: &SimpleCommunicator) -> Self {
         let comm = comm.duplicate();
         let rank = comm.rank() as usize;
-        Postbox { comm, rank, in_flight: Vec::new(), held: VecDeque::new(), pacer: None, bytes_sent: 0, bytes_received: 0 }
+        Postbox {
+            comm,
+            rank,
+            in_flight: Vec::new(),
+            held: VecDeque::new(),
+            pacer: None,
+            ingress: None,
+            arrived: VecDeque::new(),
+            bytes_sent: 0,
+            bytes_received: 0,
+        }
     }
 
     /// Paces messages to other ranks through `pacer` (see the module documentation).
     pub fn with_pacer(mut self, pacer: Option<Pacer>) -> Self {
         self.pacer = pacer;
         self
+    }
+
+    /// Models this rank's inbound link (see the module documentation). Every rank of the
+    /// communicator must get one, or none: the stamp is part of every message between ranks.
+    pub fn with_ingress(mut self, ingress: Option<Ingress>) -> Self {
+        self.ingress = ingress;
+        self
+    }
+
+    /// The inbound link, if modelled (its log records every message from another rank).
+    pub fn ingress(&self) -> Option<&Ingress> {
+        self.ingress.as_ref()
     }
 
     /// The pacer, if any (its log records every message to another rank).
@@ -108,12 +170,18 @@ impl Postbox {
 
     /// Starts sending `buf` to `dest` with `tag`; returns at once. Messages from one rank to
     /// another with the same tag arrive in the order they were sent (MPI's non-overtaking rule).
-    pub fn send(&mut self, dest: usize, tag: i32, buf: Vec<u8>) -> Result<(), PostboxError> {
+    pub fn send(&mut self, dest: usize, tag: i32, mut buf: Vec<u8>) -> Result<(), PostboxError> {
         if let (Some(p), true) = (self.pacer.as_mut(), dest != self.rank) {
             let (_, end) = p.reserve_to(dest, buf.len() as u64);
-            let latency = p.latency_to(dest);
-            self.held.push_back((end + latency, dest, tag, buf));
+            let arrival = end + p.latency_to(dest);
+            if self.ingress.is_some() {
+                buf.extend_from_slice(&wall_seconds(arrival).to_le_bytes());
+            }
+            self.held.push_back((arrival, dest, tag, buf));
             return self.release_due();
+        }
+        if self.ingress.is_some() && dest != self.rank {
+            buf.extend_from_slice(&wall_seconds(Instant::now()).to_le_bytes());
         }
         self.isend(dest, tag, buf)
     }
@@ -147,7 +215,8 @@ impl Postbox {
         };
         check("MPI_Isend", code)?;
         if dest != self.rank {
-            self.bytes_sent += buf.len() as u64;
+            let stamp = if self.ingress.is_some() { STAMP } else { 0 };
+            self.bytes_sent += (buf.len() - stamp) as u64;
         }
         self.in_flight.push(InFlight { request, buf });
         Ok(())
@@ -177,6 +246,9 @@ impl Postbox {
 
     /// Takes one waiting message with `tag` from any rank: `(source, bytes)`, or None.
     pub fn try_receive(&mut self, tag: i32) -> Option<(usize, Vec<u8>)> {
+        if self.ingress.is_some() {
+            return self.try_receive_through_ingress(tag);
+        }
         let probed = self.comm.any_process().immediate_matched_probe_with_tag(tag)?;
         let (bytes, status) = probed.matched_receive_vec::<u8>();
         let source = status.source_rank() as usize;
@@ -184,6 +256,35 @@ impl Postbox {
             self.bytes_received += bytes.len() as u64;
         }
         Some((source, bytes))
+    }
+
+    /// [`Postbox::try_receive`] with the inbound link modelled: every message MPI has (any tag)
+    /// goes into the arrival queue at its delivery time; the first one of `tag` that is due is
+    /// taken. Messages of one source and tag keep their order: the queue's times only grow.
+    fn try_receive_through_ingress(&mut self, tag: i32) -> Option<(usize, Vec<u8>)> {
+        let ingress = self.ingress.as_mut().expect("checked by the caller");
+        while let Some(probed) = self.comm.any_process().immediate_matched_probe() {
+            let (mut bytes, status) = probed.matched_receive_vec::<u8>();
+            let (source, t) = (status.source_rank() as usize, status.tag());
+            let at = if source != self.rank && bytes.len() >= STAMP {
+                let stamp = bytes.split_off(bytes.len() - STAMP);
+                let arrival = instant_of(f64::from_le_bytes(stamp.try_into().expect("8 bytes")));
+                self.bytes_received += bytes.len() as u64;
+                ingress.deliver_at(arrival, bytes.len() as u64)
+            } else {
+                Instant::now()
+            };
+            self.arrived.push_back((at, source, t, bytes));
+        }
+        let now = Instant::now();
+        let i = self.arrived.iter().position(|m| m.2 == tag && m.0 <= now)?;
+        self.arrived.remove(i).map(|(_, source, _, bytes)| (source, bytes))
+    }
+
+    /// With the inbound link modelled: when the last message taken from MPI is delivered (None
+    /// when nothing waits in the arrival queue).
+    pub fn arrivals_due(&self) -> Option<Instant> {
+        self.arrived.back().map(|m| m.0)
     }
 
     /// Waits (polling with back-off, calling `serve` between polls so this rank keeps answering
@@ -195,7 +296,7 @@ impl Postbox {
     ) -> anyhow::Result<()> {
         let start = Instant::now();
         let mut backoff = Backoff::default();
-        while self.progress_sends()? > 0 {
+        while self.progress_sends()? > 0 || self.arrivals_due().is_some_and(|t| t > Instant::now()) {
             serve(self)?;
             if start.elapsed() > timeout {
                 anyhow::bail!(

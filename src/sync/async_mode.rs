@@ -543,7 +543,7 @@ impl CoordinatedAsync {
         });
         Ok(CoordinatedAsync {
             // --emulate-bandwidth paces this mode's messages like every other mode's.
-            post: Postbox::new(ctx.comm).with_pacer(ctx.pacer(None)),
+            post: Postbox::new(ctx.comm).with_pacer(ctx.pacer(None)).with_ingress(ctx.ingress()),
             rank,
             barrier: opts.barrier,
             wait_timeout: ctx.wait_timeout,
@@ -860,6 +860,10 @@ impl SyncMode for CoordinatedAsync {
 
     fn send_log(&self) -> Vec<(f64, u64)> {
         self.post.pacer().map_or(Vec::new(), |p| p.log().to_vec())
+    }
+
+    fn receive_log(&self) -> Vec<(f64, u64)> {
+        self.post.ingress().map_or(Vec::new(), |i| i.log().to_vec())
     }
 
     fn metrics(&self) -> Vec<ModeMetric> {

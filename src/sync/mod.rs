@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use crate::comm::collectives;
-use crate::comm::pace::{Links, Pacer};
+use crate::comm::pace::{Ingress, Links, Pacer};
 use crate::model::RowLayout;
 
 pub mod allreduce;
@@ -145,6 +145,14 @@ impl SyncContext<'_> {
         let p = Pacer::new(rate, latency);
         Some(if self.record_sends { p.record() } else { p })
     }
+
+    /// This rank's inbound link, when per-rank links are emulated (`--emulate-bandwidth`,
+    /// `--cluster`): several senders to this rank share its rate. Every rank gets one or none.
+    pub fn ingress(&self) -> Option<Ingress> {
+        let links = self.links.as_ref()?;
+        let i = Ingress::new(links.bytes_per_second[self.comm.rank() as usize]);
+        Some(if self.record_sends { i.record() } else { i })
+    }
 }
 
 /// The interface every sync mode implements.
@@ -203,6 +211,11 @@ pub trait SyncMode {
     /// The paced sends of this rank (seconds since set-up, bytes), when `--send-log` asked for
     /// them and the mode paces its sends.
     fn send_log(&self) -> Vec<(f64, u64)> {
+        Vec::new()
+    }
+    /// The messages this rank's emulated inbound link carried in (seconds since set-up, bytes),
+    /// when `--send-log` asked for them and the mode models the receiver's link.
+    fn receive_log(&self) -> Vec<(f64, u64)> {
         Vec::new()
     }
     /// Mode-specific metrics (consistency histogram, staleness distribution ...).

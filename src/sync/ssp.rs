@@ -675,7 +675,7 @@ impl StaleSynchronous {
             pushed_values: 0,
         });
         Ok(StaleSynchronous {
-            post: Postbox::new(ctx.comm).with_pacer(ctx.pacer(budget)),
+            post: Postbox::new(ctx.comm).with_pacer(ctx.pacer(budget)).with_ingress(ctx.ingress()),
             rank,
             staleness: opts.ssp_staleness(),
             wait_timeout: ctx.wait_timeout,
@@ -1278,6 +1278,10 @@ impl SyncMode for StaleSynchronous {
 
     fn send_log(&self) -> Vec<(f64, u64)> {
         self.post.pacer().map_or(Vec::new(), |p| p.log().to_vec())
+    }
+
+    fn receive_log(&self) -> Vec<(f64, u64)> {
+        self.post.ingress().map_or(Vec::new(), |i| i.log().to_vec())
     }
 
     fn metrics(&self) -> Vec<ModeMetric> {

@@ -131,6 +131,12 @@ pub fn send_log_path(prefix: &str, rank: usize) -> String {
     format!("{prefix}.rank{rank}.csv")
 }
 
+/// The inbound link's log of `rank` for `--send-log PREFIX` (modes that model the receiver's
+/// link, with per-rank links emulated).
+pub fn receive_log_path(prefix: &str, rank: usize) -> String {
+    format!("{prefix}.receives.rank{rank}.csv")
+}
+
 /// Checks every output of `cfg` that `rank` writes (see the module doc): rank 0 writes the
 /// metrics, the model and the checkpoints; every rank writes its own send log. Every rank calls
 /// this and the ranks agree on the result, so a bad path stops all of them before training.

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Validation of the emulated links (docs/emulation.md, issue 25 point 4): the program's link
+# model (--emulate-bandwidth / --emulate-latency) against netlab's real shaped link, a real TCP
+# stream through netlab/wanlink.py (network namespaces, Open MPI's TCP transport, every frame
+# serialised at RATE and held DELAY one way by the relay).
+#
+# 2 ranks, one per host (netlab/wan.sh up 2 1 RATE DELAY): each rank's link is its host's link,
+# which is what the program's per-rank link models. The same training runs three ways per mode:
+#   real-link  across netlab's link (pml ob1, btl tcp);
+#   emulated   on this machine's shared memory, with the link declared to the program;
+#   unshaped   on shared memory, no link (what the link costs = real-link - unshaped).
+# Compute is declared in every run (--emulate-compute COMPUTE ms), so the rows differ only in
+# the link. A fixed number of rounds (no target): the quantity compared is training seconds
+# (and sync seconds per rank) for the same rounds.
+#
+# Environment: REPS [3], ROUNDS [40], RATE [100mbit], DELAY [10ms], MODEL [mlp] (or mlr: a
+# 31 KB message, latency-bound), HIDDEN [256] (MLP
+# 784-HIDDEN-10: 203,530 parameters, a 0.81 MB message at 256), COMPUTE [10], MODES
+# ["allreduce asap ssp"], NICE [-20], BIN [target/release/asap-train].
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source benches/priority.sh
+REPS=${REPS:-3} ROUNDS=${ROUNDS:-40} RATE=${RATE:-100mbit} DELAY=${DELAY:-10ms}
+MODEL=${MODEL:-mlp} HIDDEN=${HIDDEN:-256} COMPUTE=${COMPUTE:-10} MODES=${MODES:-allreduce asap ssp} NICE=${NICE:--20}
+SRC_BIN=${BIN:-$PWD/target/release/asap-train}
+BIN=/tmp/emulation-links-bin-$$
+cp "$SRC_BIN" "$BIN"
+export BIN NETLAB_NAME=el NETLAB_NET=10.81.0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+[[ $RATE =~ ^[0-9]+mbit$ && $DELAY =~ ^[0-9]+ms$ ]] || { echo "RATE must be Nmbit and DELAY Nms" >&2; exit 2; }
+mb=${RATE%mbit} ms=${DELAY%ms}
+out=runs/emulation-links-$(date +%H%M%S)
+mkdir -p "$out"
+trap 'netlab/wan.sh down >/dev/null 2>&1 || true; rm -f "$BIN"' EXIT
+datasets/prepare.sh >/dev/null
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg); $RATE, $DELAY one way, $MODEL (hidden $HIDDEN), $ROUNDS rounds, tcp_slow_start_after_idle ${NETLAB_IDLE_RESTART:-1}, relay queue ${NETLAB_QUEUE_MS:-default} ms, $COMPUTE ms declared steps"
+if [[ $MODEL == mlp ]]; then M=(--model mlp --hidden "$HIDDEN"); else M=(--model "$MODEL"); fi
+common=("${M[@]}" --batch-size 64 --lr 0.1 --epochs 100 --max-rounds "$ROUNDS" --eval-every 100000 --emulate-compute "$COMPUTE")
+nice -n "$NICE" netlab/wan.sh up 2 1 "$RATE" "$DELAY" 2>/dev/null
+for mode in $MODES; do
+    for rep in $(seq 1 "$REPS"); do
+        nice -n "$NICE" netlab/wan.sh run 2 train "${common[@]}" --sync "$mode" --metrics "$out/$mode-real-link-$rep.jsonl" > "$out/$mode-real-link-$rep.log" 2>&1
+        nice -n "$NICE" mpirun -n 2 "$BIN" train "${common[@]}" --sync "$mode" --emulate-bandwidth "$mb" --emulate-latency "$ms" --metrics "$out/$mode-emulated-$rep.jsonl" > "$out/$mode-emulated-$rep.log" 2>&1
+        nice -n "$NICE" mpirun -n 2 "$BIN" train "${common[@]}" --sync "$mode" --metrics "$out/$mode-unshaped-$rep.jsonl" > "$out/$mode-unshaped-$rep.log" 2>&1
+    done
+done
+netlab/wan.sh stats > "$out/link.json"
+python3 - "$out" "$REPS" "$MODES" <<'PY'
+import json, statistics, sys
+out, reps, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+def summary(name, rep):
+    return next(e for e in map(json.loads, open(f"{out}/{name}-{rep}.jsonl")) if e["event"] == "summary")
+def col(name):
+    ss = [summary(name, r) for r in range(1, reps + 1)]
+    valid = all((s.get("emulation") or {}).get("valid", True) for s in ss)
+    return [s["train_seconds"] for s in ss], [s["counters"]["sync_seconds"]["mean"] for s in ss], valid
+def fmt(v):
+    return f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
+print("| mode | real link: train s | emulated: train s | unshaped: train s | emulated / real (train s) | link's cost, emulated / real | emulation valid |")
+print("|---|---|---|---|---|---|---|")
+for m in modes:
+    (rt, rs, rv), (et, es, ev), (ut, us, uv) = col(f"{m}-real-link"), col(f"{m}-emulated"), col(f"{m}-unshaped")
+    r, e, u = statistics.median(rt), statistics.median(et), statistics.median(ut)
+    cost = f"{(e - u) / (r - u):.3f}" if r > u else "-"
+    print(f"| {m} | {fmt(rt)} | {fmt(et)} | {fmt(ut)} | {e / r:.3f} | {cost} | {'yes' if rv and ev and uv else 'NO'} |")
+PY
+echo "# load at the end $(cut -d' ' -f1-3 /proc/loadavg); runs in $out"
