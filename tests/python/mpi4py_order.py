@@ -44,4 +44,11 @@ for _ in range(10):
 a.finish(y)
 assert np.allclose(y, (at.size - 1) / 2.0, atol=1e-4), y[:4]
 assert a.stats()["torn"] == 0
+# Left open on purpose: at exit they are closed (collectively, in creation order) before
+# MPI_Finalize, whichever module finalises; the job must still end cleanly.
+left = at.Reducer(y, sync="asap", graph="ring")
+left.sync(y)
+table = at.Table(8, 2, staleness=1)
+table.inc([at.rank % 8], np.ones((1, 2), np.float32))
+table.clock()
 print("%s ok rank %d" % (order, at.rank), flush=True)
