@@ -1,6 +1,7 @@
 # asap-train: set-up, build, run and test on a fresh Debian 12 machine (root or sudo).
 #   make run    install what is missing, build, train the built-in default on 4 ranks
 #   make test   install what is missing, build, run the whole test suite
+#   make python build the Python package asap_train into .venv-python (docs/python.md)
 SHELL := /bin/bash
 NP ?= 4
 ARGS ?=
@@ -15,7 +16,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # report's subset runs in `make test`, so the set-up installs them rather than the test).
 DEB_PACKAGES := libopenmpi-dev openmpi-bin libclang-dev clang libopenblas-dev libhdf5-dev gfortran \
 	pkg-config dataset-fashion-mnist liblinear-tools python3-h5py python3-numpy python3-sklearn time \
-	r-cran-dslabs slurm-wlm slurmctld slurmd slurm-client munge mpich libmpich-dev
+	r-cran-dslabs slurm-wlm slurmctld slurmd slurm-client munge mpich libmpich-dev \
+	python3-venv python3-mpi4py
 
 # Open MPI refuses root and more ranks than slots unless told; the program itself sets the
 # one-sided component (osc=ucx) and yield-when-idle before MPI_Init.
@@ -23,7 +25,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 
-.PHONY: all deps build run test bench clean test-mpich test-mpich-subset datasets report
+.PHONY: all deps build run test bench clean test-mpich test-mpich-subset datasets report python
 
 all: build
 
@@ -42,9 +44,26 @@ run: build
 	mkdir -p runs
 	mpirun -n $(NP) $(BIN) train --metrics runs/default.jsonl --save-model runs/default-model.h5 $(ARGS)
 
+# The Python package `asap_train` (python/, PyO3) in a venv made from Debian's Python, which
+# sees Debian's numpy and mpi4py (--system-site-packages); maturin (pinned) from PyPI builds it
+# in target/ beside the binary, over the same crate. Use it as .venv-python/bin/python, or after
+# `source .venv-python/bin/activate`. maturin's "Failed to set rpath ... patchelf" warning is
+# harmless here: the module links only Debian's system libraries, found without an rpath.
+PYTHON_VENV := .venv-python
+SYSTEM_PYTHON ?= /usr/bin/python3
+MATURIN_VERSION := 1.16.0
+python: deps
+	@[ -x $(PYTHON_VENV)/bin/python ] || $(SYSTEM_PYTHON) -m venv --system-site-packages $(PYTHON_VENV)
+	@[ "$$($(PYTHON_VENV)/bin/maturin --version 2>/dev/null)" = "maturin $(MATURIN_VERSION)" ] || \
+		$(PYTHON_VENV)/bin/pip install -q --disable-pip-version-check maturin==$(MATURIN_VERSION)
+	cd python && VIRTUAL_ENV=$(abspath $(PYTHON_VENV)) PATH=$(abspath $(PYTHON_VENV))/bin:$$PATH \
+		maturin develop --release --locked
+	$(PYTHON_VENV)/bin/python -c 'import asap_train, numpy; print("asap_train", asap_train.__file__, "numpy", numpy.__version__)'
+
 # A failing Open MPI target does not skip the MPICH subset: both run, and the target fails at
 # the end if either did (naming which).
-test: deps
+# tests/python.rs runs the Python package under mpirun: `make python` builds it first.
+test: deps python
 	@rc=0; \
 	$(CARGO) test --release --locked --no-fail-fast -- --test-threads=1 || rc=$$?; \
 	$(MAKE) --no-print-directory test-mpich-subset || { echo "make test: the MPICH subset failed"; rc=1; }; \

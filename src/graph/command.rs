@@ -291,21 +291,26 @@ fn combinations(n: usize, k: usize) -> Vec<Vec<usize>> {
     out
 }
 
+/// What `graph gap` reports for `which` (the Python package's `graph_gap` returns the same).
+pub fn gap_report(which: &Which, model_bytes: u64, method: Method, epsilon: f64) -> anyhow::Result<GraphReport> {
+    if which.kind == ONE_PEER_EXPONENTIAL && which.file.is_none() {
+        let n = which.nodes.ok_or_else(|| anyhow::anyhow!("give --nodes N"))?;
+        anyhow::ensure!(n >= 1, "a graph needs at least one node");
+        let mut r = one_peer_report(n, epsilon);
+        r.bytes_per_round = (model_bytes > 0).then(|| model_bytes * r.edges as u64);
+        Ok(r)
+    } else if let (None, Some(n)) = (&which.file, which.nodes) {
+        generated_report(&which.kind, n, which.seed, model_bytes, method, epsilon)
+    } else {
+        Ok(analyse_with(&which.build()?, model_bytes, method, epsilon))
+    }
+}
+
 /// Runs a `graph` subcommand.
 pub fn run(args: &GraphArgs) -> anyhow::Result<()> {
     match &args.command {
         GraphCommand::Gap { which, model_bytes, method, epsilon, json } => {
-            let r = if which.kind == ONE_PEER_EXPONENTIAL && which.file.is_none() {
-                let n = which.nodes.ok_or_else(|| anyhow::anyhow!("give --nodes N"))?;
-                anyhow::ensure!(n >= 1, "a graph needs at least one node");
-                let mut r = one_peer_report(n, *epsilon);
-                r.bytes_per_round = (*model_bytes > 0).then(|| model_bytes * r.edges as u64);
-                r
-            } else if let (None, Some(n)) = (&which.file, which.nodes) {
-                generated_report(&which.kind, n, which.seed, *model_bytes, *method, *epsilon)?
-            } else {
-                analyse_with(&which.build()?, *model_bytes, *method, *epsilon)
-            };
+            let r = gap_report(which, *model_bytes, *method, *epsilon)?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {

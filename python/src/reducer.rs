@@ -1,0 +1,441 @@
+//! `asap_train.Reducer`: one of the binary's sync modes (allreduce, asap, none) over a flat
+//! float32 numpy array, reduced in place.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use asap_train::comm::collectives;
+use asap_train::config::{SyncKind, TrainConfig};
+use asap_train::model::RowLayout;
+use asap_train::sync::{Aggregate, ModeMetric, SyncContext, SyncMode};
+use clap::parser::ValueSource;
+use clap::{Args, FromArgMatches};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::{json_to_py, text, Error, OptionError};
+
+/// The options a reducer takes (keys as in config files; flags with '-' for '_'). The others of
+/// `asap-train train` (data, model, step size ...) belong to the binary's training loop, which a
+/// Python user replaces by their own.
+const REDUCER_OPTIONS: &[&str] =
+    &["sync", "seed", "wait_timeout", "graph", "notify", "overlap", "deadline", "staleness", "bandwidth_mbps", "priority"];
+
+thread_local! {
+    /// Every reducer's sync mode, in creation order (the same on every rank), so that the
+    /// collective frees at exit (`close_all`) run in the same order everywhere. A slot is None
+    /// once closed. The modes hold MPI handles and stay on the thread that made them (the
+    /// Reducer class is `unsendable`).
+    pub(crate) static MODES: RefCell<Vec<Option<Box<dyn SyncMode>>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Frees a mode's MPI resources (collectively), or leaks them when MPI is already finalised
+/// (freeing a window then would be an error; the process is ending).
+pub(crate) fn release(mode: Box<dyn SyncMode>) {
+    if mpi::environment::is_finalized() {
+        std::mem::forget(mode);
+    } else {
+        drop(mode);
+    }
+}
+
+/// Closes every open reducer in creation order (collective; `finalize` calls it before
+/// MPI_Finalize).
+pub fn close_all() {
+    let modes: Vec<Box<dyn SyncMode>> = MODES.try_with(|m| m.borrow_mut().iter_mut().filter_map(Option::take).collect()).unwrap_or_default();
+    modes.into_iter().for_each(release);
+}
+
+/// The binary's parse and validation of `flags` (`--sync asap --graph ring ...`), restricted to
+/// the options `who` (a Python class) takes: `allowed`, as config-file keys.
+pub(crate) fn parse_flags(flags: &[String], allowed: &[&str], who: &str) -> anyhow::Result<TrainConfig> {
+    let cmd = TrainConfig::augment_args(clap::Command::new("asap_train").no_binary_name(true).allow_negative_numbers(true));
+    let ids: Vec<String> = cmd.get_arguments().map(|a| a.get_id().to_string()).collect();
+    let matches = cmd.try_get_matches_from(flags).map_err(|e| anyhow::anyhow!(clap_message(&e)))?;
+    for id in &ids {
+        if matches.value_source(id) == Some(ValueSource::CommandLine) && !allowed.contains(&id.as_str()) {
+            anyhow::bail!(
+                "{id}= (--{}) is an option of the binary's training loop, not of a {who} (which takes {})",
+                id.replace('_', "-"),
+                allowed.join(", ")
+            );
+        }
+    }
+    TrainConfig::merge(None, TrainConfig::from_arg_matches(&matches)?, Some(&matches))
+}
+
+/// [`parse_flags`] for a reducer: its options and modes.
+fn reducer_config(flags: &[String]) -> anyhow::Result<TrainConfig> {
+    let cfg = parse_flags(flags, REDUCER_OPTIONS, "Reducer")?;
+    anyhow::ensure!(
+        matches!(cfg.sync, SyncKind::Allreduce | SyncKind::Asap | SyncKind::None),
+        "sync={:?}: a Reducer runs allreduce, asap or none (ssp and bosen are asap_train.Table; async and gaia are not exposed)",
+        serde_json::to_value(cfg.sync)?.as_str().unwrap_or_default()
+    );
+    Ok(cfg)
+}
+
+/// A clap error as one message without the "--help" hint (there is no help to ask for here).
+pub(crate) fn clap_message(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let lines: Vec<&str> = rendered.lines().filter(|l| !l.contains("--help") && !l.trim().is_empty()).collect();
+    lines.join("\n").trim_start_matches("error: ").to_owned()
+}
+
+/// Collective: when any rank failed, every rank gets an error: its own, or the lowest failing
+/// rank's message (so a rank-dependent option cannot leave the others waiting in a collective).
+pub(crate) fn agree<T>(comm: &SimpleCommunicator, r: anyhow::Result<T>) -> Result<T, String> {
+    let me = comm.rank() as u64;
+    let first = collectives::min_u64(comm, if r.is_err() { me } else { u64::MAX });
+    if first == u64::MAX {
+        return r.map_err(|e| text(&e));
+    }
+    let mine = r.as_ref().err().map(text).unwrap_or_default();
+    let theirs = collectives::broadcast_string(comm, first as usize, &mine);
+    match r {
+        Err(_) => Err(mine),
+        Ok(_) => Err(format!("rank {first}: {theirs}")),
+    }
+}
+
+/// Python kwargs as the binary's flags: `graph="ring"` -> `--graph ring`, `overlap=True` ->
+/// `--overlap`; None and False leave an option out.
+pub(crate) fn kwargs_to_flags(sync: &str, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
+    let mut flags = vec!["--sync".to_owned(), sync.to_owned()];
+    for (k, v) in options.into_iter().flat_map(|d| d.iter()) {
+        let key: String = k.extract()?;
+        let flag = format!("--{}", key.replace('_', "-"));
+        if v.is_none() {
+            continue;
+        }
+        if let Ok(b) = v.cast::<pyo3::types::PyBool>() {
+            if b.is_true() {
+                flags.push(flag);
+            }
+            continue;
+        }
+        flags.push(flag);
+        flags.push(v.str()?.to_string());
+    }
+    Ok(flags)
+}
+
+/// A flat float32 array's writable contents, or a TypeError/ValueError that says what to pass.
+fn with_params<R>(params: &Bound<'_, PyAny>, n: usize, f: impl FnOnce(&mut [f32]) -> R) -> PyResult<R> {
+    let arr = params.cast::<PyArray1<f32>>().map_err(|_| {
+        let dtype = params.getattr("dtype").map(|d| d.to_string()).unwrap_or_else(|_| params.get_type().to_string());
+        let ndim = params.getattr("ndim").map(|d| d.to_string()).unwrap_or_else(|_| "?".into());
+        PyTypeError::new_err(format!("params must be a 1-D numpy float32 array, got {dtype} with ndim {ndim} (np.ascontiguousarray(x, dtype=np.float32).ravel() makes one)"))
+    })?;
+    let mut rw = arr.try_readwrite().map_err(|e| PyValueError::new_err(format!("params cannot be written in place: {e}")))?;
+    let slice = rw.as_slice_mut().map_err(|_| PyValueError::new_err("params must be C-contiguous (np.ascontiguousarray makes a copy that is)"))?;
+    if slice.len() != n {
+        return Err(PyValueError::new_err(format!("params has {} values but this Reducer was made for {n}", slice.len())));
+    }
+    Ok(f(slice))
+}
+
+/// A reducer over a flat float32 array: one of the binary's sync modes, built collectively.
+#[pyclass(unsendable, module = "asap_train._native")]
+pub struct Reducer {
+    slot: usize,
+    n: usize,
+    round: u64,
+    sync_kind: String,
+    info: serde_json::Value,
+    /// The counters when the reducer was closed (stats() still answers after finish()).
+    last: Option<Snapshot>,
+}
+
+/// A mode's counters and metrics at one moment.
+pub(crate) type Snapshot = (asap_train::sync::CommStats, Vec<ModeMetric>);
+
+impl Reducer {
+    /// The counters and metrics now, or as they were when the reducer was closed.
+    fn snapshot(&self) -> PyResult<Snapshot> {
+        match &self.last {
+            Some(s) => Ok(s.clone()),
+            None => self.with_mode(|m| (m.stats().clone(), m.metrics())),
+        }
+    }
+
+    /// Runs `f` on this reducer's mode, or raises when it is closed.
+    fn with_mode<R>(&self, f: impl FnOnce(&mut Box<dyn SyncMode>) -> R) -> PyResult<R> {
+        MODES.with_borrow_mut(|m| m.get_mut(self.slot).and_then(Option::as_mut).map(f))
+            .ok_or_else(|| Error::new_err("this Reducer is closed (after finish() or close())"))
+    }
+}
+
+/// Builds the mode `cfg` names, as the binary's `train::build_sync` does for these three.
+fn build_mode(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Result<(Box<dyn SyncMode>, serde_json::Value)> {
+    Ok(match cfg.sync {
+        SyncKind::Allreduce => (Box::new(asap_train::sync::allreduce::ModelAverage::new(ctx)), serde_json::Value::Null),
+        SyncKind::None => (Box::new(asap_train::sync::independent::Independent::new(ctx)), serde_json::Value::Null),
+        SyncKind::Asap => {
+            let budget = cfg
+                .bosen
+                .bandwidth_mbps
+                .map(|mbps| asap_train::sync::edge_budget::EdgeBudgetOptions { mbps, priority: cfg.bosen.priority });
+            let staleness = cfg.ssp.staleness.unwrap_or(0);
+            let (mode, info) = asap_train::sync::asap::StochasticReduce::build(ctx, &cfg.asap, init, budget, staleness)?;
+            (Box::new(mode), info)
+        }
+        other => anyhow::bail!("sync mode {other:?} is not a Reducer's"),
+    })
+}
+
+/// With `bandwidth_mbps` every edge keeps a mirror of what its receiver holds, starting from the
+/// model every rank starts from: `params` that differ between ranks would leave the mirrors wrong
+/// until `finish` found them out. A checksum (sums of the values and of their squares, in f64)
+/// compared over ranks catches that at the start.
+fn same_on_every_rank(comm: &SimpleCommunicator, params: &[f32]) -> anyhow::Result<()> {
+    let sum: f64 = params.iter().map(|&x| x as f64).sum();
+    let sq: f64 = params.iter().map(|&x| (x as f64) * (x as f64)).sum();
+    let mut v = [sum, sq, -sum, -sq];
+    collectives::max_f64(comm, &mut v);
+    anyhow::ensure!(
+        v[0] == -v[2] && v[1] == -v[3],
+        "bandwidth_mbps (--bandwidth-mbps) needs the same starting params on every rank (each edge mirrors what its receiver holds): broadcast them first"
+    );
+    Ok(())
+}
+
+/// Rows of `row_len` over `n` values (the last may be shorter): what `bandwidth_mbps` sends or
+/// holds back as a unit.
+fn layout(n: usize, row_len: Option<usize>) -> PyResult<RowLayout> {
+    let len = row_len.unwrap_or(n.max(1));
+    if len == 0 {
+        return Err(OptionError::new_err("row_len must be at least 1"));
+    }
+    let mut offsets: Vec<usize> = (0..n).step_by(len).collect();
+    offsets.push(n);
+    Ok(RowLayout { offsets })
+}
+
+/// One metric's values as Python numbers: whole numbers (counters, histograms) as int.
+pub(crate) fn metric_value<'py>(py: Python<'py>, m: &ModeMetric, values: &[f64]) -> PyResult<Bound<'py, PyAny>> {
+    let one = |x: f64| -> PyResult<Bound<'py, PyAny>> {
+        if x.fract() == 0.0 && x.abs() < 9.0e15 {
+            Ok((x as i64).into_pyobject(py)?.into_any())
+        } else {
+            Ok(x.into_pyobject(py)?.into_any())
+        }
+    };
+    if m.is_array {
+        Ok(PyList::new(py, values.iter().map(|&x| one(x)).collect::<PyResult<Vec<_>>>()?)?.into_any())
+    } else {
+        one(values.first().copied().unwrap_or(0.0))
+    }
+}
+
+/// This rank's counters and mode metrics as a dict (the binary's names).
+pub(crate) fn stats_dict<'py>(py: Python<'py>, snap: &Snapshot) -> PyResult<Bound<'py, PyDict>> {
+    let (counters, metrics) = snap;
+    let d = PyDict::new(py);
+    let v = serde_json::to_value(counters).map_err(|e| Error::new_err(e.to_string()))?;
+    for (k, x) in v.as_object().into_iter().flatten() {
+        d.set_item(k, json_to_py(py, x)?)?;
+    }
+    for m in metrics {
+        d.set_item(m.name, metric_value(py, m, &m.values)?)?;
+    }
+    Ok(d)
+}
+
+/// Collective: counters as mean and max over ranks, mode metrics combined by their aggregate.
+pub(crate) fn global_stats_dict<'py>(py: Python<'py>, snap: &Snapshot) -> PyResult<Bound<'py, PyDict>> {
+    let (counters, metrics) = snap;
+    let v = serde_json::to_value(counters).map_err(|e| Error::new_err(e.to_string()))?;
+    let names: Vec<&String> = v.as_object().into_iter().flat_map(|o| o.keys()).collect();
+    let values: Vec<f64> = v.as_object().into_iter().flat_map(|o| o.values()).map(|x| x.as_f64().unwrap_or(0.0)).collect();
+    // MPI_COMM_WORLD, not a duplicate held by the object: a communicator freed after
+    // MPI_Finalize (an object collected at interpreter exit) would be an MPI error.
+    let comm = SimpleCommunicator::world();
+    let (mean, max) = collectives::mean_max(&comm, &values);
+    let d = PyDict::new(py);
+    for (i, k) in names.iter().enumerate() {
+        d.set_item(format!("{k}_mean"), mean[i])?;
+        d.set_item(format!("{k}_max"), max[i])?;
+    }
+    let size = comm.size() as f64;
+    for m in metrics {
+        // Histograms may differ in length between ranks (in-degrees differ): pad to the longest.
+        let len = collectives::max_u64(&comm, m.values.len() as u64) as usize;
+        let mut x = m.values.clone();
+        x.resize(len, 0.0);
+        match m.aggregate {
+            Aggregate::Sum => collectives::sum_f64(&comm, &mut x),
+            Aggregate::Mean => {
+                collectives::sum_f64(&comm, &mut x);
+                x.iter_mut().for_each(|v| *v /= size);
+            }
+            Aggregate::Max => collectives::max_f64(&comm, &mut x),
+        }
+        d.set_item(m.name, metric_value(py, m, &x)?)?;
+    }
+    Ok(d)
+}
+
+#[pymethods]
+impl Reducer {
+    /// Collective: every rank passes its own `params` (the model it starts from; with
+    /// `bandwidth_mbps` it must be the same on every rank) and the same options.
+    #[new]
+    #[pyo3(signature = (params, sync="asap", row_len=None, **options))]
+    fn new(params: &Bound<'_, PyAny>, sync: &str, row_len: Option<usize>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        if !crate::mpi_active() {
+            return Err(Error::new_err("MPI is not active (asap_train.init() was not called, or MPI was finalised)"));
+        }
+        let comm = SimpleCommunicator::world();
+        let init: Vec<f32> = with_params(params, params.len().unwrap_or(0), |p| p.to_vec())?;
+        let flags = kwargs_to_flags(sync, options)?;
+        let cfg = agree(&comm, reducer_config(&flags)).map_err(OptionError::new_err)?;
+        let layout = layout(init.len(), row_len)?;
+        let ctx = SyncContext {
+            comm: &comm,
+            layout,
+            wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
+            stop_sending_after: None,
+            seed: cfg.seed,
+            emulate: None,
+            links: None,
+            record_sends: false,
+            rounds_per_epoch: 1,
+        };
+        if cfg.bosen.bandwidth_mbps.is_some() {
+            let same = same_on_every_rank(&comm, &init);
+            agree(&comm, same).map_err(OptionError::new_err)?;
+        }
+        let built = build_mode(&cfg, &ctx, &init);
+        let (mode, info) = agree(&comm, built).map_err(OptionError::new_err)?;
+        let slot = MODES.with_borrow_mut(|m| {
+            m.push(Some(mode));
+            m.len() - 1
+        });
+        let sync_kind = serde_json::to_value(cfg.sync).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        Ok(Reducer { slot, n: init.len(), round: 0, sync_kind, info, last: None })
+    }
+
+    /// One round, in place: `params` becomes this rank's model after the exchange. Collective in
+    /// the mode's sense (allreduce: all ranks; asap: the graph's neighbours). A communication
+    /// failure (a neighbour silent beyond `wait_timeout`) aborts the whole job, as in the binary:
+    /// the mailboxes cannot be left half way through a round.
+    fn sync(&mut self, params: &Bound<'_, PyAny>) -> PyResult<()> {
+        let round = self.round + 1;
+        let r = with_params(params, self.n, |p| self.with_mode(|m| m.sync(p, round)))??;
+        if let Err(e) = r {
+            asap_train::comm::abort_job(&format!("Reducer.sync round {round}: {}", text(&e)), 1);
+        }
+        self.round = round;
+        Ok(())
+    }
+
+    /// `k` rounds in a row with no Python between them (consensus only: nothing changes
+    /// `params` between the rounds). The overhead bench times it against `k` calls of `sync`.
+    fn sync_rounds(&mut self, params: &Bound<'_, PyAny>, k: u64) -> PyResult<()> {
+        let first = self.round + 1;
+        let r = with_params(params, self.n, |p| {
+            self.with_mode(|m| -> anyhow::Result<()> {
+                for round in first..first + k {
+                    m.sync(p, round)?;
+                }
+                Ok(())
+            })
+        })??;
+        if let Err(e) = r {
+            asap_train::comm::abort_job(&format!("Reducer.sync_rounds from round {first}: {}", text(&e)), 1);
+        }
+        self.round += k;
+        Ok(())
+    }
+
+    /// Collective end: every rank's `params` becomes the final model the mode defines (the
+    /// average of the replicas; push-sum: sum x / sum w), then the reducer is closed.
+    fn finish(&mut self, params: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = with_params(params, self.n, |p| self.with_mode(|m| m.finish(p)))??;
+        if let Err(e) = r {
+            asap_train::comm::abort_job(&format!("Reducer.finish: {}", text(&e)), 1);
+        }
+        self.close();
+        Ok(())
+    }
+
+    /// Collective: frees the mode's MPI window and communicators. Idempotent.
+    fn close(&mut self) {
+        if let Some(mode) = MODES.with_borrow_mut(|m| m.get_mut(self.slot).and_then(Option::take)) {
+            self.last = Some((mode.stats().clone(), mode.metrics()));
+            release(mode);
+        }
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&mut self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
+    }
+
+    /// This rank's counters: bytes_sent, bytes_received, comm_seconds, wait_seconds, rounds,
+    /// final_bytes, final_seconds, and the mode's own metrics under the binary's names (asap:
+    /// torn, stale, consistency_histogram, in_degree; staleness_histogram with staleness;
+    /// push_sum_weight, push_sum_weight_sum after finish, push_sum_held_pushes ...).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.snapshot()?)
+    }
+
+    /// Collective: the counters over all ranks as the binary's metrics report them: each
+    /// counter's mean and max (`bytes_sent_mean`, `bytes_sent_max` ...), and each mode metric
+    /// combined as the binary combines it (sum, mean or max; histograms element by element).
+    fn global_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        global_stats_dict(py, &self.snapshot()?)
+    }
+
+    /// What the binary's metrics start line records about the mode (asap: the graph, notify,
+    /// staleness and the graph's report), as a dict (None for allreduce and none).
+    #[getter]
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        json_to_py(py, &self.info)
+    }
+
+    /// The mode's name: "allreduce", "asap" or "none".
+    #[getter]
+    fn sync_mode(&self) -> String {
+        self.sync_kind.clone()
+    }
+
+    /// Rounds run so far.
+    #[getter]
+    fn rounds(&self) -> u64 {
+        self.round
+    }
+
+    /// Length of the arrays this reducer takes.
+    #[getter]
+    fn size(&self) -> usize {
+        self.n
+    }
+
+    /// Whether finish() or close() ran.
+    #[getter]
+    fn closed(&self) -> bool {
+        MODES.with_borrow(|m| m.get(self.slot).is_none_or(Option::is_none))
+    }
+}
+
+impl Drop for Reducer {
+    fn drop(&mut self) {
+        // Python dropped the reducer without close(): free it now (collective; every rank drops
+        // the same reducers in the same order in an SPMD script). At interpreter exit,
+        // `finalize` has closed them already.
+        let mode = MODES.try_with(|m| m.borrow_mut().get_mut(self.slot).and_then(Option::take)).ok().flatten();
+        if let Some(mode) = mode {
+            release(mode);
+        }
+    }
+}
