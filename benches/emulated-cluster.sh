@@ -56,6 +56,8 @@ compute | even)
             "asap staleness 2|--sync asap --staleness 2"
             "asap push-sum|--sync asap --notify push-sum"
             "asap one-peer exponential|--sync asap --graph one-peer-exponential"
+            "asap exponential --balance|--sync asap --graph exponential --balance"
+            "asap complete --balance|--sync asap --graph complete --balance"
         )
     fi
     ;;
