@@ -100,6 +100,7 @@ production)
         "asap notify-ack|--sync asap"
         "asap --balance|--sync asap --balance"
         "asap deadline --balance|--sync asap --notify deadline --balance"
+        "asap complete --balance|--sync asap --graph complete --balance"
     )
     ;;
 *) echo "usage: $0 compute|even|links|links32|production" >&2; exit 2 ;;
