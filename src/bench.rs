@@ -1,31 +1,33 @@
 //! `asap-train bench`: single-rank SGD throughput of every model on Fashion-MNIST, so changes to
 //! the kernels can be compared on the same machine (ratios, not absolute promises).
-//! SVM and logistic regression learn "label >= 5" vs the rest; MF factorises the images as a
-//! (image, pixel, intensity) ratings matrix over the non-zero pixels.
+//! SVM and logistic regression learn the labels above the middle of their range against the rest
+//! ("label >= 5" on Fashion-MNIST); MF factorises the images as a (image, pixel, intensity)
+//! ratings matrix over the non-zero pixels. Any data file train reads will do: sparse rows give
+//! MF their non-zero entries, ratings data only MF.
 
 use std::time::Instant;
 
 use clap::Args;
 
 use crate::config::FASHION_MNIST_DIR;
-use crate::data::{self, Dataset, Features, LoadOptions};
+use crate::data::{self, Dataset, Features, LoadOptions, Row};
 use crate::model::{self, ModelKind, ModelSpec};
 use crate::rng::Rng;
 
 /// Options of `asap-train bench`.
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// IDX images file to benchmark on.
+    /// Data file to benchmark on (any format train reads).
     #[arg(long, default_value_t = format!("{FASHION_MNIST_DIR}/train-images-idx3-ubyte.gz"))]
     pub data: String,
     /// Models to run (comma separated).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ModelKind::Svm, ModelKind::Logreg, ModelKind::Mlr, ModelKind::Mf, ModelKind::Mlp])]
     pub models: Vec<ModelKind>,
     /// Mini-batch sizes (comma separated).
-    #[arg(long, value_delimiter = ',', default_values_t = [32])]
+    #[arg(long, value_delimiter = ',', default_values_t = [32], value_parser = crate::values::at_least_one)]
     pub batch_size: Vec<usize>,
     /// Hidden layer width of the MLP.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = crate::values::at_least_one)]
     pub hidden: usize,
     /// Also write the measured step times as the [compute] table of a cluster profile
     /// (`--cluster`, see clusters/), each multiplied by --dilation.
@@ -34,41 +36,80 @@ pub struct BenchArgs {
     /// Factor the written step times are multiplied by: an emulated cluster runs D times slower
     /// than the machine measured (and its links D times slower), so that many ranks on a few
     /// cores keep up with their declared times while every ratio stays that of the real cluster.
-    #[arg(long, value_name = "D", default_value_t = 1.0)]
+    #[arg(long, value_name = "D", default_value_t = 1.0, value_parser = crate::values::positive_f64)]
     pub dilation: f64,
     /// Seconds of SGD per model.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = crate::values::positive_f64)]
     pub seconds: f64,
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
+/// Labels above the middle of their range as +1, the rest as -1 (Fashion-MNIST: label >= 5).
 fn binary(d: &Dataset) -> Dataset {
+    let (lo, hi) = d.labels.iter().fold((f32::MAX, f32::MIN), |(lo, hi), &y| (lo.min(y), hi.max(y)));
+    let mid = (lo + hi) / 2.0;
     let mut b = d.clone();
-    b.labels.iter_mut().for_each(|y| *y = if *y >= 5.0 { 1.0 } else { -1.0 });
+    b.labels.iter_mut().for_each(|y| *y = if *y > mid { 1.0 } else { -1.0 });
     b
 }
 
-/// The images as (image, pixel, intensity/255) ratings over non-zero pixels.
+/// The rows as (row, column, value) ratings over their non-zero entries (dense or sparse).
 fn ratings(d: &Dataset, max_rows: usize) -> Dataset {
-    let Features::Dense { x, d: dim } = &d.features else { panic!("bench data must be dense") };
     let (mut users, mut items, mut labels) = (Vec::new(), Vec::new(), Vec::new());
+    let mut add = |i: usize, j: usize, v: f32| {
+        if v != 0.0 {
+            users.push(i as u32);
+            items.push(j as u32);
+            labels.push(v);
+        }
+    };
     for i in 0..d.len().min(max_rows) {
-        for (j, &v) in x[i * dim..(i + 1) * dim].iter().enumerate() {
-            if v != 0.0 {
-                users.push(i as u32);
-                items.push(j as u32);
-                labels.push(v);
-            }
+        match d.row(i) {
+            Row::Dense(x) => x.iter().enumerate().for_each(|(j, &v)| add(i, j, v)),
+            Row::Sparse { indices, values } => indices.iter().zip(values).for_each(|(&j, &v)| add(i, j as usize, v)),
+            Row::Rating { .. } => unreachable!("ratings data is measured as it is (data_for)"),
         }
     }
-    let n_users = d.len().min(max_rows);
     Dataset {
-        features: Features::Ratings { users, items, n_users, n_items: *dim },
+        features: Features::Ratings { users, items, n_users: d.len().min(max_rows), n_items: d.dim() },
         labels,
         source: format!("{} as ratings", d.source),
         first_row: 0,
+    }
+}
+
+/// The number of classes `kind` is measured with on `train`, or why `train` cannot serve it.
+fn classes_for(kind: ModelKind, train: &Dataset) -> anyhow::Result<usize> {
+    let src = &train.source;
+    let is_ratings = matches!(train.features, Features::Ratings { .. });
+    anyhow::ensure!(
+        !is_ratings || kind == ModelKind::Mf,
+        "--data {src} holds ratings (user item rating): of the --models only mf trains on them (give --models mf, or feature data)"
+    );
+    match kind {
+        ModelKind::Mlr | ModelKind::Mlp => {
+            if let Some(y) = train.labels.iter().find(|&&y| y < 0.0 || y.fract() != 0.0 || y > 1e6) {
+                anyhow::bail!(
+                    "--models {} needs class labels 0, 1, ..., J-1, but --data {src} has the label {y}: leave mlr and mlp out (e.g. --models svm,logreg,mf)",
+                    format!("{kind:?}").to_lowercase()
+                );
+            }
+            Ok((train.labels.iter().fold(0f32, |m, &y| m.max(y)) as usize + 1).max(2))
+        }
+        ModelKind::Lda => anyhow::bail!("bench measures SGD models; --model lda is measured by benches/lda-peers.sh"),
+        _ => Ok(2),
+    }
+}
+
+/// The data `kind` is measured on (checked by [`classes_for`]).
+fn data_for(kind: ModelKind, train: &Dataset) -> Dataset {
+    match kind {
+        ModelKind::Mf if matches!(train.features, Features::Ratings { .. }) => train.clone(),
+        ModelKind::Mf => ratings(train, 10_000),
+        ModelKind::Svm | ModelKind::Logreg | ModelKind::Lsq => binary(train),
+        _ => train.clone(),
     }
 }
 
@@ -103,29 +144,29 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut train = data::load_shard(&args.data, &LoadOptions::default(), 0, 1)?;
     let dim = train.dim();
+    let uses_columns = match &train.features {
+        Features::Dense { d, .. } => *d > 0,
+        Features::Sparse(c) => !c.indices.is_empty(),
+        Features::Ratings { .. } => true,
+    };
+    anyhow::ensure!(uses_columns, "--data {}: no example has a feature (every example is a label alone): check the file", args.data);
     let mut m = data::column_max_abs(&train);
     m.iter_mut().for_each(|x| *x = if *x > 0.0 { 1.0 / *x } else { 1.0 });
     data::scale_columns(&mut train, &m, &vec![0.0; dim]);
     eprintln!("loaded {} ({} x {dim}) in {:.2}s", args.data, train.len(), t0.elapsed().as_secs_f64());
+    // Every model checked first, so one that cannot be measured stops the run before any is.
+    let classes = args.models.iter().map(|&k| classes_for(k, &train)).collect::<anyhow::Result<Vec<_>>>()?;
     if !args.json {
         println!("{:<8} {:>10} {:>14} {:>12}", "model", "params", "examples/s", "batch");
     }
-    anyhow::ensure!(args.batch_size.iter().all(|&b| b >= 1), "--batch-size must be at least 1");
-    anyhow::ensure!(args.seconds.is_finite() && args.seconds > 0.0, "--seconds must be a positive number");
-    anyhow::ensure!(args.dilation.is_finite() && args.dilation > 0.0, "--dilation must be a positive number");
     let mut profile: Vec<(String, f64)> = Vec::new();
-    for &kind in &args.models {
-        let ds = match kind {
-            ModelKind::Svm | ModelKind::Logreg | ModelKind::Lsq => binary(&train),
-            ModelKind::Mf => ratings(&train, 10_000),
-            ModelKind::Mlr | ModelKind::Mlp => train.clone(),
-            ModelKind::Lda => anyhow::bail!("bench measures SGD models; --model lda is measured by benches/lda-peers.sh"),
-        };
+    for (&kind, classes) in args.models.iter().zip(classes) {
+        let ds = data_for(kind, &train);
         let (users, items) = match &ds.features {
             Features::Ratings { n_users, n_items, .. } => (*n_users, *n_items),
             _ => (0, 0),
         };
-        let spec = ModelSpec { kind, lambda: 1e-5, features: dim, classes: 10, hidden: vec![args.hidden], factors: 10, users, items };
+        let spec = ModelSpec { kind, lambda: 1e-5, features: dim, classes, hidden: vec![args.hidden], factors: 10, users, items };
         let model = model::build(&spec)?;
         for &batch_size in &args.batch_size {
             let (rate, params) = measure(model.as_ref(), &ds, batch_size, args.seconds);

@@ -33,6 +33,7 @@ pub enum Command {
     /// Convert and inspect data files.
     Data(crate::data::command::DataArgs),
     /// Single-rank throughput benchmark of every model on Fashion-MNIST.
+    #[command(allow_negative_numbers = true)]
     Bench(crate::bench::BenchArgs),
     /// Plot the curves and histograms of `--metrics` files as one SVG (no MPI needed).
     Plot(crate::plot::PlotArgs),

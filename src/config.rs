@@ -628,7 +628,7 @@ impl TrainConfig {
             "--emulate-latency needs --emulate-bandwidth (the emulated link it belongs to)"
         );
         if let Some(ms) = self.emulate_compute {
-            anyhow::ensure!(ms.is_finite() && ms > 0.0 && ms <= 1e6, "--emulate-compute must be a positive number of milliseconds, got {ms}");
+            anyhow::ensure!(ms.is_finite() && ms > 0.0 && ms <= 1e6, "--emulate-compute must be a positive number of milliseconds, at most 1e6, got {ms:e}");
         }
         anyhow::ensure!(
             self.asap.notify != crate::sync::asap::NotifyMode::Deadline || self.checkpoint_dir.is_none(),
@@ -836,13 +836,25 @@ fn locate_key(text: &str, key: &str) -> (usize, usize) {
     (1, 1)
 }
 
+/// Largest `--straggler` slow-down of any form. A step of 1 ms slowed 1000x takes a second;
+/// beyond that a run is not slow but stopped (`--wait-timeout` is the tool for that), and a
+/// factor of 1e308 overflowed the sleep's duration into a panic (issue 27).
+pub const MAX_STRAGGLER_FACTOR: f64 = 1000.0;
+
 /// `--straggler RANKS:FACTOR`, e.g. `0,3:2` or `0-5:2.5`: the named ranks' compute is slowed by
 /// FACTOR (each local step is followed by a sleep of (FACTOR-1) times its duration).
 pub fn parse_straggler(s: &str, nranks: usize) -> anyhow::Result<(Vec<usize>, f64)> {
     let hint = "expected --straggler RANKS:FACTOR, e.g. 0,3:2 or 0-5:2.5";
-    let (ranks, factor) = s.rsplit_once(':').ok_or_else(|| anyhow::anyhow!("{hint}, got {s:?}"))?;
-    let factor: f64 = factor.parse().map_err(|_| anyhow::anyhow!("{hint}: bad factor {factor:?}"))?;
-    anyhow::ensure!(factor >= 1.0 && factor.is_finite(), "{hint}: FACTOR must be >= 1, got {factor}");
+    let (ranks, text) = s.rsplit_once(':').ok_or_else(|| anyhow::anyhow!("{hint}, got {s:?}"))?;
+    let factor: f64 = text.parse().map_err(|_| anyhow::anyhow!("{hint}: bad factor {text:?}"))?;
+    anyhow::ensure!(
+        factor.is_finite() && (1.0..=MAX_STRAGGLER_FACTOR).contains(&factor),
+        "{hint}: FACTOR must be in 1..{MAX_STRAGGLER_FACTOR}, got {text}"
+    );
+    anyhow::ensure!(
+        ranks.split(',').any(|p| !p.trim().is_empty()),
+        "--straggler {s} names no rank to slow down: give RANKS before the colon (e.g. 1:{text} or 1-3:{text}), or leave --straggler out"
+    );
     let mut out = Vec::new();
     for part in ranks.split(',').filter(|p| !p.is_empty()) {
         let parse = |x: &str| -> anyhow::Result<usize> {
@@ -871,6 +883,10 @@ mod tests {
         assert!(parse_straggler("9:2", 8).is_err());
         assert!(parse_straggler("1:0.5", 8).is_err());
         assert!(parse_straggler("1", 8).is_err());
+        for bad in [":2", ",:2", " :2", "1:1e308", "1:1001"] {
+            assert!(parse_straggler(bad, 8).is_err(), "{bad}");
+        }
+        assert_eq!(parse_straggler("1:1000", 8).unwrap(), (vec![1], 1000.0));
     }
 
     #[test]

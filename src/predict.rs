@@ -55,6 +55,10 @@ fn check_fits(spec: &ModelSpec, d: &Dataset, model: &str) -> Result<()> {
         Features::Dense { d: dim, .. } if *dim != spec.features => {
             bail!("{src}: {dim} features per example, but --model {model} was trained on {}: give data of the same shape", spec.features)
         }
+        // Every prediction would be the bias alone, the same for every example.
+        Features::Sparse(c) if c.indices.is_empty() => {
+            bail!("{src}: no example has a feature (every example is a label alone): check the file (a LIBSVM line is LABEL INDEX:VALUE ...) and --format")
+        }
         Features::Sparse(c) if c.ncols > spec.features => {
             bail!("{src}: feature index {} is beyond the {} features --model {model} was trained on", c.ncols, spec.features)
         }

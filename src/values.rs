@@ -22,3 +22,34 @@ pub fn finite_f32(s: &str) -> Result<f32, String> {
         Err(format!("must be a finite number (of 32 bits), got {s}"))
     }
 }
+
+/// Value parser of a tolerance strictly between 0 and 1 (`graph gap --epsilon`, `graph mix
+/// --epsilon`): 0 asks for exact mixing, which no graph but the complete one reaches (the gap
+/// command printed 18446744073709551615 rounds), and 1 or more is reached before any round.
+pub fn open_unit_interval(s: &str) -> Result<f64, String> {
+    let v = finite_f64(s)?;
+    if v > 0.0 && v < 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("must be a number strictly between 0 and 1 (e.g. 1e-3), got {s}"))
+    }
+}
+
+/// Value parser of an amount that must be positive and finite (`bench --seconds`, `--dilation`).
+pub fn positive_f64(s: &str) -> Result<f64, String> {
+    let v = finite_f64(s)?;
+    if v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("must be a positive number, got {s}"))
+    }
+}
+
+/// Value parser of a count that must be at least 1 (`bench --batch-size`, `--hidden`).
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(v) if v >= 1 => Ok(v),
+        Ok(_) => Err("must be at least 1, got 0".into()),
+        Err(_) => Err(format!("expected a whole number of at least 1, got {s:?}")),
+    }
+}

@@ -138,6 +138,14 @@ fn option_cases(f: &Files) -> Vec<Case> {
         add(&format!("--straggler {s}"), 1, &["--straggler", s], &["--straggler"]);
     }
     add("--straggler rank outside the job", 2, &["--straggler", "5:2"], &["--straggler", "5"]);
+    // Issue 27: a form that names no rank was accepted and slowed nobody; a factor of 1e308
+    // overflowed the sleep into a panic (every form is bounded alike).
+    for s in [":2", ",:2"] {
+        add(&format!("--straggler {s} names no rank"), 2, &["--straggler", s], &["--straggler", "names no rank"]);
+    }
+    for s in ["1:1e308", "1:1001", "1:inf", "1:1e308@1-2", "transient:1e308:5", "0-1:1e308"] {
+        add(&format!("--straggler {s} extreme factor"), 2, &["--straggler", s], &["--straggler", "FACTOR must be in 1..1000"]);
+    }
     for s in ["1", "x:1", "9:1", "0:y"] {
         add(&format!("--fault-panic {s}"), 1, &["--fault-panic", s], &["--fault-panic"]);
         add(&format!("--stop-sending-after {s}"), 1, &["--stop-sending-after", s], &["--stop-sending-after"]);
@@ -272,12 +280,82 @@ fn file_cases(f: &Files) -> Vec<Case> {
     data("hdf5 with no known datasets", 1, &nothing, &[], &["nothing.h5"]);
     let notreally = f.file("text.h5", "this is not HDF5\n");
     data("text named .h5", 1, &notreally, &[], &["text.h5"]);
-    // Held-out data.
+    // Data sets with no feature at all (issue 27: the IDX and HDF5 forms panicked, an MLP trained
+    // a bias), in every format that can hold one.
+    let labels_only = f.file("labels-only.svm", "1\n0\n1 # a comment\n0\n");
+    for m in ["svm", "mlp"] {
+        data(&format!("libsvm with no features, --model {m}"), 2, &labels_only, &["--model", m], &["labels-only.svm", "no example has a feature"]);
+    }
+    let zero_wide = h5("zero-wide.h5", &|file| {
+        file.new_dataset_builder().with_data(&ndarray::Array2::<f32>::zeros((4, 0))).create("X").unwrap();
+        file.new_dataset_builder().with_data(&ndarray::Array1::<f32>::from(vec![0.0, 1.0, 0.0, 1.0])).create("y").unwrap();
+    });
+    data("hdf5 with rows 0 wide", 2, &zero_wide, &[], &["zero-wide.h5", "no example has a feature"]);
+    let idx0 = f.dir.join("zero-images-idx3-ubyte");
+    std::fs::write(&idx0, [0u8, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 28]).unwrap();
+    std::fs::write(f.dir.join("zero-labels-idx1-ubyte"), [0u8, 0, 8, 1, 0, 0, 0, 2, 1, 2]).unwrap();
+    data("idx images 0 pixels wide", 1, s(&idx0), &[], &["zero-images-idx3-ubyte", "no example has a feature"]);
+    // A held-out set of another kind or shape than the training set (issue 27: evaluated and
+    // reported as an accuracy, or a panic under --model mf).
     let g = f.good.as_str();
+    let ratings = f.file("held-out.ratings", "0 1 4\n1 0 3\n2 2 5\n");
+    let train_ratings = f.file("train.ratings", "0 1 4\n1 0 3\n2 2 5\n0 0 1\n");
+    let images = |name: &str, width: usize| {
+        h5(name, &|file| {
+            file.new_dataset_builder().with_data(&ndarray::Array2::<f32>::ones((6, width))).create("X").unwrap();
+            file.new_dataset_builder().with_data(&ndarray::Array1::<f32>::from(vec![0.0, 1.0, 2.0, 0.0, 1.0, 2.0])).create("y").unwrap();
+        })
+    };
+    let (img4, img9) = (images("images-2x2.h5", 4), images("images-3x3.h5", 9));
+    let wide = f.file("wide.svm", "0 7:1\n1 1:1\n2 2:1\n");
+    for (name, train, model, test, needles) in [
+        ("ratings held out against a classifier", g, "svm", ratings.as_str(), &["held-out.ratings", "ratings", "kind"][..]),
+        ("ratings held out against mlr on images", img4.as_str(), "mlr", &ratings, &["held-out.ratings", "kind"]),
+        ("feature vectors held out against mf", &train_ratings, "mf", g, &["good.svm", "kind", "--model mf"]),
+        ("images of another size held out", &img4, "mlr", &img9, &["images-3x3.h5", "9 features per example", "has 4", "shape"]),
+        ("images held out against sparse rows", g, "svm", &img9, &["images-3x3.h5", "9 features per example", "--features 9"]),
+        ("sparse rows beyond the images held out", &img4, "mlr", &wide, &["wide.svm", "feature index 7 is beyond the 4 features", "shape"]),
+    ] {
+        out.push(case(name, 2, &["--data", train, "--model", model, "--epochs", "1", "--test-data", test], needles));
+    }
     out.push(case("missing test data", 2, &["--data", g, "--model", "svm", "--test-data", "/nonexistent/t.svm"], &["/nonexistent/t.svm"]));
     let badtest = f.file("bad-test.svm", "+1 1:1\n-1 1:x\n");
     out.push(case("malformed test data", 1, &["--data", g, "--model", "svm", "--test-data", &badtest], &["bad-test.svm:2:"]));
     out.push(case("more ranks than examples", 8, &["--data", g, "--model", "svm"], &["ranks"]));
+    out
+}
+
+/// The tools beside train (no MPI): `graph` and `bench` options that were accepted and ignored
+/// or panicked (issue 27).
+fn tool_cases(f: &Files) -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut add = |name: &str, args: &[&str], needles: &[&str]| {
+        let a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        out.push(Case { name: name.into(), ranks: 1, args: a, needles: needles.iter().map(|s| s.to_string()).collect() });
+    };
+    for cmd in ["gap", "mix"] {
+        for (e, needle) in [("0", "between 0 and 1"), ("1", "between 0 and 1"), ("-0.5", "between 0 and 1"), ("nan", "finite"), ("inf", "finite")] {
+            add(&format!("graph {cmd} --epsilon {e}"), &["graph", cmd, "--nodes", "8", "--epsilon", e], &["--epsilon", needle]);
+        }
+    }
+    for (opt, v, needle) in [
+        ("--batch-size", "0", "at least 1"),
+        ("--batch-size", "32,0", "at least 1"),
+        ("--seconds", "-1", "positive"),
+        ("--seconds", "0", "positive"),
+        ("--seconds", "nan", "finite"),
+        ("--dilation", "0", "positive"),
+        ("--hidden", "0", "at least 1"),
+    ] {
+        add(&format!("bench {opt} {v}"), &["bench", opt, v, "--data", &f.good], &[opt, needle]);
+    }
+    // Sparse rows (the MF conversion panicked on them): mlr and mlp need class labels, which
+    // +1/-1 are not; ratings serve mf alone; a file of labels alone serves nothing.
+    add("bench mlr on +1/-1 labels", &["bench", "--data", &f.good, "--models", "svm,mlr"], &["--models mlr", "good.svm", "class labels"]);
+    let ratings = f.file("bench.ratings", "0 1 4\n1 0 3\n");
+    add("bench svm on ratings", &["bench", "--data", &ratings, "--models", "svm,mf"], &["bench.ratings", "ratings", "--models mf"]);
+    let labels = f.file("bench-labels-only.svm", "1\n0\n");
+    add("bench on labels alone", &["bench", "--data", &labels, "--models", "svm"], &["bench-labels-only.svm", "no example has a feature"]);
     out
 }
 
@@ -333,7 +411,8 @@ fn leftover_ranks(marker: &str) -> usize {
 #[test]
 fn malformed_inputs_and_options_fail_cleanly() {
     let f = Files::new();
-    let cases: Vec<Case> = option_cases(&f).into_iter().chain(file_cases(&f)).chain(output_cases(&f)).collect();
+    let cases: Vec<Case> =
+        option_cases(&f).into_iter().chain(file_cases(&f)).chain(output_cases(&f)).chain(tool_cases(&f)).collect();
     assert!(cases.len() >= 100, "the table has {} cases", cases.len());
     let before = snapshot(&f.dir);
     let mut failures = Vec::new();

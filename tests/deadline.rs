@@ -36,8 +36,24 @@ fn stop_rank_and_expect_named(name: &str, sync: &[&str]) {
     let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the job must fail:\n{text}");
-    assert!(took < Duration::from_secs(3 + 5 + 4), "ended {took:?} after the stop (limit: timeout 3 s + 5 s)\n{text}");
-    assert!(text.contains("--wait-timeout") && text.contains("rank(s) [1]"), "rank 1 not named:\n{text}");
+    // A hang guard, not a speed claim: a watcher starved of CPU names nobody and waits another
+    // timeout, at most 10 times (comm::deadline), each with 1 s of watching and two board reads
+    // (0.5 s per rank at most under MPICH); then the job ends. Quiet, it ends ~4-5 s after the stop.
+    let worst = Duration::from_secs(11 * (3 + 1 + 3) + 5);
+    assert!(took < worst, "ended {took:?} after the stop (limit {worst:?})\n{text}");
+    // Under any schedule the collectives' diagnosis (comm::deadline: "rank(s) [..] hold it up")
+    // names rank 1 and no other, or says it cannot tell. Rank 1's own lines are left out:
+    // continued by the launcher's kill sequence, it finds its own wait timed out, a view of no
+    // value. (ssp's own timeouts name the shard servers a rank waits on, then the rank they wait
+    // for: "[0, 1, 2] ... waits for the updates of rank(s) [1]"; they must name rank 1.)
+    let verdicts: Vec<&str> = text.lines().filter(|l| !l.contains("error on rank 1:") && l.contains("hold it up")).collect();
+    let named: Vec<&str> = verdicts
+        .iter()
+        .filter_map(|l| l.split_once("rank(s) [").and_then(|(_, rest)| rest.split_once(']')).map(|(n, _)| n))
+        .collect();
+    assert!(named.iter().all(|n| *n == "1"), "a rank other than the stopped rank 1 was named ({named:?}):\n{text}");
+    assert!(text.contains("--wait-timeout") && (text.contains("rank(s) [1]") || text.contains("cannot tell")), "rank 1 not named:\n{text}");
+    eprintln!("{name}: the job ended {took:?} after rank 1 was stopped; named {named:?}");
 }
 
 #[test]

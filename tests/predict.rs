@@ -190,6 +190,9 @@ fn bad_inputs_to_predict_fail_clearly() {
     // Another kind: ratings against a classifier.
     let ratings = write(&dir, "r.ratings", "0 1 4\n1 0 3\n");
     fail(&["--model", s(&model), "--data", &ratings], &["r.ratings", "ratings data", "svm model"]);
+    // Data with no feature at all: every prediction would be the bias alone.
+    let bare = write(&dir, "labels-only.svm", "1\n-1\n");
+    fail(&["--model", s(&model), "--data", &bare], &["labels-only.svm", "no example has a feature"]);
     // Files that are not our models: text, and an HDF5 file of something else.
     fail(&["--model", HEART, "--data", HEART], &["--model", "not an HDF5 file", "--save-model"]);
     let other = dir.join("other.h5");

@@ -7,8 +7,9 @@
 //! bumps while it polls one, and a sign of life bumped every [`LIFE_BEAT`] by a thread of its own
 //! (a SIGSTOPped process stops all its threads; a rank that is merely busy elsewhere, or starved
 //! of CPU on a loaded machine, keeps it moving). A rank that times out watches every rank's words
-//! for [`WATCH`] and names only the ranks whose sign of life stood still (stopped) or that do
-//! not answer the read. A rank that is alive is not blamed, behind or not (one that completed the
+//! for [`WATCH`] and names only the ranks whose sign of life stood still (stopped) while its own
+//! kept moving (a watcher starved of CPU proves nothing: [`MIN_OWN_BEATS`]) or that do not
+//! answer the read. A rank that is alive is not blamed, behind or not (one that completed the
 //! collective may be computing its next step, which a stuck one cannot be told from): it is not to blame: under load (two CPU burners beside a 3-rank job) a rank can miss a 3 s
 //! deadline while computing its step or evaluating, and blaming it named the wrong ranks. When
 //! every rank lives, the wait goes on for another timeout, up to [`MAX_EXTENSIONS`] times while
@@ -42,6 +43,12 @@ const LIFE_BEAT: Duration = Duration::from_millis(20);
 /// many times a second even beside two nice-0 CPU burners at nice 19 (CFS gives it ~1.5 % in
 /// slices of a few ms), so a sign of life that stands still for 1 s means a stopped process.
 const WATCH: Duration = Duration::from_secs(1);
+/// Beats of its own sign of life a watching rank must see during [`WATCH`] (of the 50 a rank
+/// that runs freely makes) before a still rank counts as stopped: beside a benchmark at nice -20
+/// a nice-19 rank can get no CPU for seconds, and then every rank of the job stands still
+/// alike; a watcher starved like that cannot tell a stopped rank from a starved one and names
+/// nobody this time (issue 27: a rank blamed ranks [0, 1] while only rank 1 was stopped).
+const MIN_OWN_BEATS: u64 = 10;
 /// Extra timeouts waited while every rank lives but the collective does not complete (a
 /// mismatch of collectives between ranks would otherwise hang the job).
 const MAX_EXTENSIONS: u32 = 10;
@@ -221,6 +228,14 @@ fn diagnose(what: &str, waited: Duration) -> Verdict {
 fn judge(what: &str, waited: Duration, entered: u64, me: usize, first: &[Option<[u64; 3]>], second: &[Option<[u64; 3]>]) -> Verdict {
     let (mut named, mut how, mut notes) = (Vec::new(), Vec::new(), Vec::new());
     let watch = WATCH.as_secs_f64();
+    let own = match (first.get(me).copied().flatten(), second.get(me).copied().flatten()) {
+        (Some(a), Some(b)) => b[2].wrapping_sub(a[2]),
+        _ => u64::MAX,
+    };
+    let starved = own < MIN_OWN_BEATS;
+    if starved {
+        notes.push(format!("this rank itself beat {own} times in {watch:.1} s (the machine starves it: a still rank may be starved too, not stopped)"));
+    }
     for (r, (x, y)) in first.iter().zip(second).enumerate() {
         if r == me {
             continue;
@@ -230,7 +245,9 @@ fn judge(what: &str, waited: Duration, entered: u64, me: usize, first: &[Option<
             how.push(format!("rank {r} does not answer a one-sided read within {:.1} s (stopped or hung)", READ_LIMIT.as_secs_f64()));
             continue;
         };
-        if l1 == l2 {
+        if l1 == l2 && starved {
+            notes.push(format!("rank {r} showed no sign of life either"));
+        } else if l1 == l2 {
             named.push(r);
             let at = if *n2 < entered { format!("before it, at collective {n2} of {entered}") } else { "inside it".to_owned() };
             how.push(format!("rank {r} shows no sign of life for {watch:.1} s, {at} (stopped)"));
@@ -261,7 +278,7 @@ mod tests {
         let w = Duration::from_secs(3);
         // Rank 0 behind but alive, rank 1 stopped inside, rank 2 (me) waiting.
         let first = [Some([4, 10, 100]), Some([5, 7, 50]), Some([5, 1, 1])];
-        let second = [Some([4, 10, 140]), Some([5, 7, 50]), Some([5, 1, 1])];
+        let second = [Some([4, 10, 140]), Some([5, 7, 50]), Some([5, 1, 51])];
         let v = judge("an allreduce", w, 5, 2, &first, &second);
         assert!(v.blamed && v.message.contains("rank(s) [1]") && v.message.contains("inside it"), "{}", v.message);
         // Rank 1 stopped before reaching it, rank 2 done with it and computing: only rank 1.
@@ -273,6 +290,12 @@ mod tests {
         let second = [Some([5, 12, 140]), Some([4, 7, 90]), Some([5, 1, 3])];
         let v = judge("an allreduce", w, 5, 0, &first, &second);
         assert!(!v.blamed && v.message.contains("cannot tell") && v.message.contains("rank 1 runs but is still before it"), "{}", v.message);
+        // A watcher that itself got no CPU (its own sign of life barely moved) names nobody:
+        // rank 1 standing still proves nothing then.
+        let first = [Some([5, 10, 100]), Some([4, 7, 50]), Some([5, 1, 1])];
+        let second = [Some([5, 12, 103]), Some([4, 7, 50]), Some([5, 1, 1])];
+        let v = judge("an allreduce", w, 5, 0, &first, &second);
+        assert!(!v.blamed && v.message.contains("starves it") && v.message.contains("rank 1 showed no sign of life either"), "{}", v.message);
         // An unreadable rank is named.
         let v = judge("an allreduce", w, 5, 0, &[Some([5, 1, 1]), None], &[Some([5, 1, 1]), None]);
         assert!(v.blamed && v.message.contains("rank(s) [1]"), "{}", v.message);

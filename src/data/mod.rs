@@ -360,23 +360,23 @@ pub fn split_holdout(d: Dataset, fraction: f64, seed: u64) -> (Dataset, Dataset)
     (select_rows(&d, |i| !held(i)), select_rows(&d, held))
 }
 
-/// Largest absolute value of each column (dense or sparse).
+/// Largest absolute value of each column (dense or sparse); empty for data 0 columns wide.
 pub fn column_max_abs(d: &Dataset) -> Vec<f32> {
     let mut m = vec![0f32; d.dim()];
     match &d.features {
-        Features::Dense { x, d: dim } => x.chunks(*dim).for_each(|r| r.iter().zip(m.iter_mut()).for_each(|(v, m)| *m = m.max(v.abs()))),
+        Features::Dense { x, d: dim } => x.chunks((*dim).max(1)).for_each(|r| r.iter().zip(m.iter_mut()).for_each(|(v, m)| *m = m.max(v.abs()))),
         Features::Sparse(c) => c.indices.iter().zip(&c.data).for_each(|(&j, v)| m[j as usize] = m[j as usize].max(v.abs())),
         Features::Ratings { .. } => {}
     }
     m
 }
 
-/// Per-column sum, sum of squares, and the row count (dense data).
+/// Per-column sum, sum of squares, and the row count (dense data; empty sums when 0 columns wide).
 pub fn column_moments(d: &Dataset) -> (Vec<f64>, Vec<f64>, f64) {
     let mut s = vec![0f64; d.dim()];
     let mut q = vec![0f64; d.dim()];
     if let Features::Dense { x, d: dim } = &d.features {
-        for r in x.chunks(*dim) {
+        for r in x.chunks((*dim).max(1)) {
             for (j, &v) in r.iter().enumerate() {
                 s[j] += v as f64;
                 q[j] += (v as f64) * (v as f64);

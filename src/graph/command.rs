@@ -73,8 +73,8 @@ pub enum GraphCommand {
         /// Singular value method.
         #[arg(long, value_enum, default_value_t = Method::Auto)]
         method: Method,
-        /// Tolerance of the mixing estimate: rounds until sigma_2^t < EPSILON.
-        #[arg(long, default_value_t = 1e-3)]
+        /// Tolerance of the mixing estimate: rounds until sigma_2^t < EPSILON (0 < EPSILON < 1).
+        #[arg(long, default_value_t = 1e-3, value_parser = crate::values::open_unit_interval, allow_negative_numbers = true)]
         epsilon: f64,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -121,8 +121,8 @@ pub enum GraphCommand {
         /// Number of nodes (ranks).
         #[arg(long)]
         nodes: usize,
-        /// Stop when the consensus distance is EPSILON times the starting one.
-        #[arg(long, default_value_t = 1e-3)]
+        /// Stop when the consensus distance is EPSILON times the starting one (0 < EPSILON < 1).
+        #[arg(long, default_value_t = 1e-3, value_parser = crate::values::open_unit_interval, allow_negative_numbers = true)]
         epsilon: f64,
         /// Give up on a graph after this many simulated rounds.
         #[arg(long, default_value_t = 100_000)]
@@ -361,7 +361,6 @@ pub fn run(args: &GraphArgs) -> anyhow::Result<()> {
         }
         GraphCommand::Mix { kinds, nodes, epsilon, max_rounds, max_seconds, seed, json } => {
             anyhow::ensure!(*nodes >= 1, "--nodes must be at least 1");
-            anyhow::ensure!(*epsilon > 0.0 && *epsilon < 1.0, "--epsilon must be in (0, 1)");
             if !*json {
                 println!(
                     "{:<44} {:>9} {:>5} {:>10} {:>10} {:>10} {:>8}",

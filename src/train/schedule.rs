@@ -1,6 +1,6 @@
 //! Step-size schedules, and the slow-down of straggling ranks (`--straggler`).
 
-use crate::config::{parse_straggler, LrSchedule};
+use crate::config::{parse_straggler, LrSchedule, MAX_STRAGGLER_FACTOR};
 use crate::rng::Rng;
 
 /// Every rank's compute slow-down factor (1 = full speed) from a `--straggler` form:
@@ -66,8 +66,12 @@ impl StragglerPlan {
         if let Some(rest) = spec.strip_prefix("transient:") {
             let hint = "expected --straggler transient:FACTOR:ROUNDS[:SEED] (one random rank FACTOR x slower per ROUNDS rounds)";
             let mut it = rest.split(':');
-            let factor: f64 = it.next().unwrap_or("").trim().parse().map_err(|_| anyhow::anyhow!("{hint}, got {spec:?}"))?;
-            anyhow::ensure!(factor.is_finite() && (1.0..=1000.0).contains(&factor), "{hint}: FACTOR must be in 1..1000, got {factor}");
+            let text = it.next().unwrap_or("").trim();
+            let factor: f64 = text.parse().map_err(|_| anyhow::anyhow!("{hint}, got {spec:?}"))?;
+            anyhow::ensure!(
+                factor.is_finite() && (1.0..=MAX_STRAGGLER_FACTOR).contains(&factor),
+                "{hint}: FACTOR must be in 1..{MAX_STRAGGLER_FACTOR}, got {text}"
+            );
             let rounds: u64 = it.next().unwrap_or("").trim().parse().map_err(|_| anyhow::anyhow!("{hint}, got {spec:?}"))?;
             anyhow::ensure!(rounds > 0, "{hint}: ROUNDS must be positive");
             let seed = match it.next() {

@@ -261,9 +261,74 @@ pub fn class_counts(d: &Dataset, comm: &SimpleCommunicator) -> Vec<Vec<u64>> {
     if c == 0 { Vec::new() } else { all.chunks(c).map(<[u64]>::to_vec).collect() }
 }
 
+/// What a data set holds, for the messages of [`check_kinds`].
+fn kind_name(f: &Features) -> &'static str {
+    match f {
+        Features::Dense { .. } => "dense feature vectors",
+        Features::Sparse(_) => "sparse feature vectors",
+        Features::Ratings { .. } => "ratings (user item rating)",
+    }
+}
+
+/// Columns a set's examples actually use: the width of dense data, the largest index + 1 of
+/// sparse data (not a width declared by --features), none for ratings.
+fn used_width(f: &Features) -> usize {
+    match f {
+        Features::Dense { d, .. } => *d,
+        Features::Sparse(c) => c.indices.iter().max().map_or(0, |&j| j as usize + 1),
+        Features::Ratings { .. } => 0,
+    }
+}
+
+/// Refuses (on every rank alike) a training set without features and a held-out set of another
+/// kind or shape than the training set, which used to be evaluated and reported as an accuracy
+/// (issue 27: ratings against a classifier scored 0 %, 256-pixel images against a 784-pixel
+/// model 9 %) or to panic (feature vectors against --model mf). A sparse held-out set may use
+/// indices the training set never saw (LIBSVM files often do); a dense one must have the
+/// training width, since nothing else tells which of its columns are which.
+fn check_kinds(cfg: &TrainConfig, shards: &Shards, comm: &SimpleCommunicator) -> anyhow::Result<()> {
+    let train = &shards.train.features;
+    // [columns the training examples use, training width, held-out width]
+    let mut w = [used_width(train) as f64, shards.train.dim() as f64, shards.test.as_ref().map_or(0.0, |t| t.dim() as f64)];
+    collectives::max_f64(comm, &mut w);
+    let (used, w_train, w_test) = (w[0] as usize, w[1] as usize, w[2] as usize);
+    let data = &cfg.data;
+    if !matches!(train, Features::Ratings { .. }) && used == 0 {
+        bail!("{data}: no example has a feature (every example is a label alone, or the rows are 0 wide): check the file (a LIBSVM line is LABEL INDEX:VALUE ...) and --format");
+    }
+    let (Some(test), Some(tpath)) = (&shards.test, &cfg.test_data) else { return Ok(()) };
+    let ratings = |f: &Features| matches!(f, Features::Ratings { .. });
+    if ratings(train) != ratings(&test.features) {
+        bail!(
+            "--test-data {tpath} holds {}, but --data {data} holds {}: a held-out set must be of the training set's kind (--model {} trains on {})",
+            kind_name(&test.features),
+            kind_name(train),
+            format!("{:?}", cfg.model).to_lowercase(),
+            if ratings(train) { "ratings" } else { "feature vectors" }
+        );
+    }
+    let width = if matches!(train, Features::Dense { .. }) { w_train } else { cfg.features.unwrap_or(w_train) };
+    match &test.features {
+        Features::Dense { .. } if w_test != width => bail!(
+            "--test-data {tpath} has {w_test} features per example, but the training data {data} has {width}{}: a held-out set must have the training set's shape{}",
+            if matches!(train, Features::Dense { .. }) { "" } else { " (its largest feature index)" },
+            if matches!(train, Features::Sparse(_)) && cfg.features.is_none() && w_test > width {
+                format!(" (if the training data really has {w_test} columns, say so with --features {w_test})")
+            } else {
+                String::new()
+            }
+        ),
+        Features::Sparse(_) if matches!(train, Features::Dense { .. }) && w_test > w_train => bail!(
+            "--test-data {tpath}: feature index {w_test} is beyond the {w_train} features per example of the training data {data}: a held-out set must have the training set's shape"
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Largest feature dimension, label range and MF id ranges over all ranks and both sets, checked
 /// against the model, into a [`ModelSpec`].
 pub fn model_spec(cfg: &TrainConfig, shards: &Shards, comm: &SimpleCommunicator) -> anyhow::Result<ModelSpec> {
+    check_kinds(cfg, shards, comm)?;
     let sets: Vec<&Dataset> = std::iter::once(&shards.train).chain(shards.test.as_ref()).collect();
     // [dim, max label, -min label, non-integer labels, users, items]
     let mut local = [0f64, f64::MIN, f64::MIN, 0.0, 0.0, 0.0];
