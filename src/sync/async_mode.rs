@@ -39,7 +39,7 @@ use mpi::topology::Communicator;
 
 use super::ssp::{decode_rows, encode_rows};
 use super::{Aggregate, CommStats, HistoryDelta, ModeMetric, ModeState, SyncContext, SyncMode};
-use crate::comm::mailbox::Backoff;
+use crate::comm::backoff::Backoff;
 use crate::comm::postbox::Postbox;
 
 /// The rank hosting the coordinator.

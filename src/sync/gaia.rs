@@ -55,7 +55,7 @@ use mpi::topology::{Color, Communicator, Key, SimpleCommunicator};
 use super::asap::{AsapOptions, NotifyMode, StochasticReduce};
 use super::{average_replicas, ring_allreduce_bytes, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::collectives;
-use crate::comm::mailbox::Backoff;
+use crate::comm::backoff::Backoff;
 use crate::comm::pace::Pacer;
 use crate::comm::postbox::Postbox;
 

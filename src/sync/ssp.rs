@@ -34,7 +34,7 @@ use mpi::topology::Communicator;
 
 use super::bosen::{self, AdaRevision, BosenOptions, Picker};
 use super::{Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
-use crate::comm::mailbox::Backoff;
+use crate::comm::backoff::Backoff;
 use crate::comm::postbox::Postbox;
 use crate::model::RowLayout;
 
