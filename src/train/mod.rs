@@ -63,7 +63,7 @@ fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Res
         }
         SyncKind::Ssp | SyncKind::Bosen => {
             let bosen = cfg.sync == SyncKind::Bosen;
-            let shards = crate::sync::ssp::shard_ranges(&ctx.layout, ctx.comm.size() as usize);
+            let shards = crate::sync::ps::shards::shard_ranges(&ctx.layout, ctx.comm.size() as usize);
             let mut info = json!({"staleness": cfg.ssp.ssp_staleness(), "apply": cfg.ssp.apply_rule(bosen),
                                   "shard_params": shards.iter().map(|r| r.len()).collect::<Vec<_>>()});
             let setup = bosen.then(|| {
