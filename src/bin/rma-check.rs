@@ -387,6 +387,36 @@ fn all_max(world: &SimpleCommunicator, x: f64) -> f64 {
     out
 }
 
+/// What NOTIFY-ACK's first round must give rank `me` bit for bit: the same arithmetic as the
+/// reduce (self, then in-neighbours in ascending order) on the initial values.
+fn first_round_average(me: usize, ins: &[Vec<usize>], len: usize) -> Vec<f32> {
+    let mut want = initial(me, len);
+    for &j in &ins[me] {
+        for (w, x) in want.iter_mut().zip(initial(j, len)) {
+            *w += x;
+        }
+    }
+    for w in &mut want {
+        *w /= (1 + ins[me].len()) as f32;
+    }
+    want
+}
+
+/// The consistency histograms summed over ranks (index = consistent inputs used), then the torn
+/// and the stale reads at indices n and n + 1.
+fn summed_histogram(world: &SimpleCommunicator, sr: &StochasticReduce) -> Vec<u64> {
+    let n = world.size() as usize;
+    let mut local = vec![0u64; n + 2];
+    for (i, c) in sr.consistency_histogram().iter().enumerate() {
+        local[i] = *c;
+    }
+    local[n] = sr.torn();
+    local[n + 1] = sr.stale();
+    let mut total = vec![0u64; n + 2];
+    world.all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());
+    total
+}
+
 fn run(
     world: &SimpleCommunicator,
     kind: GraphKind,
@@ -414,16 +444,7 @@ fn run(
     for round in 1..=args.rounds {
         sr.sync(&mut params, round)?;
         if round == 1 && mode == NotifyMode::NotifyAck {
-            // Same arithmetic as the reduce: self, then in-neighbours in ascending order.
-            let mut want = initial(me, args.len);
-            for &j in &ins[me] {
-                for (w, x) in want.iter_mut().zip(initial(j, args.len)) {
-                    *w += x;
-                }
-            }
-            for w in &mut want {
-                *w /= (1 + ins[me].len()) as f32;
-            }
+            let want = first_round_average(me, &ins, args.len);
             if params != want {
                 fail(format!(
                     "rank {me} {kind:?} notify-ack round 1: got {:?}, expected {:?}",
@@ -485,15 +506,7 @@ fn run(
             stats.rounds, args.rounds
         ));
     }
-    // Sum the histograms over ranks (index = consistent inputs used).
-    let mut local = vec![0u64; n + 2];
-    for (i, c) in sr.consistency_histogram().iter().enumerate() {
-        local[i] = *c;
-    }
-    local[n] = sr.torn();
-    local[n + 1] = sr.stale();
-    let mut total = vec![0u64; n + 2];
-    world.all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());
+    let total = summed_histogram(world, &sr);
     let max_in = all_max(world, ins[me].len() as f64) as usize;
     Ok(RunReport {
         latency_us: all_max(world, elapsed) / args.rounds.max(1) as f64 * 1e6,

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use mpi::request::{Request, Scope};
 use mpi::topology::SimpleCommunicator;
 
-use super::mailbox::Backoff;
+use super::backoff::Backoff;
 use super::window::{RmaResult, Window};
 
 struct Armed {

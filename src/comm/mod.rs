@@ -1,6 +1,7 @@
 //! The MPI layer: start-up environment, job-wide abort, and (in submodules) one-sided RMA.
 //! Knows nothing of machine learning.
 
+pub mod backoff;
 pub mod collectives;
 pub mod deadline;
 

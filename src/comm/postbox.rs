@@ -29,7 +29,7 @@ use mpi::point_to_point::{MatchedReceiveVec, Source};
 use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-use super::mailbox::Backoff;
+use super::backoff::Backoff;
 use super::pace::{instant_of, wall_seconds, Ingress, Pacer};
 
 /// An MPI call that failed in the postbox.

@@ -15,7 +15,7 @@ use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-use super::mailbox::Backoff;
+use super::backoff::Backoff;
 
 static SIGNALLED: AtomicBool = AtomicBool::new(false);
 

@@ -535,61 +535,30 @@ pub struct Ritz {
     pub vector: Option<Vec<f64>>,
 }
 
-/// The largest eigenvalue of the symmetric positive semi-definite operator `op` (y = A x) on
-/// the orthogonal complement of the orthonormal vectors `deflate`, by the Lanczos three-term
-/// recurrence from a seeded random start. With `want_vector` the recurrence is run a second
-/// time, identically, to accumulate the Ritz vector without storing the basis.
-pub fn lanczos_top(n: usize, op: &mut dyn FnMut(&[f64], &mut [f64]), deflate: &[Unit], seed: u64, want_vector: bool) -> Ritz {
-    let start = || {
-        let mut rng = Rng::new(seed);
-        let mut q: Vec<f64> = (0..n).map(|_| rng.normal()).collect();
-        project(&mut q, deflate);
-        project(&mut q, deflate);
-        let norm = dot(&q, &q).sqrt();
-        (norm > 1e-10 * (n as f64).sqrt()).then(|| q.iter().map(|x| x / norm).collect::<Vec<f64>>())
-    };
-    let Some(q0) = start() else {
-        // The complement is empty (n <= number of deflated vectors).
-        return Ritz { value: 0.0, residual: 0.0, steps: 0, converged: true, vector: want_vector.then(|| vec![0.0; n]) };
-    };
-    // One step: from the unit q, q_prev (= p) and beta_prev, computes alpha and beta and leaves
-    // the next unit vector in y = A q. Lanczos without the product is two passes over the
-    // vectors (it was five, ~0.6 ms each at a million nodes, 30 % of `graph gap`, against
-    // ~5 ms for the product):
-    // 1. every dot product of y, q, p and the deflated u_k. With c_k = u_k.y,
-    //    alpha = q.(y - sum c_k u_k) and z = y - sum c_k u_k - alpha q - beta_prev p, the local
-    //    re-orthogonalisation c = q.z (alpha + c is the exact alpha for a q that is not quite
-    //    unit or orthogonal to p) and beta^2 = z.z - c^2 follow from those dots;
-    // 2. y = (z - c q) / beta.
-    // z.z comes from a difference of dots: when that cancels (z.z below 1e-4 of y.y, so fewer
-    // than ~12 correct digits, near a breakdown) z is formed and measured explicitly instead.
-    let m = deflate.len();
-    let step = |op: &mut dyn FnMut(&[f64], &mut [f64]), q: &[f64], q_prev: &[f64], beta_prev: f64, y: &mut Vec<f64>| -> (f64, f64) {
+/// One step of the Lanczos recurrence on the orthogonal complement of `deflate`: from the unit
+/// q, q_prev (= p) and beta_prev, computes alpha and beta and leaves the next unit vector in
+/// y = A q. Lanczos without the product is two passes over the vectors (it was five, ~0.6 ms
+/// each at a million nodes, 30 % of `graph gap`, against ~5 ms for the product):
+/// 1. every dot product of y, q, p and the deflated u_k ([`LanczosStep::dots`]). With
+///    c_k = u_k.y, alpha = q.(y - sum c_k u_k) and z = y - sum c_k u_k - alpha q - beta_prev p,
+///    the local re-orthogonalisation c = q.z (alpha + c is the exact alpha for a q that is not
+///    quite unit or orthogonal to p) and beta^2 = z.z - c^2 follow from those dots;
+/// 2. y = (z - c q) / beta.
+///
+/// z.z comes from a difference of dots: when that cancels (z.z below 1e-4 of y.y, so fewer than
+/// ~12 correct digits, near a breakdown) z is formed and measured explicitly instead
+/// ([`LanczosStep::explicit`]).
+struct LanczosStep<'a> {
+    n: usize,
+    deflate: &'a [Unit],
+}
+
+impl LanczosStep<'_> {
+    /// One step: (alpha, beta), and the next unit vector in `y`.
+    fn run(&self, op: &mut dyn FnMut(&[f64], &mut [f64]), q: &[f64], q_prev: &[f64], beta_prev: f64, y: &mut [f64]) -> (f64, f64) {
+        let (n, m, deflate) = (self.n, self.deflate.len(), self.deflate);
         op(q, y);
-        // [yy, qy, py, qq, pp, qp, u_k.y.., u_k.q.., u_k.p..] per chunk, summed in chunk order.
-        let parts: Vec<Vec<f64>> = y
-            .par_chunks(CHUNK)
-            .zip(q.par_chunks(CHUNK))
-            .zip(q_prev.par_chunks(CHUNK))
-            .enumerate()
-            .map(|(c, ((y, q), p))| {
-                // yy qy py qq pp qp, sum y, sum q, sum p
-                let a = sums9(y, q, p);
-                let mut d = vec![0.0; 6 + 3 * m];
-                d[..6].copy_from_slice(&a[..6]);
-                for (k, u) in deflate.iter().enumerate() {
-                    match u.part(n, c * CHUNK, y.len()) {
-                        UnitPart::Const(u) => (d[6 + k], d[6 + m + k], d[6 + 2 * m + k]) = (u * a[6], u * a[7], u * a[8]),
-                        UnitPart::Slice(u) => (d[6 + k], d[6 + m + k], d[6 + 2 * m + k]) = (dot_serial(u, y), dot_serial(u, q), dot_serial(u, p)),
-                    }
-                }
-                d
-            })
-            .collect();
-        let d = parts.iter().fold(vec![0.0; 6 + 3 * m], |mut acc, p| {
-            acc.iter_mut().zip(p).for_each(|(a, b)| *a += b);
-            acc
-        });
+        let d = self.dots(y, q, q_prev);
         let (yy, qy, py, qq, pp, qp) = (d[0], d[1], d[2], d[3], d[4], d[5]);
         let (uy, uq, up) = (&d[6..6 + m], &d[6 + m..6 + 2 * m], &d[6 + 2 * m..]);
         let b = beta_prev;
@@ -618,7 +587,41 @@ pub fn lanczos_top(n: usize, op: &mut dyn FnMut(&[f64], &mut [f64]), deflate: &[
             });
             return (alpha + c, beta);
         }
-        // Explicitly: z, then c = q.z and z.z, then the normalisation.
+        self.explicit(y, q, q_prev, uy, alpha, b)
+    }
+
+    /// `[yy, qy, py, qq, pp, qp, u_k.y.., u_k.q.., u_k.p..]`, per chunk, summed in chunk order.
+    fn dots(&self, y: &[f64], q: &[f64], q_prev: &[f64]) -> Vec<f64> {
+        let (n, m, deflate) = (self.n, self.deflate.len(), self.deflate);
+        let parts: Vec<Vec<f64>> = y
+            .par_chunks(CHUNK)
+            .zip(q.par_chunks(CHUNK))
+            .zip(q_prev.par_chunks(CHUNK))
+            .enumerate()
+            .map(|(c, ((y, q), p))| {
+                // yy qy py qq pp qp, sum y, sum q, sum p
+                let a = sums9(y, q, p);
+                let mut d = vec![0.0; 6 + 3 * m];
+                d[..6].copy_from_slice(&a[..6]);
+                for (k, u) in deflate.iter().enumerate() {
+                    match u.part(n, c * CHUNK, y.len()) {
+                        UnitPart::Const(u) => (d[6 + k], d[6 + m + k], d[6 + 2 * m + k]) = (u * a[6], u * a[7], u * a[8]),
+                        UnitPart::Slice(u) => (d[6 + k], d[6 + m + k], d[6 + 2 * m + k]) = (dot_serial(u, y), dot_serial(u, q), dot_serial(u, p)),
+                    }
+                }
+                d
+            })
+            .collect();
+        parts.iter().fold(vec![0.0; 6 + 3 * m], |mut acc, p| {
+            acc.iter_mut().zip(p).for_each(|(a, b)| *a += b);
+            acc
+        })
+    }
+
+    /// The step's second half formed explicitly (near a breakdown): z, then c = q.z and z.z,
+    /// then the normalisation.
+    fn explicit(&self, y: &mut [f64], q: &[f64], q_prev: &[f64], uy: &[f64], alpha: f64, b: f64) -> (f64, f64) {
+        let (n, deflate) = (self.n, self.deflate);
         let sums: Vec<(f64, f64)> = y
             .par_chunks_mut(CHUNK)
             .zip(q.par_chunks(CHUNK))
@@ -643,11 +646,31 @@ pub fn lanczos_top(n: usize, op: &mut dyn FnMut(&[f64], &mut [f64]), deflate: &[
             y.par_iter_mut().zip(q.par_iter()).with_min_len(CHUNK).for_each(|(yi, qi)| *yi = (*yi - c * qi) / beta);
         }
         (alpha + c, beta)
+    }
+}
+
+/// The largest eigenvalue of the symmetric positive semi-definite operator `op` (y = A x) on
+/// the orthogonal complement of the orthonormal vectors `deflate`, by the Lanczos three-term
+/// recurrence from a seeded random start. With `want_vector` the recurrence is run a second
+/// time, identically, to accumulate the Ritz vector without storing the basis.
+pub fn lanczos_top(n: usize, op: &mut dyn FnMut(&[f64], &mut [f64]), deflate: &[Unit], seed: u64, want_vector: bool) -> Ritz {
+    let start = || {
+        let mut rng = Rng::new(seed);
+        let mut q: Vec<f64> = (0..n).map(|_| rng.normal()).collect();
+        project(&mut q, deflate);
+        project(&mut q, deflate);
+        let norm = dot(&q, &q).sqrt();
+        (norm > 1e-10 * (n as f64).sqrt()).then(|| q.iter().map(|x| x / norm).collect::<Vec<f64>>())
     };
+    let Some(q0) = start() else {
+        // The complement is empty (n <= number of deflated vectors).
+        return Ritz { value: 0.0, residual: 0.0, steps: 0, converged: true, vector: want_vector.then(|| vec![0.0; n]) };
+    };
+    let step = LanczosStep { n, deflate };
     let (mut alpha, mut beta) = (Vec::<f64>::new(), Vec::<f64>::new());
     let (mut q, mut q_prev, mut y) = (q0.clone(), vec![0.0; n], vec![0.0; n]);
     let (value, residual, converged) = loop {
-        let (a, b) = step(op, &q, &q_prev, beta.last().copied().unwrap_or(0.0), &mut y);
+        let (a, b) = step.run(op, &q, &q_prev, beta.last().copied().unwrap_or(0.0), &mut y);
         alpha.push(a);
         let k = alpha.len();
         let breakdown = b <= 1e-12 * alpha.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
@@ -677,7 +700,7 @@ pub fn lanczos_top(n: usize, op: &mut dyn FnMut(&[f64], &mut [f64]), deflate: &[
             if k + 1 == steps {
                 break;
             }
-            step(op, &q, &q_prev, if k > 0 { beta[k - 1] } else { 0.0 }, &mut y);
+            step.run(op, &q, &q_prev, if k > 0 { beta[k - 1] } else { 0.0 }, &mut y);
             std::mem::swap(&mut q_prev, &mut q);
             std::mem::swap(&mut q, &mut y);
         }

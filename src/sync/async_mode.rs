@@ -37,9 +37,9 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use mpi::topology::Communicator;
 
-use super::ssp::{decode_rows, encode_rows};
+use super::ps::{self, rows::{decode_rows, encode_rows}};
 use super::{Aggregate, CommStats, HistoryDelta, ModeMetric, ModeState, SyncContext, SyncMode};
-use crate::comm::mailbox::Backoff;
+use crate::comm::backoff::Backoff;
 use crate::comm::postbox::Postbox;
 
 /// The rank hosting the coordinator.
@@ -604,24 +604,18 @@ impl CoordinatedAsync {
     /// `--wait-timeout` naming the coordinator, so that the coordinator's message (which names
     /// a dead worker) comes first.
     fn wait_until(&mut self, what: &str, done: impl Fn(&Self) -> bool) -> anyhow::Result<()> {
-        let start = Instant::now();
         let limit = if self.coordinator.is_some() { self.wait_timeout } else { self.wait_timeout.mul_f64(1.5) };
         // Yield briefly (the answer is usually one step of another rank away), then sleep: with
         // more ranks than cores a waiting rank must leave the CPU to the ones it waits for.
-        let mut backoff = Backoff::with_yield_window(Duration::from_millis(2));
-        self.serve()?;
-        while !done(self) {
-            if start.elapsed() > limit {
-                let why = match &self.coordinator {
-                    Some(c) => format!("; {}: a worker that never returns its task is stuck, dead or far too slow", c.holdup()),
-                    None => format!(" (1.5 x --wait-timeout): the coordinator (rank {COORDINATOR}) is stuck or dead, or it waits for a worker that is"),
-                };
-                bail!("rank {}: waited {:.1} s (--wait-timeout) for {what}{why}", self.rank, start.elapsed().as_secs_f64());
-            }
-            backoff.pause();
-            self.serve()?;
-        }
-        self.stats.wait_seconds += start.elapsed().as_secs_f64();
+        let backoff = Backoff::with_yield_window(Duration::from_millis(2));
+        let waited = ps::serve_until(self, limit, backoff, Self::serve, done, |s, waited| {
+            let why = match &s.coordinator {
+                Some(c) => format!("; {}: a worker that never returns its task is stuck, dead or far too slow", c.holdup()),
+                None => format!(" (1.5 x --wait-timeout): the coordinator (rank {COORDINATOR}) is stuck or dead, or it waits for a worker that is"),
+            };
+            anyhow::anyhow!("rank {}: waited {:.1} s (--wait-timeout) for {what}{why}", s.rank, waited.as_secs_f64())
+        })?;
+        self.stats.wait_seconds += waited.as_secs_f64();
         Ok(())
     }
 

@@ -53,9 +53,10 @@ use anyhow::Context;
 use mpi::topology::{Color, Communicator, Key, SimpleCommunicator};
 
 use super::asap::{AsapOptions, NotifyMode, StochasticReduce};
+use super::ps;
 use super::{average_replicas, ring_allreduce_bytes, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::collectives;
-use crate::comm::mailbox::Backoff;
+use crate::comm::backoff::Backoff;
 use crate::comm::pace::Pacer;
 use crate::comm::postbox::Postbox;
 
@@ -737,26 +738,25 @@ impl Gaia {
     /// every mirror server of the group and adds them (at a cut and at the end, when every rank
     /// of the group has done the same merges).
     fn await_forwards(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
-        let Some(f) = self.forwards.as_mut() else { return Ok(()) };
-        let start = Instant::now();
-        let mut backoff = Backoff::default();
-        loop {
-            f.take(params, &mut self.base)?;
-            let missing = f.missing(self.local_index);
-            if missing.is_empty() {
-                break;
-            }
-            anyhow::ensure!(
-                start.elapsed() < self.wait_timeout,
-                "gaia: waited {:.1} s (--wait-timeout) for the forwarded updates of merge {} from the group's mirror server(s) {:?} (ranks {:?})",
-                start.elapsed().as_secs_f64(),
-                f.merges,
-                missing,
-                missing.iter().map(|&k| self.members[self.group][k]).collect::<Vec<_>>()
-            );
-            backoff.pause();
+        if self.forwards.is_none() {
+            return Ok(());
         }
-        self.stats.wait_seconds += start.elapsed().as_secs_f64();
+        fn forwards(g: &Gaia) -> &Forwards {
+            g.forwards.as_ref().expect("checked above")
+        }
+        let limit = self.wait_timeout;
+        let serve = |g: &mut Gaia| g.forwards.as_mut().expect("checked above").take(params, &mut g.base);
+        let waited = ps::serve_until(self, limit, Backoff::default(), serve, |g| forwards(g).missing(g.local_index).is_empty(), |g, waited| {
+            let missing = forwards(g).missing(g.local_index);
+            anyhow::anyhow!(
+                "gaia: waited {:.1} s (--wait-timeout) for the forwarded updates of merge {} from the group's mirror server(s) {:?} (ranks {:?})",
+                waited.as_secs_f64(),
+                forwards(g).merges,
+                missing,
+                missing.iter().map(|&k| g.members[g.group][k]).collect::<Vec<_>>()
+            )
+        })?;
+        self.stats.wait_seconds += waited.as_secs_f64();
         Ok(())
     }
 

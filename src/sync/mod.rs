@@ -28,6 +28,7 @@ pub mod delta_sum;
 pub mod edge_budget;
 pub mod gaia;
 pub mod independent;
+pub mod ps;
 pub mod push_sum;
 pub mod ssp;
 

@@ -33,10 +33,12 @@ use anyhow::bail;
 use mpi::topology::Communicator;
 
 use super::bosen::{self, AdaRevision, BosenOptions, Picker};
+use super::ps::rows::{decode_rows, encode_rows, word_at, RowBlock, F16_HALF_MIN};
+use super::ps::shards::{shard_ranges, shard_rows};
+use super::ps;
 use super::{Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
-use crate::comm::mailbox::Backoff;
+use crate::comm::backoff::Backoff;
 use crate::comm::postbox::Postbox;
-use crate::model::RowLayout;
 
 /// How a shard server applies a worker's update (`--apply`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
@@ -101,98 +103,6 @@ const HALF: u64 = 2;
 const VERSIONS: u64 = 4;
 /// Rows flag: pushed by the server between clocks (bosen), not the answer to a read.
 const UNSOLICITED: u64 = 1;
-
-/// Half the smallest binary16 subnormal, 2^-25: anything smaller encodes as zero.
-const F16_HALF_MIN: f32 = 2.980_232_2e-8;
-
-/// Sparse rows as they travel: local row indices, optional per-row versions, and the values of
-/// the listed rows in order.
-#[derive(Debug, Default, PartialEq)]
-pub(super) struct RowBlock {
-    pub(super) rows: Vec<u32>,
-    pub(super) versions: Vec<u64>,
-    pub(super) values: Vec<f32>,
-}
-
-/// Appends sparse rows to a message: `[count u64][local row index u32 ...][version u64 ...]`
-/// `[values f32 or f16 ...]`, the values of the listed rows in order (versions only when given).
-/// Sparse because a mini-batch touches few rows of a big model: MF on MovieLens changes at most
-/// 64 of 9,737 rows per step, and dense pushes and answers sent 9 GB per rank where the changed
-/// rows are a few percent of that. With `half`, returns the values as the receiver will decode
-/// them (the sender keeps the difference).
-pub(super) fn encode_rows(msg: &mut Vec<u8>, offsets: &[usize], rows: &[u32], versions: Option<&[u64]>, values: &[f32], half: bool) -> Vec<f32> {
-    msg.extend_from_slice(&(rows.len() as u64).to_le_bytes());
-    rows.iter().for_each(|r| msg.extend_from_slice(&r.to_le_bytes()));
-    if let Some(v) = versions {
-        debug_assert_eq!(v.len(), rows.len());
-        v.iter().for_each(|x| msg.extend_from_slice(&x.to_le_bytes()));
-    }
-    let mut sent = Vec::new();
-    for &r in rows {
-        let r = r as usize;
-        for &x in &values[offsets[r]..offsets[r + 1]] {
-            if half {
-                let h = bosen::f16_bits(x);
-                msg.extend_from_slice(&h.to_le_bytes());
-                sent.push(bosen::f16_value(h));
-            } else {
-                msg.extend_from_slice(&x.to_le_bytes());
-            }
-        }
-    }
-    sent
-}
-
-/// Reads what [`encode_rows`] wrote (after `skip` header bytes), checked against the shard's
-/// row offsets.
-pub(super) fn decode_rows(bytes: &[u8], skip: usize, offsets: &[usize], versions: bool, half: bool) -> anyhow::Result<RowBlock> {
-    let word = |at: usize| -> Option<u64> { Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?)) };
-    let bad = || anyhow::anyhow!("ssp protocol error: a malformed message of {} bytes", bytes.len());
-    let count = word(skip).ok_or_else(bad)? as usize;
-    let idx_end = skip + 8 + 4 * count;
-    let rows: Vec<u32> = bytes.get(skip + 8..idx_end).ok_or_else(bad)?.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
-    let ver_end = idx_end + if versions { 8 * count } else { 0 };
-    let versions: Vec<u64> = bytes.get(idx_end..ver_end).ok_or_else(bad)?.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8"))).collect();
-    let nrows = offsets.len() - 1;
-    let mut len = 0;
-    for &r in &rows {
-        anyhow::ensure!((r as usize) < nrows, "ssp protocol error: row {r} outside a shard of {nrows} rows");
-        len += offsets[r as usize + 1] - offsets[r as usize];
-    }
-    let width = if half { 2 } else { 4 };
-    anyhow::ensure!(bytes.len() == ver_end + width * len, "ssp protocol error: {} bytes for {} rows of {len} values", bytes.len(), rows.len());
-    let values = if half {
-        bytes[ver_end..].chunks_exact(2).map(|c| bosen::f16_value(u16::from_le_bytes(c.try_into().expect("2")))).collect()
-    } else {
-        decode_f32(&bytes[ver_end..])
-    };
-    Ok(RowBlock { rows, versions, values })
-}
-
-fn word_at(bytes: &[u8], at: usize) -> anyhow::Result<u64> {
-    Ok(u64::from_le_bytes(
-        bytes.get(at..at + 8).ok_or_else(|| anyhow::anyhow!("ssp protocol error: a message of {} bytes has no header", bytes.len()))?.try_into().expect("8 bytes"),
-    ))
-}
-
-/// Parameter ranges of each rank's shard: contiguous rows, balanced by parameter count.
-pub fn shard_ranges(layout: &RowLayout, n: usize) -> Vec<Range<usize>> {
-    shard_rows(layout, n).into_iter().map(|r| layout.offsets[r.start]..layout.offsets[r.end]).collect()
-}
-
-/// Row ranges of each rank's shard (see [`shard_ranges`]).
-pub fn shard_rows(layout: &RowLayout, n: usize) -> Vec<Range<usize>> {
-    let total = *layout.offsets.last().unwrap_or(&0);
-    let rows = layout.rows();
-    // Rank r's first row is the first whose start offset is at or past r/n of the parameters.
-    let first_row = |r: usize| -> usize {
-        if r >= n {
-            return rows;
-        }
-        layout.offsets[..rows].partition_point(|&o| o * n < r * total)
-    };
-    (0..n).map(|r| first_row(r)..first_row(r + 1)).collect()
-}
 
 /// DynSGD bookkeeping of one shard (the paper's Table 1).
 #[derive(Default)]
@@ -915,38 +825,36 @@ impl StaleSynchronous {
     /// fails with `what(self)` (said at that moment, naming whom it still waits for) and, when
     /// this rank's shard holds reads back, the ranks whose updates it lacks.
     fn wait_until(&mut self, what: impl Fn(&Self) -> String, done: impl Fn(&Self) -> bool) -> anyhow::Result<()> {
-        let start = Instant::now();
         // Yield (not sleep) for a while: the answer usually comes from a rank that only needs
         // the CPU for one step, and sleeping 1 ms per clock made S = 0 take 2.1 s instead of
         // 0.75 s for 938 clocks at 4 ranks on 2 cores.
-        let mut backoff = Backoff::with_yield_window(Duration::from_millis(20));
-        self.serve()?;
-        while !done(self) {
-            if start.elapsed() > self.wait_timeout {
-                let behind = match &self.server {
-                    Some(s) if !s.reads.is_empty() || !s.queued.is_empty() => format!(
-                        "; this rank's shard has every update of clocks < {} and waits for the updates of rank(s) {:?} \
-                         (clocks pushed per rank {:?}, reads deferred {:?}, pushes queued {:?})",
-                        s.cmin,
-                        s.laggards(),
-                        s.completed,
-                        s.reads,
-                        s.queued.keys().collect::<Vec<_>>()
-                    ),
-                    _ => String::new(),
-                };
-                bail!(
-                    "rank {}: waited {:.1} s (--wait-timeout) for {}{behind}: those ranks are stuck, dead or far too slow",
-                    self.rank,
-                    start.elapsed().as_secs_f64(),
-                    what(self)
-                );
-            }
-            backoff.pause();
-            self.serve()?;
-        }
-        self.stats.wait_seconds += start.elapsed().as_secs_f64();
+        let backoff = Backoff::with_yield_window(Duration::from_millis(20));
+        let limit = self.wait_timeout;
+        let waited = ps::serve_until(self, limit, backoff, Self::serve, done, |s, waited| s.waited_too_long(waited, &what(s)))?;
+        self.stats.wait_seconds += waited.as_secs_f64();
         Ok(())
+    }
+
+    /// The error of a wait for `what` that ran past `--wait-timeout`: when this rank's shard
+    /// holds reads back, it names the ranks whose updates it lacks.
+    fn waited_too_long(&self, waited: Duration, what: &str) -> anyhow::Error {
+        let behind = match &self.server {
+            Some(s) if !s.reads.is_empty() || !s.queued.is_empty() => format!(
+                "; this rank's shard has every update of clocks < {} and waits for the updates of rank(s) {:?} \
+                 (clocks pushed per rank {:?}, reads deferred {:?}, pushes queued {:?})",
+                s.cmin,
+                s.laggards(),
+                s.completed,
+                s.reads,
+                s.queued.keys().collect::<Vec<_>>()
+            ),
+            _ => String::new(),
+        };
+        anyhow::anyhow!(
+            "rank {}: waited {:.1} s (--wait-timeout) for {what}{behind}: those ranks are stuck, dead or far too slow",
+            self.rank,
+            waited.as_secs_f64()
+        )
     }
 
     /// Ranks that have not pushed `clock` clocks to this rank's shard.
@@ -1039,10 +947,6 @@ impl StaleSynchronous {
         self.stats.wait_seconds += start.elapsed().as_secs_f64();
         Ok(())
     }
-}
-
-fn decode_f32(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()
 }
 
 fn floats<T: Copy + Into<f64>>(v: &[T]) -> Vec<f64> {
@@ -1328,24 +1232,6 @@ impl SyncMode for StaleSynchronous {
 mod tests {
     use super::*;
 
-    #[test]
-    fn shards_cover_every_row_once_and_balance_parameters() {
-        let layout = RowLayout::uniform(10, 785);
-        let s = shard_ranges(&layout, 8);
-        assert_eq!(s.len(), 8);
-        assert_eq!(s[0].start, 0);
-        assert_eq!(s[7].end, 7850);
-        for w in s.windows(2) {
-            assert_eq!(w[0].end, w[1].start);
-        }
-        assert!(s.iter().all(|r| !r.is_empty() && r.len() % 785 == 0));
-        // More ranks than rows: some shards are empty, none is split inside a row.
-        let s = shard_ranges(&RowLayout::uniform(3, 4), 5);
-        assert_eq!(s.iter().map(|r| r.len()).sum::<usize>(), 12);
-        assert!(s.iter().all(|r| r.len() % 4 == 0));
-        assert_eq!(s.iter().filter(|r| r.is_empty()).count(), 2);
-    }
-
     fn server(rule: ApplyRule, n: usize, staleness: u64) -> ShardServer {
         ShardServer::new(0..1, &[0.0], vec![0, 1], n, rule, staleness)
     }
@@ -1394,28 +1280,6 @@ mod tests {
         // Workers 1..3 are at version 1 now, worker 0 at 2: version 0 is freed.
         assert!(!s.dyn_state.updates.contains_key(&0));
         assert_eq!(s.cmin, 1);
-    }
-
-    #[test]
-    fn sparse_rows_round_trip_and_reject_malformed_messages() {
-        let offsets = [0, 2, 3, 6];
-        let values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
-        let mut msg = 7u64.to_le_bytes().to_vec();
-        encode_rows(&mut msg, &offsets, &[0, 2], None, &values, false);
-        let b = decode_rows(&msg, 8, &offsets, false, false).unwrap();
-        assert_eq!((b.rows, b.values), (vec![0, 2], vec![1.0, 2.0, 4.0, 5.0, 6.0]));
-        assert!(decode_rows(&msg[..msg.len() - 1], 8, &offsets, false, false).is_err(), "truncated");
-        assert!(decode_rows(&msg, 8, &[0, 2], false, false).is_err(), "row 2 outside a one-row shard");
-        assert!(decode_rows(&msg, 8, &offsets, true, false).is_err(), "versions missing");
-        // Half precision with versions: half the value bytes, values rounded.
-        let mut msg = 7u64.to_le_bytes().to_vec();
-        let sent = encode_rows(&mut msg, &offsets, &[2], Some(&[9]), &[0.0, 0.0, 0.0, 0.1, 1.0, -3.0], true);
-        assert_eq!(msg.len(), 8 + 8 + 4 + 8 + 3 * 2);
-        let b = decode_rows(&msg, 8, &offsets, true, true).unwrap();
-        assert_eq!((b.rows, b.versions), (vec![2], vec![9]));
-        assert_eq!(b.values, sent);
-        assert_eq!(b.values[1..], [1.0, -3.0]);
-        assert!((b.values[0] - 0.1).abs() < 1e-4 && b.values[0] != 0.1f32);
     }
 
     /// An answer carries only the rows that changed since the worker's previous answer.

@@ -97,7 +97,6 @@ pub fn evaluate_batch(
     own_ranks: &[usize],
 ) -> Vec<PointResult> {
     let n = comm.size() as usize;
-    let kind = model.metric_kind();
     let t0 = std::time::Instant::now();
     // Histograms may be longer on some ranks: agree on every metric's length first.
     let mut lengths: Vec<f64> = points.iter().flat_map(|p| p.metrics.iter().map(|m| m.values.len() as f64)).collect();
@@ -157,7 +156,7 @@ pub fn evaluate_batch(
                 (if m.aggregate == Aggregate::Max { packed.max(&v) } else { packed.sum(&v) }, m)
             })
             .collect();
-        slots.push((evaluated.to_vec(), sums, test_sums, counters_sum, counters_max, train_max, own, metrics));
+        slots.push(Slot { evaluated: evaluated.to_vec(), sums, test_sums, counters_sum, counters_max, train_max, own, metrics });
     }
     let t_local = t0.elapsed().as_secs_f64();
     packed.reduce(comm);
@@ -165,53 +164,75 @@ pub fn evaluate_batch(
         "evaluated {} point(s): lengths {t_lengths:.3} s, models summed by {t_models:.3} s, own models by {t_own:.3} s, local sums by {t_local:.3} s, reduced by {:.3} s",
         points.len(), t0.elapsed().as_secs_f64()
     );
-    slots
-        .into_iter()
-        .map(|(evaluated, sums, test_sums, counters_sum, counters_max, train_max, own, metrics)| {
-            let s = &packed.sum[sums];
-            let tr = EvalSums { loss_sum: s[1], metric_sum: s[2], count: s[3] };
-            let metric = match test_sums {
-                Some(r) => {
-                    let t = &packed.sum[r];
-                    EvalSums { loss_sum: t[0], metric_sum: t[1], count: t[2] }.metric(kind)
-                }
-                None => tr.metric(kind),
-            };
-            let eval = Evaluation {
-                objective: tr.mean_loss() + model.regulariser(&evaluated),
-                metric,
-                train_metric: tr.metric(kind),
-                consensus_distance: s[0] / n as f64,
-            };
-            let json = if metrics.is_empty() {
-                serde_json::Value::Null
-            } else {
-                let mut out = serde_json::Map::new();
-                let mut how = serde_json::Map::new();
-                for (range, m) in metrics {
-                    let v: Vec<f64> = match m.aggregate {
-                        Aggregate::Max => packed.max[range].to_vec(),
-                        Aggregate::Sum => packed.sum[range].to_vec(),
-                        Aggregate::Mean => packed.sum[range].iter().map(|x| x / n as f64).collect(),
-                    };
-                    out.insert(m.name.into(), if m.is_array { serde_json::json!(v) } else { serde_json::json!(v[0]) });
-                    how.insert(m.name.into(), serde_json::json!(m.aggregate));
-                }
-                out.insert("aggregation".into(), serde_json::Value::Object(how));
-                serde_json::Value::Object(out)
-            };
-            PointResult {
-                eval,
-                counters_mean: packed.sum[counters_sum].iter().map(|x| x / n as f64).collect(),
-                counters_max: packed.max[counters_max].to_vec(),
-                metrics: json,
-                train_seconds: packed.max[train_max][0],
-                own: own.map_or_else(Vec::new, |r| {
-                    packed.sum[r].chunks(3).map(|s| EvalSums { loss_sum: s[0], metric_sum: s[1], count: s[2] }.metric(kind)).collect()
-                }),
+    slots.into_iter().map(|slot| slot.result(&packed, model, n)).collect()
+}
+
+/// Where one point's numbers sit in a batch's packed sums and maxima.
+struct Slot<'a> {
+    /// The model evaluated (the average of the replicas, or the summed part).
+    evaluated: Vec<f32>,
+    /// Consensus distance and the training sums.
+    sums: Range<usize>,
+    test_sums: Option<Range<usize>>,
+    counters_sum: Range<usize>,
+    counters_max: Range<usize>,
+    train_max: Range<usize>,
+    /// The own models' sums, three per scored rank.
+    own: Option<Range<usize>>,
+    metrics: Vec<(Range<usize>, &'a ModeMetric)>,
+}
+
+impl Slot<'_> {
+    /// The point's result from the reduced sums and maxima over `n` ranks.
+    fn result(self, packed: &Packed, model: &dyn Model, n: usize) -> PointResult {
+        let kind = model.metric_kind();
+        let s = &packed.sum[self.sums];
+        let tr = EvalSums { loss_sum: s[1], metric_sum: s[2], count: s[3] };
+        let metric = match self.test_sums {
+            Some(r) => {
+                let t = &packed.sum[r];
+                EvalSums { loss_sum: t[0], metric_sum: t[1], count: t[2] }.metric(kind)
             }
-        })
-        .collect()
+            None => tr.metric(kind),
+        };
+        let eval = Evaluation {
+            objective: tr.mean_loss() + model.regulariser(&self.evaluated),
+            metric,
+            train_metric: tr.metric(kind),
+            consensus_distance: s[0] / n as f64,
+        };
+        PointResult {
+            eval,
+            counters_mean: packed.sum[self.counters_sum].iter().map(|x| x / n as f64).collect(),
+            counters_max: packed.max[self.counters_max].to_vec(),
+            metrics: metrics_json(self.metrics, packed, n),
+            train_seconds: packed.max[self.train_max][0],
+            own: self.own.map_or_else(Vec::new, |r| {
+                packed.sum[r].chunks(3).map(|s| EvalSums { loss_sum: s[0], metric_sum: s[1], count: s[2] }.metric(kind)).collect()
+            }),
+        }
+    }
+}
+
+/// The mode metrics combined as each says, `{name: value, ..., "aggregation": {...}}` (null when
+/// the mode has none).
+fn metrics_json(metrics: Vec<(Range<usize>, &ModeMetric)>, packed: &Packed, n: usize) -> serde_json::Value {
+    if metrics.is_empty() {
+        return serde_json::Value::Null;
+    }
+    let mut out = serde_json::Map::new();
+    let mut how = serde_json::Map::new();
+    for (range, m) in metrics {
+        let v: Vec<f64> = match m.aggregate {
+            Aggregate::Max => packed.max[range].to_vec(),
+            Aggregate::Sum => packed.sum[range].to_vec(),
+            Aggregate::Mean => packed.sum[range].iter().map(|x| x / n as f64).collect(),
+        };
+        out.insert(m.name.into(), if m.is_array { serde_json::json!(v) } else { serde_json::json!(v[0]) });
+        how.insert(m.name.into(), serde_json::json!(m.aggregate));
+    }
+    out.insert("aggregation".into(), serde_json::Value::Object(how));
+    serde_json::Value::Object(out)
 }
 
 /// Memory a rank may spend on other ranks' replicas in [`own_model_sums`].

@@ -29,7 +29,7 @@ use serde_json::json;
 
 use super::eval::Evaluation;
 use super::report::MetricsFile;
-use super::Summary;
+use super::Outcome;
 use crate::comm::collectives::{self, agree};
 use crate::config::{SyncKind, TrainConfig};
 use crate::data::bow::{self, Corpus};
@@ -189,7 +189,7 @@ fn check_unsupported(cfg: &TrainConfig) -> anyhow::Result<()> {
 }
 
 /// Runs LDA as configured. Collective: every rank calls it (from [`super::run`]).
-pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator, t_start: Instant) -> anyhow::Result<Summary> {
+pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator, t_start: Instant) -> anyhow::Result<Outcome> {
     let (rank, n) = (comm.rank() as usize, comm.size() as usize);
     check_unsupported(cfg)?;
     let data = load(cfg, comm)?;
@@ -259,7 +259,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator, t_start: Instant) -> an
     };
     agree(comm, saved)?;
     let final_eval = Evaluation { objective: -last.0, metric: last.1, train_metric: last.0, consensus_distance: 0.0 };
-    Ok(Summary { final_eval, rounds: total_rounds, train_seconds, time_to_target: None, preempted: false })
+    Ok(Outcome { final_eval, rounds: total_rounds, train_seconds, time_to_target: None, preempted: false })
 }
 
 /// The common start, the same model on every rank: rank 0 assigns its documents sequentially

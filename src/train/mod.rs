@@ -13,6 +13,7 @@ pub mod report;
 pub mod schedule;
 pub mod setup;
 pub mod step_search;
+pub mod summary;
 
 use std::time::{Duration, Instant};
 
@@ -29,9 +30,10 @@ use checkpoint::Position;
 use eval::{fmt_metric, Evaluation};
 use report::{MetricsFile, Progress};
 
-/// What a finished run reports (on every rank; per-rank lists only on rank 0).
+/// What a finished run tells its caller (on every rank; per-rank lists only on rank 0). The
+/// metrics' summary line is [`summary::Summary`].
 #[derive(Clone, Debug)]
-pub struct Summary {
+pub struct Outcome {
     pub final_eval: Evaluation,
     pub rounds: u64,
     pub train_seconds: f64,
@@ -61,7 +63,7 @@ fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Res
         }
         SyncKind::Ssp | SyncKind::Bosen => {
             let bosen = cfg.sync == SyncKind::Bosen;
-            let shards = crate::sync::ssp::shard_ranges(&ctx.layout, ctx.comm.size() as usize);
+            let shards = crate::sync::ps::shards::shard_ranges(&ctx.layout, ctx.comm.size() as usize);
             let mut info = json!({"staleness": cfg.ssp.ssp_staleness(), "apply": cfg.ssp.apply_rule(bosen),
                                   "shard_params": shards.iter().map(|r| r.len()).collect::<Vec<_>>()});
             let setup = bosen.then(|| {
@@ -169,6 +171,32 @@ struct Run<'a> {
     /// When `cpu_start` was read: CPU time is set against the wall time since then (evaluations
     /// included on both sides; against training time alone, 64 ranks' evaluations made 339 %).
     cpu_wall_start: Instant,
+    /// `--fault-panic`: the (rank, round) that panics.
+    fault_panic: Option<(usize, u64)>,
+    /// When `run` was called, and the seconds its loading and set-up took.
+    started: Instant,
+    load_seconds: f64,
+    setup_seconds: f64,
+}
+
+/// This rank's replica and what draws its mini-batches: what the step phase changes besides
+/// [`Run`]'s position and counters.
+struct Replica {
+    params: Vec<f32>,
+    rng: Rng,
+    /// This epoch's order of the shard's examples.
+    perm: Vec<usize>,
+    batch: Vec<usize>,
+    scratch: Vec<f32>,
+}
+
+/// How the training loop ended.
+#[derive(Clone, Copy, Default)]
+struct Ending {
+    /// By --max-rounds, --stop-at-target or a signal, before the last epoch's end.
+    stopped_early: bool,
+    /// By SIGTERM/SIGUSR1.
+    preempted: bool,
 }
 
 impl Run<'_> {
@@ -271,48 +299,6 @@ impl Run<'_> {
         (worst, own.iter().sum::<f64>() / own.len() as f64)
     }
 
-    /// The emulated cluster's check (`--emulate-compute`): steps that broke (worst rank), CPU
-    /// used against the cores there are, and whether the run is valid (no rank broke more than
-    /// 1 % of its steps, and no emulated link was slower than the real transfer more than 1 % of
-    /// the time). Null without declared step times.
-    fn emulation_summary(&self, mean: &[f64], max: &[f64], train_seconds: f64, mode: &serde_json::Value) -> serde_json::Value {
-        let Some(ms) = self.cfg.emulate_compute else { return serde_json::Value::Null };
-        let at = |k: &str| COUNTER_NAMES.iter().position(|n| *n == k).expect("a counter name");
-        let n = self.comm.size() as f64;
-        let cores = emulate::online_cores() as f64;
-        let cpu = mean[at("cpu_seconds")] * n;
-        let utilisation = cpu / (cores * self.cpu_wall_start.elapsed().as_secs_f64().max(train_seconds).max(1e-9));
-        let worst = max[at("emulation_broken_fraction")];
-        let steps = mean[at("emulated_steps")] * n;
-        let link_overruns = mode["link_overruns"].as_f64().unwrap_or(0.0);
-        let rounds = (self.pos.round as f64).max(1.0);
-        let drift = max[at("emulation_drift")];
-        let valid = worst <= emulate::MAX_BROKEN_FRACTION && drift <= emulate::MAX_BROKEN_FRACTION && link_overruns / (rounds * n) <= emulate::MAX_BROKEN_FRACTION;
-        json!({
-            "declared_step_ms": ms,
-            "steps": steps,
-            "broken_steps": mean[at("emulation_broken_steps")] * n,
-            "worst_rank_broken_fraction": worst,
-            "overrun_seconds_max": max[at("emulation_overrun_seconds")],
-            "late_wakeups": mean[at("emulation_late_wakeups")] * n,
-            "worst_rank_drift": drift,
-            "link_overruns": link_overruns,
-            "cpu_seconds": cpu,
-            "cores": cores,
-            "cpu_utilisation": utilisation,
-            "valid": valid,
-        })
-    }
-
-    /// Counters combined over ranks as {name: {mean, max}}.
-    fn counters_json(mean: &[f64], max: &[f64]) -> serde_json::Value {
-        let mut m = serde_json::Map::new();
-        for (i, n) in COUNTER_NAMES.iter().enumerate() {
-            m.insert(n.to_string(), json!({"mean": mean[i], "max": max[i]}));
-        }
-        serde_json::Value::Object(m)
-    }
-
     /// Collective evaluation of every pending evaluation point, in order: metrics line, progress
     /// line, target and divergence checks. All ranks call it at the same points. The points are
     /// evaluated together, in a fixed number of collectives (`eval::evaluate_batch`).
@@ -343,7 +329,7 @@ impl Run<'_> {
         let results = eval::evaluate_batch(self.comm, self.model.as_ref(), inputs, &self.shards.train, self.shards.test.as_ref(), &own_ranks);
         for (p, r) in pending.into_iter().zip(results) {
             let ev = r.eval;
-            let counters = Self::counters_json(&r.counters_mean, &r.counters_max);
+            let counters = summary::counters(&r.counters_mean, &r.counters_max);
             let extra = r.metrics;
             // The round was done everywhere when the slowest rank got there.
             let train_s = r.train_seconds;
@@ -468,47 +454,57 @@ pub fn emulated_links(cfg: &TrainConfig, n: usize) -> anyhow::Result<Option<crat
     }
 }
 
-/// Runs training as configured. Collective: every rank calls it.
-pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summary> {
-    let t_start = Instant::now();
-    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
-    let rank0 = rank == 0;
+
+/// Runs training as configured. Collective: every rank calls it. The phases: loading, set-up
+/// ([`set_up`]), the training loop ([`Run::train`]: steps and ends of rounds) and the finish
+/// ([`Run::finish`]: final model, evaluation, summary).
+pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Outcome> {
+    let started = Instant::now();
     // From here on every collective gives up after --wait-timeout naming the ranks that never
     // reached it (disarmed when this function returns, on every rank alike).
     let _deadline = DeadlineGuard::arm(comm, Duration::from_secs_f64(cfg.wait_timeout))?;
     // Every rank checks the outputs it writes (rank 0 most of them) before anything is read or
     // trained; a bad path stops every rank.
-    collectives::agree(comm, outputs::check(cfg, rank))?;
+    collectives::agree(comm, outputs::check(cfg, comm.rank() as usize))?;
     for path in std::iter::once(&cfg.data).chain(&cfg.test_data) {
         if path.contains("datasets/out/") && !std::path::Path::new(path).exists() {
             anyhow::bail!("{path} does not exist: `make datasets` (or datasets/prepare.sh) prepares the data sets under datasets/out/");
         }
     }
     if cfg.model == crate::model::ModelKind::Lda {
-        return lda::run(cfg, comm, t_start);
+        return lda::run(cfg, comm, started);
     }
     let (shards, spec) = setup::prepare(cfg, comm)?;
     // --lr not given: the step is chosen for this model and data (step_search.rs).
     let searched = step_search::default_lr(cfg, &shards, &spec, comm)?.map(|lr| TrainConfig { lr, ..cfg.clone() });
     let cfg = searched.as_ref().unwrap_or(cfg);
-    if rank0 && searched.is_some() {
+    if comm.rank() == 0 && searched.is_some() {
         eprintln!("asap-train: --lr not given: step size {} chosen for this model and data (a search on a sample; --lr sets it)", cfg.lr);
     }
-    let load_seconds = t_start.elapsed().as_secs_f64();
-    let setup_start = Instant::now();
-    let model = crate::model::build(&spec)?;
-    let p = model.num_params();
-    let mut params = vec![0f32; p];
+    let (mut run, mut replica) = set_up(cfg, comm, shards, &spec, started)?;
+    let ending = run.train(&mut replica)?;
+    run.finish(replica, ending)
+}
+
+/// The first replica: the model's initial parameters (random ones of each rank's own under
+/// `--consensus-only`).
+fn initial_params(cfg: &TrainConfig, model: &dyn Model, rank: usize) -> Vec<f32> {
+    let mut params = vec![0f32; model.num_params()];
     model.init(&mut params, &mut Rng::new(cfg.seed));
     if cfg.consensus_only {
         let mut r = Rng::for_stream(cfg.seed ^ 0x636f_6e73, rank as u64 + 1);
         params.iter_mut().for_each(|x| *x = r.normal() as f32);
     }
-    let mut rng = Rng::for_stream(cfg.seed, rank as u64 + 1);
+    params
+}
+
+/// The emulated compute of this rank (`--emulate-compute`, `--straggler`, `--straggler-wait`);
+/// rank 0 says what it emulates.
+fn step_pacer(cfg: &TrainConfig, n: usize, rank: usize) -> anyhow::Result<emulate::StepPacer> {
     let plan = match &cfg.straggler {
         Some(s) => {
             let plan = schedule::StragglerPlan::parse(s, n, cfg.seed)?;
-            if rank0 {
+            if rank == 0 {
                 eprintln!("asap-train: stragglers (rank: compute slowed) {}", plan.describe());
             }
             plan
@@ -516,41 +512,40 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         None => schedule::StragglerPlan::none(n),
     };
     let pacer = emulate::StepPacer::new(cfg.emulate_compute, plan, rank, cfg.straggler_wait);
-    if let (Some(ms), true) = (cfg.emulate_compute, rank0) {
+    if let (Some(ms), true) = (cfg.emulate_compute, rank == 0) {
         eprintln!("asap-train: emulated cluster: every step takes {ms} ms at nominal speed{}", if cfg.balance { "; --balance: slowed ranks take smaller mini-batches" } else { "" });
     }
-    let fault_panic = cfg.fault_panic.as_deref().map(|s| crate::config::parse_rank_round("--fault-panic", s, n)).transpose()?;
-    let local_n = shards.train.len();
-    let mut optimizer = optimizer::Optimizer::new(cfg.async_mode.optimizer, model.as_ref(), local_n, shards.total_train, p)?;
-    let steps_per_epoch = collectives::min_u64(comm, local_n.div_ceil(cfg.batch_size) as u64) as usize;
-    let total_rounds_all = (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64;
-    let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
+    Ok(pacer)
+}
 
-    let mut pos = Position { epoch: 0, step_in_epoch: 0, global_step: 0, round: 0, train_seconds: 0.0 };
-    let mut resumed_from = None;
-    let run_id = checkpoint::RunIdentity::new(cfg, n);
-    if let (Some(dir), true) = (&cfg.checkpoint_dir, rank0) {
-        checkpoint::remove_stale_temporaries(std::path::Path::new(dir), &run_id);
+/// The checkpoint this run continues from (`--resume`, or `--auto-resume` finding one of this
+/// run's), after removing the temporaries a killed run left; None for a fresh start.
+fn resume_point(cfg: &TrainConfig, comm: &SimpleCommunicator, run_id: &checkpoint::RunIdentity, n_params: usize) -> anyhow::Result<Option<checkpoint::Restored>> {
+    if let (Some(dir), true) = (&cfg.checkpoint_dir, comm.rank() == 0) {
+        checkpoint::remove_stale_temporaries(std::path::Path::new(dir), run_id);
     }
-    let resume = cfg.resume || (cfg.auto_resume && checkpoint::has_own(comm, cfg.checkpoint_dir.as_deref(), &run_id));
-    if resume {
-        let dir = cfg.checkpoint_dir.as_deref().expect("validated: --resume needs --checkpoint-dir");
-        let r = checkpoint::restore(comm, dir, &run_id, p)?;
-        if rank0 {
-            eprintln!("asap-train: resuming from {} (epoch {}, round {})", r.path.display(), r.position.epoch, r.position.round);
-        }
-        params = r.params;
-        rng = Rng::from_state(r.epoch_rng);
-        pos = r.position;
-        resumed_from = Some(r.path);
+    let resume = cfg.resume || (cfg.auto_resume && checkpoint::has_own(comm, cfg.checkpoint_dir.as_deref(), run_id));
+    if !resume {
+        return Ok(None);
     }
+    let dir = cfg.checkpoint_dir.as_deref().expect("validated: --resume needs --checkpoint-dir");
+    let r = checkpoint::restore(comm, dir, run_id, n_params)?;
+    if comm.rank() == 0 {
+        eprintln!("asap-train: resuming from {} (epoch {}, round {})", r.path.display(), r.position.epoch, r.position.round);
+    }
+    Ok(Some(r))
+}
+
+/// What every sync mode is built from.
+fn sync_context<'a>(cfg: &TrainConfig, comm: &'a SimpleCommunicator, model: &dyn Model, steps_per_epoch: usize) -> anyhow::Result<SyncContext<'a>> {
+    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
     let stop_sending_after = cfg
         .stop_sending_after
         .as_deref()
         .map(|s| crate::config::parse_rank_round("--stop-sending-after", s, n))
         .transpose()?;
     let links = emulated_links(cfg, n)?;
-    let ctx = SyncContext {
+    Ok(SyncContext {
         comm,
         layout: model.layout(),
         wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
@@ -560,14 +555,44 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         links,
         record_sends: cfg.send_log.is_some(),
         rounds_per_epoch: ((steps_per_epoch / cfg.sync_every) as u64).max(1),
-    };
+    })
+}
+
+/// Set-up (collective): the model and its first replica, the optimizer, the resume point, the
+/// sync mode and the metrics file; writes the metrics' start line.
+fn set_up<'a>(cfg: &'a TrainConfig, comm: &'a SimpleCommunicator, shards: setup::Shards, spec: &crate::model::ModelSpec, started: Instant) -> anyhow::Result<(Run<'a>, Replica)> {
+    let load_seconds = started.elapsed().as_secs_f64();
+    let setup_start = Instant::now();
+    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
+    let model = crate::model::build(spec)?;
+    let p = model.num_params();
+    let mut params = initial_params(cfg, model.as_ref(), rank);
+    let mut rng = Rng::for_stream(cfg.seed, rank as u64 + 1);
+    let step_pacer = step_pacer(cfg, n, rank)?;
+    let fault_panic = cfg.fault_panic.as_deref().map(|s| crate::config::parse_rank_round("--fault-panic", s, n)).transpose()?;
+    let local_n = shards.train.len();
+    let mut optimizer = optimizer::Optimizer::new(cfg.async_mode.optimizer, model.as_ref(), local_n, shards.total_train, p)?;
+    let steps_per_epoch = collectives::min_u64(comm, local_n.div_ceil(cfg.batch_size) as u64) as usize;
+    let total_rounds_all = (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64;
+    let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
+
+    let mut pos = Position { epoch: 0, step_in_epoch: 0, global_step: 0, round: 0, train_seconds: 0.0 };
+    let run_id = checkpoint::RunIdentity::new(cfg, n);
+    let restored = resume_point(cfg, comm, &run_id, p)?;
+    let resumed_from = restored.map(|r| {
+        params = r.params;
+        rng = Rng::from_state(r.epoch_rng);
+        pos = r.position;
+        r.path
+    });
+    let ctx = sync_context(cfg, comm, model.as_ref(), steps_per_epoch)?;
     let (mut sync, sync_info) = build_sync(cfg, &ctx, &params)?;
     if let Some(path) = &resumed_from {
         let mut state = checkpoint::restore_mode_state(comm, path)?;
         collectives::agree(comm, optimizer.restore_state(&mut state))?;
         collectives::agree(comm, sync.restore_state(state))?;
     }
-    let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank0, resume))?;
+    let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank == 0, resumed_from.is_some()))?;
     // Training time starts where set-up ends (`train_start` below).
     let setup_seconds = setup_start.elapsed().as_secs_f64();
     let mut run = Run {
@@ -576,7 +601,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         model,
         steps_per_epoch,
         metrics,
-        progress: Progress::new(rank0, total_rounds),
+        progress: Progress::new(rank == 0, total_rounds),
         clock: Clock::default(),
         train_start: Instant::now(),
         pos,
@@ -588,346 +613,323 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Summa
         pending: Vec::new(),
         run_id,
         shards,
-        step_pacer: pacer,
+        step_pacer,
         cpu_start: emulate::process_cpu_seconds().unwrap_or(0.0),
         cpu_wall_start: Instant::now(),
+        fault_panic,
+        started,
+        load_seconds,
+        setup_seconds,
     };
-    let class_counts = (cfg.partition != "iid").then(|| setup::class_counts(&run.shards.train, comm));
-    let start = json!({
-        "event": "start",
-        "class_counts_per_rank": class_counts,
-        "ranks": n,
-        "config": json_value(cfg)?,
-        "model_spec": json_value(run.model.spec())?,
-        "params": p,
-        "train_examples": run.shards.total_train,
-        "test_examples": run.shards.total_test,
-        "steps_per_epoch": steps_per_epoch,
-        "load_seconds": load_seconds,
-        "sync_info": sync_info,
-    });
-    run.write_metrics(&start);
-    if rank0 {
-        eprintln!(
-            "asap-train: {n} rank{}, sync {}, {} training examples ({}), {} parameters, {} steps/epoch/rank, data loaded in {:.2}s",
-            if n == 1 { "" } else { "s" },
-            run.sync.name(),
-            run.shards.total_train,
-            if run.shards.total_test > 0 { format!("{} held out", run.shards.total_test) } else { "no held-out set".into() },
-            p, steps_per_epoch, load_seconds
-        );
+    run.write_start(sync_info)?;
+    let replica = Replica { params, rng, perm: (0..local_n).collect(), batch: Vec::with_capacity(cfg.batch_size), scratch: Vec::new() };
+    Ok((run, replica))
+}
+
+impl Run<'_> {
+    /// The metrics' start line (the class counts per rank are a collective) and rank 0's line
+    /// about the job.
+    fn write_start(&mut self, sync_info: serde_json::Value) -> anyhow::Result<()> {
+        let (cfg, n) = (self.cfg, self.comm.size() as usize);
+        let p = self.model.num_params();
+        let class_counts = (cfg.partition != "iid").then(|| setup::class_counts(&self.shards.train, self.comm));
+        let start = json!({
+            "event": "start",
+            "class_counts_per_rank": class_counts,
+            "ranks": n,
+            "config": json_value(cfg)?,
+            "model_spec": json_value(self.model.spec())?,
+            "params": p,
+            "train_examples": self.shards.total_train,
+            "test_examples": self.shards.total_test,
+            "steps_per_epoch": self.steps_per_epoch,
+            "load_seconds": self.load_seconds,
+            "sync_info": sync_info,
+        });
+        self.write_metrics(&start);
+        if self.comm.rank() == 0 {
+            eprintln!(
+                "asap-train: {n} rank{}, sync {}, {} training examples ({}), {} parameters, {} steps/epoch/rank, data loaded in {:.2}s",
+                if n == 1 { "" } else { "s" },
+                self.sync.name(),
+                self.shards.total_train,
+                if self.shards.total_test > 0 { format!("{} held out", self.shards.total_test) } else { "no held-out set".into() },
+                p,
+                self.steps_per_epoch,
+                self.load_seconds
+            );
+        }
+        Ok(())
     }
 
-    let b = cfg.batch_size;
-    let mut batch = Vec::with_capacity(b);
-    let mut scratch = Vec::new();
-    let mut perm: Vec<usize> = (0..local_n).collect();
-    let mut stopped_early = false;
-    let mut preempted = false;
-    comm::preempt::install_handlers();
-    // A rank waiting for a vote does not serve the sync mode: vote no more often than the mode
-    // lets ranks drift apart, so every rank has started a vote before anyone waits for it.
-    let vote_period = cfg.stop_check_every.max(run.sync.round_lead() + 1);
-    let mut stop_vote = comm::preempt::StopVote::new(comm, vote_period, Duration::from_secs_f64(cfg.wait_timeout));
-    'epochs: while run.pos.epoch < cfg.epochs {
-        let epoch_rng = rng.state();
-        perm.iter_mut().enumerate().for_each(|(i, x)| *x = i);
-        rng.shuffle(&mut perm);
-        while run.pos.step_in_epoch < steps_per_epoch {
-            let s = run.pos.step_in_epoch;
-            // --balance: a slowed rank takes the first examples of its full mini-batch's share.
-            let this_round = run.pos.round + 1;
-            let bk = if cfg.balance { run.step_pacer.balanced_batch(b, this_round) } else { b };
-            batch.clear();
-            batch.extend((0..bk).map(|k| perm[(s * b + k) % local_n]));
-            if let Err(e) = run.sync.before_step(&mut params, run.pos.round) {
-                comm::abort_job(&format!("{e:#}"), 4);
-            }
-            let lr = schedule::step_size(cfg.lr_schedule, cfg.lr, cfg.lambda, cfg.lr_decay, run.pos.global_step, run.pos.epoch, b);
-            // --balance: a smaller mini-batch takes a proportionally smaller step (the linear
-            // scaling rule), so averaging the replicas weighs each rank's step by the examples it
-            // saw, as Hop does, and a slowed rank's noisier gradient moves it less.
-            let lr = lr * bk as f32 / b as f32;
-            let t0 = Instant::now();
-            let loss = if cfg.consensus_only {
-                0.0
-            } else {
-                run.optimizer.step(run.model.as_ref(), &mut params, &run.shards.train, &batch, lr, &mut scratch)
-            };
-            let dt = t0.elapsed().as_secs_f64();
-            run.clock.compute += dt;
-            if !loss.is_finite() {
-                comm::abort_job(
-                    &format!(
-                        "training diverged at epoch {} step {} (mini-batch loss {loss}); try a smaller --lr (now {})",
-                        run.pos.epoch, run.pos.global_step, cfg.lr
-                    ),
-                    3,
-                );
-            }
-            run.step_pacer.after_step(t0, dt, this_round, bk as f64 / b as f64);
-            run.pos.step_in_epoch += 1;
-            run.pos.global_step += 1;
-            if run.pos.global_step % cfg.sync_every as u64 != 0 {
-                continue;
-            }
-            run.pos.round += 1;
-            if fault_panic == Some((rank, run.pos.round)) {
-                panic!("fault injection: --fault-panic {rank}:{}", run.pos.round);
-            }
-            if let Err(e) = run.optimizer.hand_over(run.sync.as_mut()).and_then(|_| run.sync.sync(&mut params, run.pos.round)) {
-                comm::abort_job(&format!("{e:#}"), 4);
-            }
-            let epoch = run.epoch_fraction();
-            run.progress.tick(run.pos.round, epoch);
-            if cfg.eval_every > 0 && run.pos.round % cfg.eval_every as u64 == 0 {
-                run.mark_evaluation(&mut params)?;
-            }
-            let last = Some(run.pos.round) == cfg.max_rounds || (cfg.stop_at_target && run.reached.is_some());
-            let stop = match stop_vote.stop_after(run.pos.round) {
-                Ok(s) => s,
-                Err(e) => comm::abort_job(&format!("{e:#}"), 4),
-            };
-            if cfg.checkpoint_every > 0 && run.pos.round % cfg.checkpoint_every == 0 || last || stop {
-                run.checkpoint(&mut params, epoch_rng, rng.state())?;
-            }
-            if last || stop {
-                if stop && rank0 {
-                    eprintln!(
-                        "asap-train: stopping at round {} on SIGTERM/SIGUSR1{}",
-                        run.pos.round,
-                        if cfg.checkpoint_dir.is_some() { "; checkpoint written, continue with --resume or --auto-resume" } else { " (no --checkpoint-dir: the work so far is not kept)" }
-                    );
+    /// The training loop: epochs of shuffled mini-batch steps, a round every `--sync-every`
+    /// steps, until the last epoch, `--max-rounds`, `--stop-at-target` or a stop vote. Ends at a
+    /// consistent cut of the mode with the stop votes closed.
+    fn train(&mut self, r: &mut Replica) -> anyhow::Result<Ending> {
+        let cfg = self.cfg;
+        comm::preempt::install_handlers();
+        // A rank waiting for a vote does not serve the sync mode: vote no more often than the mode
+        // lets ranks drift apart, so every rank has started a vote before anyone waits for it.
+        let vote_period = cfg.stop_check_every.max(self.sync.round_lead() + 1);
+        let mut stop_vote = comm::preempt::StopVote::new(self.comm, vote_period, Duration::from_secs_f64(cfg.wait_timeout));
+        let mut ending = Ending::default();
+        'epochs: while self.pos.epoch < cfg.epochs {
+            let epoch_rng = r.rng.state();
+            r.perm.iter_mut().enumerate().for_each(|(i, x)| *x = i);
+            r.rng.shuffle(&mut r.perm);
+            while self.pos.step_in_epoch < self.steps_per_epoch {
+                self.step(r);
+                if self.pos.global_step % cfg.sync_every as u64 != 0 {
+                    continue;
                 }
-                stopped_early = true;
-                preempted = stop;
-                break 'epochs;
+                if let Some(end) = self.end_of_round(r, epoch_rng, &mut stop_vote)? {
+                    ending = end;
+                    break 'epochs;
+                }
+            }
+            self.pos.epoch += 1;
+            self.pos.step_in_epoch = 0;
+            if cfg.eval_every == 0 {
+                self.mark_evaluation(&mut r.params)?;
             }
         }
-        run.pos.epoch += 1;
-        run.pos.step_in_epoch = 0;
-        if cfg.eval_every == 0 {
-            run.mark_evaluation(&mut params)?;
+        // The last vote is a collective: bring the mode to a cut first (no rank needs another after).
+        self.quiesce(&mut r.params);
+        if let Err(e) = stop_vote.close() {
+            comm::abort_job(&format!("{e:#}"), 4);
         }
+        Ok(ending)
     }
-    // The last vote is a collective: bring the mode to a cut first (no rank needs another after).
-    run.quiesce(&mut params);
-    if let Err(e) = stop_vote.close() {
-        comm::abort_job(&format!("{e:#}"), 4);
-    }
-    if !stopped_early && cfg.checkpoint_every > 0 {
-        run.checkpoint(&mut params, rng.state(), rng.state())?;
-    }
-    run.quiesce(&mut params);
-    run.evaluate_pending()?;
-    run.progress.finish();
-    let train_seconds = run.train_seconds();
 
-    // Final model: what the mode defines (the average of the replicas, or the servers' model).
-    let final_start = Instant::now();
-    let own = params.clone();
-    if let Err(e) = run.sync.finish(&mut params) {
-        comm::abort_job(&format!("{e:#}"), 4);
-    }
-    if let Some(prefix) = &cfg.send_log {
-        let path = outputs::send_log_path(prefix, rank);
-        let mut text = String::from("seconds,bytes\n");
-        run.sync.send_log().iter().for_each(|(t, b)| text.push_str(&format!("{t:.6},{b}\n")));
-        collectives::agree(comm, std::fs::write(&path, text).with_context(|| format!("cannot write the send log {path}")))?;
-        // The inbound link's log beside it, where the mode models the receiver's link.
-        let received = run.sync.receive_log();
-        let written = if received.is_empty() {
-            Ok(())
+    /// One mini-batch step of this rank (with the mode's `before_step` and the emulated compute).
+    fn step(&mut self, r: &mut Replica) {
+        let cfg = self.cfg;
+        let (b, local_n) = (cfg.batch_size, r.perm.len());
+        let s = self.pos.step_in_epoch;
+        // --balance: a slowed rank takes the first examples of its full mini-batch's share.
+        let this_round = self.pos.round + 1;
+        let bk = if cfg.balance { self.step_pacer.balanced_batch(b, this_round) } else { b };
+        r.batch.clear();
+        r.batch.extend((0..bk).map(|k| r.perm[(s * b + k) % local_n]));
+        if let Err(e) = self.sync.before_step(&mut r.params, self.pos.round) {
+            comm::abort_job(&format!("{e:#}"), 4);
+        }
+        let lr = schedule::step_size(cfg.lr_schedule, cfg.lr, cfg.lambda, cfg.lr_decay, self.pos.global_step, self.pos.epoch, b);
+        // --balance: a smaller mini-batch takes a proportionally smaller step (the linear
+        // scaling rule), so averaging the replicas weighs each rank's step by the examples it
+        // saw, as Hop does, and a slowed rank's noisier gradient moves it less.
+        let lr = lr * bk as f32 / b as f32;
+        let t0 = Instant::now();
+        let loss = if cfg.consensus_only {
+            0.0
         } else {
-            let path = outputs::receive_log_path(prefix, rank);
-            let mut text = String::from("seconds,bytes\n");
-            received.iter().for_each(|(t, b)| text.push_str(&format!("{t:.6},{b}\n")));
-            std::fs::write(&path, text).with_context(|| format!("cannot write the receive log {path}"))
+            self.optimizer.step(self.model.as_ref(), &mut r.params, &self.shards.train, &r.batch, lr, &mut r.scratch)
         };
-        collectives::agree(comm, written)?;
+        let dt = t0.elapsed().as_secs_f64();
+        self.clock.compute += dt;
+        if !loss.is_finite() {
+            comm::abort_job(
+                &format!(
+                    "training diverged at epoch {} step {} (mini-batch loss {loss}); try a smaller --lr (now {})",
+                    self.pos.epoch, self.pos.global_step, cfg.lr
+                ),
+                3,
+            );
+        }
+        self.step_pacer.after_step(t0, dt, this_round, bk as f64 / b as f64);
+        self.pos.step_in_epoch += 1;
+        self.pos.global_step += 1;
     }
-    let final_model_seconds = final_start.elapsed().as_secs_f64();
-    let final_eval_start = Instant::now();
-    let kind = run.model.metric_kind();
-    // A model with non-finite values is never saved or reported as a result (the mini-batch
-    // loss check cannot see a last step that overflowed). Every rank holds the same final model.
-    if let Some(i) = params.iter().position(|w| !w.is_finite()) {
-        anyhow::bail!(
-            "training diverged: the final model has a non-finite parameter ({} at index {i}); nothing was saved; try a smaller --lr (now {})",
-            params[i],
-            cfg.lr
-        );
+
+    /// The end of a round: the mode's sync, the evaluation and checkpoint cadences and the stop
+    /// vote. Some when the loop ends here.
+    fn end_of_round(&mut self, r: &mut Replica, epoch_rng: [u64; 4], stop_vote: &mut comm::preempt::StopVote) -> anyhow::Result<Option<Ending>> {
+        let cfg = self.cfg;
+        self.pos.round += 1;
+        let rank = self.comm.rank() as usize;
+        if self.fault_panic == Some((rank, self.pos.round)) {
+            panic!("fault injection: --fault-panic {rank}:{}", self.pos.round);
+        }
+        if let Err(e) = self.optimizer.hand_over(self.sync.as_mut()).and_then(|_| self.sync.sync(&mut r.params, self.pos.round)) {
+            comm::abort_job(&format!("{e:#}"), 4);
+        }
+        let epoch = self.epoch_fraction();
+        self.progress.tick(self.pos.round, epoch);
+        if cfg.eval_every > 0 && self.pos.round % cfg.eval_every as u64 == 0 {
+            self.mark_evaluation(&mut r.params)?;
+        }
+        let last = Some(self.pos.round) == cfg.max_rounds || (cfg.stop_at_target && self.reached.is_some());
+        let stop = match stop_vote.stop_after(self.pos.round) {
+            Ok(s) => s,
+            Err(e) => comm::abort_job(&format!("{e:#}"), 4),
+        };
+        if cfg.checkpoint_every > 0 && self.pos.round % cfg.checkpoint_every == 0 || last || stop {
+            self.checkpoint(&mut r.params, epoch_rng, r.rng.state())?;
+        }
+        if !(last || stop) {
+            return Ok(None);
+        }
+        if stop && rank == 0 {
+            eprintln!(
+                "asap-train: stopping at round {} on SIGTERM/SIGUSR1{}",
+                self.pos.round,
+                if cfg.checkpoint_dir.is_some() { "; checkpoint written, continue with --resume or --auto-resume" } else { " (no --checkpoint-dir: the work so far is not kept)" }
+            );
+        }
+        Ok(Some(Ending { stopped_early: true, preempted: stop }))
     }
-    // The final model, each rank's own model, the counters and the mode metrics: one batch.
-    let local_counters = run.local_counters();
-    let mode_metrics = run.sync.metrics();
-    let point = eval::PointInput {
-        replica: &params,
-        part: None,
-        own: run.own_models_differ().then_some(&own[..]),
-        counters: &local_counters,
-        metrics: &mode_metrics,
-        train_seconds,
-    };
-    let own_ranks = run.own_ranks();
-    let r = eval::evaluate_batch(comm, run.model.as_ref(), vec![point], &run.shards.train, run.shards.test.as_ref(), &own_ranks)
-        .pop()
-        .expect("one result per point");
-    let (final_eval, per_rank) = (r.eval, r.own);
-    if !final_eval.objective.is_finite() {
-        anyhow::bail!("training diverged: the final objective is {}; nothing was saved; try a smaller --lr (now {})", final_eval.objective, cfg.lr);
+
+    /// The finish (collective): the last checkpoint and evaluations, the mode's final model, its
+    /// evaluation, the summary (metrics line, rank 0's print) and the saved model.
+    fn finish(mut self, mut r: Replica, ending: Ending) -> anyhow::Result<Outcome> {
+        let cfg = self.cfg;
+        if !ending.stopped_early && cfg.checkpoint_every > 0 {
+            self.checkpoint(&mut r.params, r.rng.state(), r.rng.state())?;
+        }
+        self.quiesce(&mut r.params);
+        self.evaluate_pending()?;
+        self.progress.finish();
+        let train_seconds = self.train_seconds();
+        let (own, final_model_seconds) = self.final_model(&mut r.params)?;
+        let final_eval_start = Instant::now();
+        let result = self.final_evaluation(&r.params, &own, train_seconds)?;
+        let phases = self.phases(self.load_seconds, self.setup_seconds, train_seconds, final_eval_start.elapsed(), final_model_seconds);
+        let final_eval = result.eval.clone();
+        let summary = self.summary(result, train_seconds, phases, ending);
+        let summary_json = summary.to_json()?;
+        self.write_metrics(&summary_json);
+        phases::mark_summary();
+        let saved = self.print_and_save(&summary, &summary_json, &r.params, ending.preempted);
+        // The model file is written by rank 0 alone; nobody leaves before it is done or failed.
+        collectives::agree(self.comm, saved)?;
+        Ok(Outcome { final_eval, rounds: self.pos.round, train_seconds, time_to_target: self.reached.map(|r| r.0), preempted: ending.preempted })
     }
-    let counters = Run::counters_json(&r.counters_mean, &r.counters_max);
-    let extra = r.metrics;
-    let examples_per_rank = run.pos.global_step as f64 * b as f64;
-    let phases = run.phases(load_seconds, setup_seconds, train_seconds, final_eval_start.elapsed(), final_model_seconds);
-    let summary = json!({
-        "event": "summary",
-        "ranks": n,
-        "sync": run.sync.name(),
-        "epochs": run.epoch_fraction(),
-        "rounds": run.pos.round,
-        "stopped_early": stopped_early,
-        "preempted": preempted,
-        "load_seconds": load_seconds,
-        "train_seconds": train_seconds,
-        "wall_seconds": t_start.elapsed().as_secs_f64(),
-        "examples_per_second_per_rank": examples_per_rank / train_seconds.max(1e-9),
-        "objective": final_eval.objective,
-        // What the objective is, where "mean training loss + L2" would not say it (MF).
-        "objective_definition": Some(run.model.objective_definition()).filter(|d| !d.is_empty()),
-        "metric": kind,
-        "final_metric": final_eval.metric,
-        "train_metric": final_eval.train_metric,
-        "held_out": run.shards.test.is_some(),
-        "per_rank_metric": per_rank,
-        "per_rank_metric_ranks": own_ranks,
-        "target": cfg.target,
-        "target_on": cfg.target_on,
-        "time_to_target": run.reached.map(|r| json!({"train_seconds": r.0, "round": r.1, "epoch": r.2})),
-        "counters": counters,
-        "sync_metrics": extra,
-        "phases": phases,
-        "emulation": run.emulation_summary(&r.counters_mean, &r.counters_max, train_seconds, &extra),
-        // The last evaluation's round and metric, so the summary can say why the final model
-        // scores otherwise at the same round (null when nothing was evaluated).
-        "last_evaluation": (run.last_eval_round > 0).then(|| json!({"round": run.last_eval_round, "metric": run.last_eval.metric})),
-    });
-    run.write_metrics(&summary);
-    phases::mark_summary();
-    let mut saved = Ok(());
-    // What a saved model needs to predict on its own (the labels are a collective).
-    let extras = cfg.save_model.as_ref().filter(|_| !preempted).map(|_| model_file::Extras {
-        scaling: run.shards.scaling.clone(),
-        class_labels: setup::output_labels(run.model.spec(), &run.shards.train, comm),
-        label_threshold: cfg.label_threshold,
-    });
-    if rank0 {
-        print_summary(&summary, kind);
-        if let (Some(path), Some(extras)) = (cfg.save_model.as_ref(), &extras) {
-            saved = model_file::save(path, run.model.as_ref(), &params, extras, &serde_json::to_string(cfg)?, &summary.to_string())
-                .with_context(|| "cannot save the final model (--save-model)");
-            if saved.is_ok() {
-                eprintln!("asap-train: final model written to {path}");
-            }
+
+    /// The final model: what the mode defines (the average of the replicas, or the servers'
+    /// model), into `params`; writes the send log. Returns this rank's own replica and the
+    /// seconds it took.
+    fn final_model(&mut self, params: &mut Vec<f32>) -> anyhow::Result<(Vec<f32>, f64)> {
+        let final_start = Instant::now();
+        let own = params.clone();
+        if let Err(e) = self.sync.finish(params) {
+            comm::abort_job(&format!("{e:#}"), 4);
+        }
+        if let Some(prefix) = &self.cfg.send_log {
+            let path = outputs::send_log_path(prefix, self.comm.rank() as usize);
+            let mut text = String::from("seconds,bytes\n");
+            self.sync.send_log().iter().for_each(|(t, b)| text.push_str(&format!("{t:.6},{b}\n")));
+            collectives::agree(self.comm, std::fs::write(&path, text).with_context(|| format!("cannot write the send log {path}")))?;
+            // The inbound link's log beside it, where the mode models the receiver's link.
+            let received = self.sync.receive_log();
+            let written = if received.is_empty() {
+                Ok(())
+            } else {
+                let path = outputs::receive_log_path(prefix, self.comm.rank() as usize);
+                let mut text = String::from("seconds,bytes\n");
+                received.iter().for_each(|(t, b)| text.push_str(&format!("{t:.6},{b}\n")));
+                std::fs::write(&path, text).with_context(|| format!("cannot write the receive log {path}"))
+            };
+            collectives::agree(self.comm, written)?;
+        }
+        Ok((own, final_start.elapsed().as_secs_f64()))
+    }
+
+    /// The final model, each rank's own model, the counters and the mode metrics, evaluated in
+    /// one batch. A model with non-finite values is never saved or reported as a result (the
+    /// mini-batch loss check cannot see a last step that overflowed).
+    fn final_evaluation(&self, params: &[f32], own: &[f32], train_seconds: f64) -> anyhow::Result<eval::PointResult> {
+        // Every rank holds the same final model.
+        if let Some(i) = params.iter().position(|w| !w.is_finite()) {
+            anyhow::bail!(
+                "training diverged: the final model has a non-finite parameter ({} at index {i}); nothing was saved; try a smaller --lr (now {})",
+                params[i],
+                self.cfg.lr
+            );
+        }
+        let local_counters = self.local_counters();
+        let mode_metrics = self.sync.metrics();
+        let point = eval::PointInput {
+            replica: params,
+            part: None,
+            own: self.own_models_differ().then_some(own),
+            counters: &local_counters,
+            metrics: &mode_metrics,
+            train_seconds,
+        };
+        let own_ranks = self.own_ranks();
+        let r = eval::evaluate_batch(self.comm, self.model.as_ref(), vec![point], &self.shards.train, self.shards.test.as_ref(), &own_ranks)
+            .pop()
+            .expect("one result per point");
+        if !r.eval.objective.is_finite() {
+            anyhow::bail!("training diverged: the final objective is {}; nothing was saved; try a smaller --lr (now {})", r.eval.objective, self.cfg.lr);
+        }
+        Ok(r)
+    }
+
+    /// The summary of the run, from the final evaluation `r`.
+    fn summary(&self, r: eval::PointResult, train_seconds: f64, phases: phases::Phases, ending: Ending) -> summary::Summary {
+        let cfg = self.cfg;
+        let n = self.comm.size() as usize;
+        let examples_per_rank = self.pos.global_step as f64 * cfg.batch_size as f64;
+        let emulation = cfg
+            .emulate_compute
+            .map(|ms| summary::EmulationSummary::new(ms, n, self.pos.round, &r.counters_mean, &r.counters_max, self.cpu_wall_start.elapsed().as_secs_f64().max(train_seconds), &r.metrics));
+        summary::Summary {
+            event: "summary",
+            ranks: n,
+            sync: self.sync.name(),
+            epochs: self.epoch_fraction(),
+            rounds: self.pos.round,
+            stopped_early: ending.stopped_early,
+            preempted: ending.preempted,
+            load_seconds: self.load_seconds,
+            train_seconds,
+            wall_seconds: self.started.elapsed().as_secs_f64(),
+            examples_per_second_per_rank: examples_per_rank / train_seconds.max(1e-9),
+            objective: r.eval.objective,
+            objective_definition: Some(self.model.objective_definition()).filter(|d| !d.is_empty()),
+            metric: self.model.metric_kind(),
+            final_metric: r.eval.metric,
+            train_metric: r.eval.train_metric,
+            held_out: self.shards.test.is_some(),
+            per_rank_metric: r.own,
+            per_rank_metric_ranks: self.own_ranks(),
+            target: cfg.target,
+            target_on: cfg.target_on,
+            time_to_target: self.reached.map(|(train_seconds, round, epoch)| summary::TimeToTarget { train_seconds, round, epoch }),
+            counters: summary::counters(&r.counters_mean, &r.counters_max),
+            sync_metrics: r.metrics,
+            phases,
+            emulation,
+            last_evaluation: (self.last_eval_round > 0).then_some(summary::LastEvaluation { round: self.last_eval_round, metric: self.last_eval.metric }),
         }
     }
-    // The model file is written by rank 0 alone; nobody leaves before it is done or failed.
-    collectives::agree(comm, saved)?;
-    Ok(Summary { final_eval, rounds: run.pos.round, train_seconds, time_to_target: run.reached.map(|r| r.0), preempted })
+
+    /// Rank 0 prints the summary and writes the final model (`--save-model`, not after a
+    /// signal); what a saved model needs to predict on its own is gathered on every rank (the
+    /// labels are a collective). The result is rank 0's, to be agreed on.
+    fn print_and_save(&self, summary: &summary::Summary, summary_json: &serde_json::Value, params: &[f32], preempted: bool) -> anyhow::Result<()> {
+        let cfg = self.cfg;
+        let extras = cfg.save_model.as_ref().filter(|_| !preempted).map(|_| model_file::Extras {
+            scaling: self.shards.scaling.clone(),
+            class_labels: setup::output_labels(self.model.spec(), &self.shards.train, self.comm),
+            label_threshold: cfg.label_threshold,
+        });
+        if self.comm.rank() != 0 {
+            return Ok(());
+        }
+        summary.print();
+        if let (Some(path), Some(extras)) = (cfg.save_model.as_ref(), &extras) {
+            model_file::save(path, self.model.as_ref(), params, extras, &serde_json::to_string(cfg)?, &summary_json.to_string())
+                .with_context(|| "cannot save the final model (--save-model)")?;
+            eprintln!("asap-train: final model written to {path}");
+        }
+        Ok(())
+    }
 }
 
 /// The same value as `serde_json::to_value`, but with every `f32` written by its shortest
 /// decimal form (1e-5, not 9.999999747378752e-6, which `to_value` gives by widening to f64).
 fn json_value<T: serde::Serialize>(v: &T) -> anyhow::Result<serde_json::Value> {
     Ok(serde_json::from_str(&serde_json::to_string(v)?)?)
-}
-
-/// Rank 0's summary: at most 9 lines (the line budget of a default run is 25, docs/training.md).
-fn print_summary(s: &serde_json::Value, kind: MetricKind) {
-    let c = &s["counters"];
-    let mm = |k: &str| (c[k]["mean"].as_f64().unwrap_or(0.0), c[k]["max"].as_f64().unwrap_or(0.0));
-    let (comp, comp_max) = mm("compute_seconds");
-    let (comm_s, comm_max) = mm("comm_seconds");
-    let (wait, wait_max) = mm("wait_seconds");
-    let (sent, sent_max) = mm("bytes_sent");
-    let (recv, recv_max) = mm("bytes_received");
-    let f = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
-    let held_out = s["held_out"].as_bool() == Some(true);
-    let ranks = s["ranks"].as_u64().unwrap_or(0);
-    println!("== asap-train summary ({ranks} rank{}, sync {}) ==", if ranks == 1 { "" } else { "s" }, s["sync"].as_str().unwrap_or("?"));
-    println!("epochs {:.2}, rounds {}{}, {:.0} examples/s per rank in training", f("epochs"), s["rounds"], if s["preempted"] == json!(true) {
-        " (stopped by a signal)"
-    } else if s["stopped_early"] == json!(true) {
-        " (stopped by --max-rounds or --stop-at-target)"
-    } else {
-        ""
-    }, f("examples_per_second_per_rank"));
-    // The program's wall time is printed once, after MPI_Finalize (phases::teardown_line).
-    if let Ok(p) = serde_json::from_value::<phases::Phases>(s["phases"].clone()) {
-        println!("{}", p.line());
-    }
-    println!("per rank (mean / max): compute {comp:.2} / {comp_max:.2} s, communication {comm_s:.2} / {comm_max:.2} s, waiting {wait:.2} / {wait_max:.2} s");
-    println!("bytes per rank (mean / max): sent {} / {}, received {} / {}", human(sent), human(sent_max), human(recv), human(recv_max));
-    let metric = f("final_metric");
-    if let Some(d) = s["objective_definition"].as_str() {
-        println!("objective: {d}");
-    }
-    if held_out {
-        println!("final objective {:.6}, held-out {} (final model), training {}", f("objective"), fmt_metric(kind, metric), fmt_metric(kind, f("train_metric")));
-    } else {
-        println!("final objective {:.6}, training {} (final model; no held-out set)", f("objective"), fmt_metric(kind, metric));
-    }
-    let last = &s["last_evaluation"];
-    if let (Some(round), Some(m)) = (last["round"].as_u64(), last["metric"].as_f64()) {
-        if Some(round) == s["rounds"].as_u64() && fmt_metric(kind, m) != fmt_metric(kind, metric) {
-            println!(
-                "(the round-{round} evaluation scored {} on the average of the replicas then; the final model is what --sync {} builds after the last round, with the updates still in flight applied)",
-                fmt_metric(kind, m), s["sync"].as_str().unwrap_or("?")
-            );
-        }
-    }
-    if let Some(v) = s["per_rank_metric"].as_array().filter(|v| !v.is_empty()) {
-        let xs: Vec<f64> = v.iter().filter_map(|x| x.as_f64()).collect();
-        let lo = xs.iter().cloned().fold(f64::INFINITY, f64::min);
-        let hi = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        if xs.len() as u64 == s["ranks"].as_u64().unwrap_or(0) {
-            println!("each rank's own model: {} .. {}", fmt_metric(kind, lo), fmt_metric(kind, hi));
-        } else {
-            println!(
-                "own models of {} of {} ranks (evenly spaced, --own-models; 0 scores every rank): {} .. {}",
-                xs.len(), s["ranks"], fmt_metric(kind, lo), fmt_metric(kind, hi)
-            );
-        }
-    }
-    let e = &s["emulation"];
-    if let Some(ms) = e["declared_step_ms"].as_f64() {
-        let ok = e["valid"].as_bool() == Some(true);
-        println!(
-            "emulated cluster ({ms} ms steps): {}: worst rank broke {:.2} % of its steps and drifted {:+.2} %, {} link overruns, CPU {:.0} % of {} cores",
-            if ok { "valid" } else { "INVALID (over 1 %: this machine could not keep up; use fewer ranks or longer steps)" },
-            100.0 * e["worst_rank_broken_fraction"].as_f64().unwrap_or(0.0),
-            100.0 * e["worst_rank_drift"].as_f64().unwrap_or(0.0),
-            e["link_overruns"],
-            100.0 * e["cpu_utilisation"].as_f64().unwrap_or(0.0),
-            e["cores"]
-        );
-    }
-    if let Some(t) = s["target"].as_f64() {
-        let on = s["target_on"].as_str().unwrap_or("averaged");
-        match s["time_to_target"].as_object() {
-            Some(r) => println!("target {t} ({on}) reached after {:.2} s of training (round {}, epoch {:.2})",
-                r["train_seconds"].as_f64().unwrap_or(0.0), r["round"], r["epoch"].as_f64().unwrap_or(0.0)),
-            None => println!("target {t} ({on}) not reached"),
-        }
-    }
-}
-
-fn human(bytes: f64) -> String {
-    match bytes {
-        b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
-        b if b >= 1e6 => format!("{:.2} MB", b / 1e6),
-        b if b >= 1e3 => format!("{:.1} kB", b / 1e3),
-        b => format!("{b:.0} B"),
-    }
 }

@@ -1,0 +1,57 @@
+//! What the parameter-server modes share, apart from any one mode's protocol:
+//! - the row codec ([`rows`]): sparse rows in single or half precision, as ssp, bosen and async
+//!   send them;
+//! - the shards ([`shards`]): which rows each rank serves (ssp, bosen, lda);
+//! - the serve loop ([`serve_until`]): a rank that waits keeps serving the others (ssp, bosen,
+//!   async, gaia), with one back-off and one timeout.
+
+pub mod rows;
+pub mod shards;
+
+use std::time::{Duration, Instant};
+
+use crate::comm::backoff::Backoff;
+
+/// Serves (`serve`) until `done` holds: once first, then after each pause of `backoff`. A rank
+/// that waits for a parameter server must keep serving the ranks that wait for it, or two ranks
+/// waiting for each other would both stop. After `limit` fails with `timed_out(state, waited)`,
+/// which names what was missing. Returns the time it waited (the mode counts it as waiting).
+pub fn serve_until<S: ?Sized>(
+    state: &mut S,
+    limit: Duration,
+    mut backoff: Backoff,
+    mut serve: impl FnMut(&mut S) -> anyhow::Result<()>,
+    done: impl Fn(&S) -> bool,
+    timed_out: impl Fn(&S, Duration) -> anyhow::Error,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    serve(state)?;
+    while !done(state) {
+        if start.elapsed() > limit {
+            return Err(timed_out(state, start.elapsed()));
+        }
+        backoff.pause();
+        serve(state)?;
+    }
+    Ok(start.elapsed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serves_until_done_and_names_what_is_missing_after_the_limit() {
+        let mut served = 0u32;
+        let waited = serve_until(&mut served, Duration::from_secs(5), Backoff::default(), |s| Ok(*s += 1), |s| *s >= 3, |_, _| anyhow::anyhow!("never")).unwrap();
+        assert_eq!(served, 3, "served once before the first check and once after each pause");
+        assert!(waited < Duration::from_secs(5));
+        let mut served = 0u32;
+        let err = serve_until(&mut served, Duration::from_millis(20), Backoff::default(), |s| Ok(*s += 1), |_| false, |s, w| anyhow::anyhow!("waited {w:?} after {s} serves"))
+            .unwrap_err();
+        assert!(err.to_string().starts_with("waited") && served > 1, "{err}");
+        // A failing serve ends the wait with its error.
+        let err = serve_until(&mut 0u32, Duration::from_secs(5), Backoff::default(), |_| anyhow::bail!("bad message"), |_| false, |_, _| anyhow::anyhow!("timeout"));
+        assert_eq!(err.unwrap_err().to_string(), "bad message");
+    }
+}
