@@ -9,6 +9,15 @@ fn t10k() -> String {
     format!("{FASHION}/t10k-images-idx3-ubyte.gz")
 }
 
+/// A `--send-log` CSV (`seconds,bytes` per message) as (seconds, bytes) pairs.
+fn read_log(path: &std::path::Path) -> Vec<(f64, u64)> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines().skip(1).map(|l| {
+        let (t, b) = l.split_once(',').unwrap();
+        (t.parse().unwrap(), b.parse().unwrap())
+    }).collect()
+}
+
 fn emulation(sm: &serde_json::Value) -> &serde_json::Value {
     let e = &sm["emulation"];
     assert!(e.is_object(), "the summary has an emulation block: {sm}");
@@ -70,13 +79,7 @@ fn per_rank_links_hold_the_slower_end_over_every_window() {
     let args = ["train", "--data", &t10k(), "--sync", "asap", "--graph", "ring", "--epochs", "1", "--max-rounds", "80",
         "--emulate-bandwidth", "80,0:8", "--metrics", s(&m), "--send-log", s(&log)];
     mpirun(2, &args, 180).expect_ok();
-    let read = |r: usize| -> Vec<(f64, u64)> {
-        let text = std::fs::read_to_string(dir.join(format!("sends.rank{r}.csv"))).unwrap();
-        text.lines().skip(1).map(|l| {
-            let (t, b) = l.split_once(',').unwrap();
-            (t.parse().unwrap(), b.parse().unwrap())
-        }).collect()
-    };
+    let read = |r: usize| read_log(&dir.join(format!("sends.rank{r}.csv")));
     // Bytes in the fullest 1 s window (windows starting at a send).
     let peak = |log: &[(f64, u64)]| asap_train::comm::pace::peak_rate(log, 1.0);
     for r in 0..2 {
@@ -105,11 +108,7 @@ fn a_slow_receiver_link_is_shared_by_its_senders() {
     let args = ["train", "--data", &t10k(), "--sync", "async", "--epochs", "1", "--max-rounds", "40",
         "--emulate-bandwidth", "80,0:8", "--metrics", s(&m), "--send-log", s(&log)];
     mpirun(4, &args, 240).expect_ok();
-    let text = std::fs::read_to_string(dir.join("sends.receives.rank0.csv")).expect("rank 0's receive log");
-    let l: Vec<(f64, u64)> = text.lines().skip(1).map(|l| {
-        let (t, b) = l.split_once(',').unwrap();
-        (t.parse().unwrap(), b.parse().unwrap())
-    }).collect();
+    let l = read_log(&dir.join("sends.receives.rank0.csv"));
     assert!(l.len() >= 40, "rank 0 took in a result per round and worker: {} messages", l.len());
     let span = l.last().unwrap().0 - l[0].0;
     assert!(span > 1.5, "the run must span a few windows ({span:.2} s)");
@@ -132,11 +131,7 @@ fn many_in_neighbours_share_the_receiver_link_under_asap() {
     let args = ["train", "--data", &t10k(), "--sync", "asap", "--graph", "star", "--epochs", "1", "--max-rounds", "30",
         "--emulate-bandwidth", "80,0:8", "--metrics", s(&m), "--send-log", s(&log)];
     mpirun(4, &args, 240).expect_ok();
-    let text = std::fs::read_to_string(dir.join("sends.receives.rank0.csv")).expect("rank 0's receive log");
-    let l: Vec<(f64, u64)> = text.lines().skip(1).map(|l| {
-        let (t, b) = l.split_once(',').unwrap();
-        (t.parse().unwrap(), b.parse().unwrap())
-    }).collect();
+    let l = read_log(&dir.join("sends.receives.rank0.csv"));
     assert_eq!(l.len(), 90, "rank 0 took in one message per round from each of its 3 in-neighbours");
     let msg = l.iter().map(|x| x.1).max().unwrap() as f64;
     let peak = asap_train::comm::pace::peak_rate(&l, 1.0);
