@@ -125,6 +125,15 @@ fn bad_options_raise_on_every_rank() {
     }
 }
 
+/// `emulate_bandwidth=` paces a reducer's sends as the binary's `--emulate-bandwidth` does (per-rank
+/// links, the slower end's rate), and a table's; bad link options raise on every rank.
+#[test]
+fn emulated_links_pace_the_reducer() {
+    if !skip_under_mpich() {
+        check(2, "emulated");
+    }
+}
+
 #[test]
 fn an_uncaught_bad_option_ends_the_job_without_a_hang() {
     if skip_under_mpich() {
