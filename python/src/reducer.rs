@@ -91,11 +91,14 @@ fn reducer_config(flags: &[String]) -> anyhow::Result<TrainConfig> {
     Ok(cfg)
 }
 
+/// `SyncContext`'s `emulate` (this rank's Mbit/s and latency) and `links` (every rank's).
+pub(crate) type EmulatedLinks = (Option<(f64, Duration)>, Option<Links>);
+
 /// `emulate_bandwidth=` / `emulate_latency=` (the binary's `--emulate-bandwidth`,
 /// `--emulate-latency`): every rank's emulated link and this rank's (Mbit/s, latency), filled in
 /// as the binary's training loop fills them (`train::emulated_links`), so the modes pace their
 /// sends exactly as they do there. (None, None) without them.
-pub(crate) fn emulated_links(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<(Option<(f64, Duration)>, Option<Links>)> {
+pub(crate) fn emulated_links(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<EmulatedLinks> {
     let links = asap_train::train::emulated_links(cfg, comm.size() as usize)?;
     let rank = comm.rank() as usize;
     Ok((links.as_ref().map(|l| (l.bytes_per_second[rank] * 8.0 / 1e6, l.latency[rank])), links))
