@@ -2,6 +2,7 @@
 #   make run    install what is missing, build, train the built-in default on 4 ranks
 #   make test   install what is missing, build, run the whole test suite
 #   make python build the Python package asap_train into .venv-python (docs/python.md)
+#   make torch  opt-in: torch and asap_train into .venv-torch; make test-torch runs its example
 SHELL := /bin/bash
 NP ?= 4
 ARGS ?=
@@ -25,7 +26,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 
-.PHONY: all deps build run test bench clean test-mpich test-mpich-subset datasets report python
+.PHONY: all deps build run test bench clean test-mpich test-mpich-subset datasets report python torch test-torch
 
 all: build
 
@@ -59,6 +60,25 @@ python: deps
 	cd python && VIRTUAL_ENV=$(abspath $(PYTHON_VENV)) PATH=$(abspath $(PYTHON_VENV))/bin:$$PATH \
 		maturin develop --release --locked
 	$(PYTHON_VENV)/bin/python -c 'import asap_train, numpy; print("asap_train", asap_train.__file__, "numpy", numpy.__version__)'
+
+# Opt-in, never part of `make test`: torch from PyPI (its Linux wheel is the CUDA build, about
+# 5 GB with its NVIDIA libraries; it runs on the CPU) in a venv of its own, .venv-torch, so that
+# .venv-python stays numpy-only. asap_train is the one `make python` built: both venvs are made
+# from the same interpreter, and `maturin develop` installs the package editable (a .pth naming
+# python/, where the extension is), so the same .pth here shares it. (A second `maturin develop`
+# into this venv works too, but pyo3 then rebuilds for each venv in turn: about 1 min each time.)
+# For examples/torch_mlp.py and `make test-torch`.
+TORCH_VENV := .venv-torch
+torch: python
+	@[ -x $(TORCH_VENV)/bin/python ] || $(SYSTEM_PYTHON) -m venv --system-site-packages $(TORCH_VENV)
+	@$(TORCH_VENV)/bin/python -c 'import torch' 2>/dev/null || { df -h $(TORCH_VENV); \
+		$(TORCH_VENV)/bin/pip install -q --disable-pip-version-check torch; }
+	echo $(abspath python) > "$$($(TORCH_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/asap_train.pth"
+	$(TORCH_VENV)/bin/python -c 'import asap_train, torch, torch.distributed as d; assert d.is_gloo_available(); print("asap_train", asap_train.__file__, "torch", torch.__version__)'
+
+# The PyTorch example against DDP (tests/python.rs, ignored by `make test`).
+test-torch: torch
+	$(CARGO) test --release --locked --test python -- --ignored --test-threads=1 torch
 
 # A failing Open MPI target does not skip the MPICH subset: both run, and the target fails at
 # the end if either did (naming which).

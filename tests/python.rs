@@ -34,13 +34,18 @@ fn skip_under_mpich() -> bool {
 /// `LAUNCHER -n N .venv-python/bin/python ARGS` with the environment Open MPI needs here, killed
 /// after `limit_s` seconds with every process of the job.
 fn mpirun_python(n: usize, args: &[&str], env: &[(&str, &str)], limit_s: u64) -> Job {
+    mpirun_interpreter(&python(), n, args, env, limit_s)
+}
+
+/// `mpirun_python` with another interpreter (.venv-torch's).
+fn mpirun_interpreter(python: &Path, n: usize, args: &[&str], env: &[(&str, &str)], limit_s: u64) -> Job {
     let marker = new_job_marker();
     let mut cmd = Command::new("timeout");
     cmd.env(JOB_MARKER, &marker).args(["-k", "5", &limit_s.to_string(), &launcher(), "-n", &n.to_string()]);
     if launcher_is_open_mpi() {
         cmd.arg("--oversubscribe");
     }
-    cmd.arg(python())
+    cmd.arg(python)
         .args(args)
         .envs(env.iter().copied())
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -117,6 +122,15 @@ fn bad_options_raise_on_every_rank() {
     if !skip_under_mpich() {
         check(8, "bad_options");
         check(2, "wrong_array");
+    }
+}
+
+/// `emulate_bandwidth=` paces a reducer's sends as the binary's `--emulate-bandwidth` does (per-rank
+/// links, the slower end's rate), and a table's; bad link options raise on every rank.
+#[test]
+fn emulated_links_pace_the_reducer() {
+    if !skip_under_mpich() {
+        check(2, "emulated");
     }
 }
 
@@ -259,4 +273,41 @@ fn table_mf_example_reaches_the_binarys_rmse() {
     let binary = common::summary(&metrics)["final_metric"].as_f64().unwrap();
     assert!((python - binary).abs() <= 0.01, "numpy MF on the Table {python}, binary {binary}");
     eprintln!("held-out RMSE: Python on the Table {python:.4}, binary {binary:.4}");
+}
+
+/// The PyTorch example (examples/torch_mlp.py) on 4 ranks, 1 epoch: DDP (torch's gradient
+/// all-reduce over gloo) and the allreduce reducer (model averaging after the step) are the same
+/// algorithm for plain SGD from equal replicas, so torch itself is the oracle for the reducer:
+/// their final models must agree up to float rounding and score the same; asap trains on the
+/// same batches (the same hash) with 0 torn reads. Every way is deterministic (gloo's and our
+/// allreduce sum in a fixed order; NOTIFY-ACK reduces the same models on any schedule), so the
+/// bounds do not depend on the schedule. Opt-in: torch is a 5 GB install, so this test is
+/// ignored by `make test`; `make test-torch` installs torch and runs it.
+#[test]
+#[ignore = "needs torch: `make test-torch` installs it into .venv-torch and runs this test"]
+fn torch_example_matches_ddp() {
+    if skip_under_mpich() {
+        return;
+    }
+    let py = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-torch/bin/python");
+    assert!(py.exists(), "{} is missing: run `make test-torch` (it runs `make torch` first)", py.display());
+    let script = repo("examples/torch_mlp.py");
+    let job = mpirun_interpreter(&py, 4, &[&script, "--sync", "ddp,allreduce,asap", "--epochs", "1"], &[], 600).expect_ok();
+    let summary = |way: &str| -> (f64, String, String) {
+        let line = job.stdout.lines().find(|l| l.starts_with(&format!("{way:<9} summary")));
+        let line = line.unwrap_or_else(|| panic!("no {way} summary:\n{}\n{}", job.stdout, job.stderr));
+        let after = |key: &str| line.split(key).nth(1).unwrap().split([',', ' ']).find(|w| !w.is_empty()).unwrap().to_string();
+        (after("test accuracy").parse().unwrap(), after("batches sha256"), line.to_string())
+    };
+    let (ddp, ddp_batches, _) = summary("ddp");
+    let (allreduce, allreduce_batches, _) = summary("allreduce");
+    let (asap, asap_batches, asap_line) = summary("asap");
+    assert!(ddp_batches == allreduce_batches && ddp_batches == asap_batches, "not the same batches:\n{}", job.stdout);
+    assert!(asap_line.contains("torn 0"), "{asap_line}");
+    let diff = job.stdout.lines().find_map(|l| l.strip_prefix("ddp vs allreduce: final models differ by ")).unwrap();
+    let diff: f64 = diff.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(diff < 1e-4, "DDP and the allreduce reducer diverged beyond float rounding: {diff}\n{}", job.stdout);
+    assert!((ddp - allreduce).abs() <= 0.005, "DDP {ddp}, allreduce reducer {allreduce}");
+    assert!(ddp > 0.75 && asap > 0.75, "one epoch of the MLP should pass 75 %: ddp {ddp}, asap {asap}\n{}", job.stdout);
+    eprintln!("{}", job.stdout);
 }

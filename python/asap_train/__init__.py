@@ -36,6 +36,8 @@ __all__ = [
     "read_metrics",
     "flatten",
     "unflatten",
+    "flatten_module",
+    "unflatten_module",
 ]
 
 barrier = _native.barrier
@@ -135,3 +137,34 @@ def unflatten(flat, shapes):
     if at != flat.size:
         raise ValueError("flat has %d values, the shapes %d" % (flat.size, at))
     return out
+
+
+def flatten_module(module):
+    """One flat float32 vector holding a PyTorch module's parameters, for a Reducer, with no copy
+    from then on: each parameter's data becomes a view of the vector (its values kept), so
+    ``reducer.sync(flat)`` changes the module in place and the optimizer steps write into it.
+    Call it before building the optimizer. torch is imported here only: the package itself does
+    not depend on it (``make torch`` installs it, opt-in)."""
+    import torch
+
+    params = list(module.parameters())
+    for i, p in enumerate(params):
+        if p.dtype != torch.float32 or p.device.type != "cpu":
+            raise TypeError(
+                "parameter %d of %s is %s on %s: the reducer averages float32 on the CPU "
+                "(module.float().cpu() makes it so)" % (i, type(module).__name__, p.dtype, p.device)
+            )
+    flat, shapes = flatten(p.detach().numpy() for p in params)
+    for p, view in zip(params, unflatten(flat, shapes)):
+        p.data = torch.from_numpy(view)  # the view shares flat's memory
+    return flat
+
+
+def unflatten_module(flat, module):
+    """Copies a flat vector (``flatten_module``'s layout: the parameters in ``module.parameters()``
+    order) into a module's parameters, e.g. the average of the replicas into a model to score.
+    Works on anything whose parameters give ``p.detach().numpy()`` (writable, sharing memory)."""
+    params = list(module.parameters())
+    views = unflatten(flat, [tuple(p.shape) for p in params])
+    for p, v in zip(params, views):
+        p.detach().numpy()[...] = v

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use asap_train::comm::collectives;
+use asap_train::comm::pace::Links;
 use asap_train::config::{SyncKind, TrainConfig};
 use asap_train::model::RowLayout;
 use asap_train::sync::{Aggregate, ModeMetric, SyncContext, SyncMode};
@@ -21,8 +22,20 @@ use crate::{json_to_py, text, Error, OptionError};
 /// The options a reducer takes (keys as in config files; flags with '-' for '_'). The others of
 /// `asap-train train` (data, model, step size ...) belong to the binary's training loop, which a
 /// Python user replaces by their own.
-const REDUCER_OPTIONS: &[&str] =
-    &["sync", "seed", "wait_timeout", "graph", "notify", "overlap", "deadline", "staleness", "bandwidth_mbps", "priority"];
+const REDUCER_OPTIONS: &[&str] = &[
+    "sync",
+    "seed",
+    "wait_timeout",
+    "graph",
+    "notify",
+    "overlap",
+    "deadline",
+    "staleness",
+    "bandwidth_mbps",
+    "priority",
+    "emulate_bandwidth",
+    "emulate_latency",
+];
 
 thread_local! {
     /// Every reducer's sync mode, in creation order (the same on every rank), so that the
@@ -76,6 +89,19 @@ fn reducer_config(flags: &[String]) -> anyhow::Result<TrainConfig> {
         serde_json::to_value(cfg.sync)?.as_str().unwrap_or_default()
     );
     Ok(cfg)
+}
+
+/// `SyncContext`'s `emulate` (this rank's Mbit/s and latency) and `links` (every rank's).
+pub(crate) type EmulatedLinks = (Option<(f64, Duration)>, Option<Links>);
+
+/// `emulate_bandwidth=` / `emulate_latency=` (the binary's `--emulate-bandwidth`,
+/// `--emulate-latency`): every rank's emulated link and this rank's (Mbit/s, latency), filled in
+/// as the binary's training loop fills them (`train::emulated_links`), so the modes pace their
+/// sends exactly as they do there. (None, None) without them.
+pub(crate) fn emulated_links(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<EmulatedLinks> {
+    let links = asap_train::train::emulated_links(cfg, comm.size() as usize)?;
+    let rank = comm.rank() as usize;
+    Ok((links.as_ref().map(|l| (l.bytes_per_second[rank] * 8.0 / 1e6, l.latency[rank])), links))
 }
 
 /// A clap error as one message without the "--help" hint (there is no help to ask for here).
@@ -294,14 +320,15 @@ impl Reducer {
         let flags = kwargs_to_flags(sync, options)?;
         let cfg = agree(&comm, reducer_config(&flags)).map_err(OptionError::new_err)?;
         let layout = layout(init.len(), row_len)?;
+        let (emulate, links) = agree(&comm, emulated_links(&cfg, &comm)).map_err(OptionError::new_err)?;
         let ctx = SyncContext {
             comm: &comm,
             layout,
             wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
             stop_sending_after: None,
             seed: cfg.seed,
-            emulate: None,
-            links: None,
+            emulate,
+            links,
             record_sends: false,
             rounds_per_epoch: 1,
         };

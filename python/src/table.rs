@@ -20,12 +20,24 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::reducer::{agree, global_stats_dict, kwargs_to_flags, parse_flags, release, stats_dict, Snapshot, MODES};
+use crate::reducer::{agree, emulated_links, global_stats_dict, kwargs_to_flags, parse_flags, release, stats_dict, Snapshot, MODES};
 use crate::{json_to_py, text, Error, OptionError};
 
 /// The options a table takes: ssp's and bosen's (keys as in config files).
-const TABLE_OPTIONS: &[&str] =
-    &["sync", "seed", "wait_timeout", "staleness", "apply", "bandwidth_mbps", "priority", "queue_size", "fp16", "max_snapshots"];
+const TABLE_OPTIONS: &[&str] = &[
+    "sync",
+    "seed",
+    "wait_timeout",
+    "staleness",
+    "apply",
+    "bandwidth_mbps",
+    "priority",
+    "queue_size",
+    "fp16",
+    "max_snapshots",
+    "emulate_bandwidth",
+    "emulate_latency",
+];
 
 /// A table of `rows` x `row_len` float32 values sharded over the ranks (each rank serves a block
 /// of rows), read and updated under bounded staleness.
@@ -116,14 +128,15 @@ impl Table {
         let comm = SimpleCommunicator::world();
         let flags = kwargs_to_flags(sync, options)?;
         let cfg = agree(&comm, table_config(&flags)).map_err(OptionError::new_err)?;
+        let (emulate, links) = agree(&comm, emulated_links(&cfg, &comm)).map_err(OptionError::new_err)?;
         let ctx = SyncContext {
             comm: &comm,
             layout: RowLayout::uniform(rows, row_len),
             wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
             stop_sending_after: None,
             seed: cfg.seed,
-            emulate: None,
-            links: None,
+            emulate,
+            links,
             record_sends: false,
             rounds_per_epoch: 1,
         };

@@ -8,6 +8,7 @@ through asap_train's excepthook, so the job fails rather than hangs) and prints 
 """
 
 import sys
+import time
 
 import numpy as np
 
@@ -264,9 +265,42 @@ def table_bosen():
     print("table_bosen ok rank %d" % RANK, flush=True)
 
 
+def emulated():
+    """emulate_bandwidth= paces the reducer's sends as --emulate-bandwidth paces the binary's: with
+    rank 0's link at 8 Mbit/s (1e6 bytes/s) and the others' at 80, every message runs at the slower
+    end's rate, so a rank that sent B bytes in its rounds spent at least (B - one message) / 1e6
+    seconds in them (the first message may leave at once). A lower bound on time holds on any
+    schedule: a loaded machine only adds to it. Bad link options raise on every rank."""
+    x = np.full(25_000, float(RANK), np.float32)  # 100 kB messages: 0.1 s each at 1e6 bytes/s
+    for sync, opts in [("asap", {"graph": "ring", "notify": "notify-ack"}), ("allreduce", {})]:
+        r = at.Reducer(x, sync=sync, emulate_bandwidth="80,0:8", **opts)
+        at.barrier()
+        t = time.perf_counter()
+        for _ in range(6):
+            r.sync(x)
+        took = time.perf_counter() - t
+        s = r.stats()
+        r.finish(x)
+        sent = s["bytes_sent"]
+        assert sent >= 6 * 4 * len(x) * (N - 1) / N, (sync, sent)
+        least = (sent - 4 * len(x) - 64) / 1e6
+        assert took >= least, "%s: %d bytes in %.3f s over a 1e6 bytes/s link (at least %.3f s)" % (sync, sent, took, least)
+        if sync == "asap":
+            assert s["torn"] == 0, s
+        assert np.allclose(x, np.float32((N - 1) / 2)), (sync, x[:4])
+        x = np.full(25_000, float(RANK), np.float32)
+    expect_option_error("rank 9 is outside", sync="asap", emulate_bandwidth="1000,9:100")
+    expect_option_error("needs --emulate-bandwidth", sync="allreduce", emulate_latency=5)
+    t = at.Table(8, 4, sync="ssp", staleness=0, apply="plain", emulate_bandwidth=80)
+    t.inc([RANK % 8], np.ones((1, 4), np.float32))
+    t.clock()
+    assert np.allclose(t.finish().sum(), 4 * N)
+    print("emulated ok rank %d" % RANK, flush=True)
+
+
 CHECKS = {
     f.__name__: f
-    for f in [allreduce_exact, notify_ack, push_sum, staleness, budget, graphs, bad_options, uncaught, wrong_array, table_ssp, table_bosen]
+    for f in [allreduce_exact, notify_ack, push_sum, staleness, budget, graphs, bad_options, uncaught, wrong_array, table_ssp, table_bosen, emulated]
 }
 
 if __name__ == "__main__":
