@@ -20,6 +20,9 @@
 //! Consistency stays per message under NOTIFY-ACK (a message is read only after its NOTIFY and
 //! never overwritten before its ACK), and per row it is accounted as the age of each cached row
 //! that entered a reduce (0: it came this round).
+//!
+//! [`EdgeBudget`] is the per-edge state and its arithmetic (testable without MPI);
+//! [`BudgetedEdges`] is the asap variant that runs it over the mailboxes, with the token bucket.
 
 use std::time::Instant;
 
