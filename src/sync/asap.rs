@@ -18,9 +18,9 @@
 //! [`super::edge_budget`].
 //!
 //! Layout, after Bluefog's split of topology, communication primitive and algorithm: the graph
-//! comes from [`crate::graph`]; the transport every variant shares is [`Neighbourhood`] (the
+//! comes from [`crate::graph`]; the transport every variant shares is `Neighbourhood` (the
 //! mailboxes, the pacing, the fault injection and the counters every variant reports); each
-//! variant is one type implementing [`Gossip`] that holds only its own state:
+//! variant is one type implementing `Gossip` that holds only its own state:
 //!
 //! | variant | type | file |
 //! | --- | --- | --- |
@@ -33,7 +33,7 @@
 //! | push-sum | `PushSumGossip` | push_sum.rs |
 //! | deadline | `Deadline` | asap/deadline.rs |
 //!
-//! [`StochasticReduce`] is the mode: it picks the variant from the options ([`gossip_for`]),
+//! [`StochasticReduce`] is the mode: it picks the variant from the options (`gossip_for`),
 //! and does what is the same for all of them (argument checks, byte and round counts, the end's
 //! flush and barrier).
 

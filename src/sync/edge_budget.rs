@@ -22,7 +22,7 @@
 //! that entered a reduce (0: it came this round).
 //!
 //! [`EdgeBudget`] is the per-edge state and its arithmetic (testable without MPI);
-//! [`BudgetedEdges`] is the asap variant that runs it over the mailboxes, with the token bucket.
+//! `BudgetedEdges` is the asap variant that runs it over the mailboxes, with the token bucket.
 
 use std::time::Instant;
 

@@ -1,6 +1,6 @@
 //! Asynchronous push-sum (`--sync asap --notify push-sum`; Kempe et al., as used by SGP and
 //! Bluefog's one-sided mode): its arithmetic ([`PushSum`], testable without MPI) and the
-//! variant over asap's mailboxes ([`PushSumGossip`]).
+//! variant over asap's mailboxes (`PushSumGossip`).
 //!
 //! Each rank holds a numerator x and a weight w; its model (the estimate) is z = x / w.
 //! - **Update:** the loop's local steps change z, and the change goes into x unscaled (SGP:
