@@ -30,13 +30,13 @@
 //!   own worker is kept within [`Barrier::lead`] clocks of the slowest worker: rank 0 must never
 //!   sit in a stop vote while another worker waits for its release.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use mpi::topology::Communicator;
 
+use super::ps::clocks::{EvalSnapshots, WorkerClocks};
 use super::ps::{self, rows::{decode_rows, encode_rows}};
 use super::{Aggregate, CommStats, HistoryDelta, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::backoff::Backoff;
@@ -196,8 +196,6 @@ impl Default for AsyncOptions {
 /// One worker's row of the status table (the paper's STAT).
 #[derive(Clone, Debug)]
 pub struct WorkerStatus {
-    /// Results of this worker applied (= the clock of its next task).
-    pub clock: u64,
     /// Its result is in and it waits for a release (or it sits at a cut).
     pub available: bool,
     /// It sits at a consistent cut: counted as available, released only when every worker is
@@ -219,7 +217,6 @@ pub struct WorkerStatus {
 impl WorkerStatus {
     fn new(now: Instant) -> Self {
         WorkerStatus {
-            clock: 0,
             available: false,
             at_cut: false,
             released_at: now,
@@ -239,15 +236,17 @@ impl WorkerStatus {
     }
 }
 
-/// The coordinator's status table: one row per worker.
+/// The coordinator's status table: one row per worker, and the clocks column (results of each
+/// worker applied = the clock of its next task), kept as every parameter server keeps it.
 #[derive(Clone, Debug)]
 pub struct StatusTable {
     pub workers: Vec<WorkerStatus>,
+    pub clocks: WorkerClocks,
 }
 
 impl StatusTable {
     fn new(n: usize, now: Instant) -> Self {
-        StatusTable { workers: (0..n).map(|_| WorkerStatus::new(now)).collect() }
+        StatusTable { workers: (0..n).map(|_| WorkerStatus::new(now)).collect(), clocks: WorkerClocks::new(n) }
     }
     /// Number of workers.
     pub fn len(&self) -> usize {
@@ -263,15 +262,15 @@ impl StatusTable {
     }
     /// The slowest worker's clock.
     pub fn min_clock(&self) -> u64 {
-        self.workers.iter().map(|w| w.clock).min().unwrap_or(0)
+        self.clocks.min()
     }
     /// The fastest worker's clock.
     pub fn max_clock(&self) -> u64 {
-        self.workers.iter().map(|w| w.clock).max().unwrap_or(0)
+        self.clocks.max()
     }
     /// How many clocks worker `m` is ahead of the slowest.
     pub fn lead_over_slowest(&self, m: usize) -> u64 {
-        self.workers[m].clock - self.min_clock()
+        self.clocks.lead_over_slowest(m)
     }
     /// Workers whose task is out (released, no result yet), with the seconds since release.
     fn busy(&self, now: Instant) -> Vec<(usize, f64)> {
@@ -307,7 +306,7 @@ struct Coordinator {
     /// The round of the cut workers are gathering at.
     cut_round: u64,
     /// Evaluation snapshots: round -> the model once every worker's results up to it are applied.
-    snapshots: BTreeMap<u64, Option<Vec<f32>>>,
+    snapshots: EvalSnapshots,
     staleness_histogram: Vec<u64>,
     update_staleness_sum: u64,
     update_staleness_max: u64,
@@ -324,13 +323,14 @@ impl Coordinator {
     /// Takes a result in: the worker is available; under `bsp` the result waits for its round.
     fn receive(&mut self, r: TaskResult) -> anyhow::Result<()> {
         let now = Instant::now();
+        let expected = self.stat.clocks.of(r.worker);
         let w = &mut self.stat.workers[r.worker];
-        if w.available || r.clock != w.clock {
+        if w.available || r.clock != expected {
             bail!(
                 "async protocol error: rank {} sent the result of clock {} while the coordinator expected clock {}{}",
                 r.worker,
                 r.clock,
-                w.clock,
+                expected,
                 if w.available { " after its release" } else { "" }
             );
         }
@@ -399,12 +399,8 @@ impl Coordinator {
                     at += n;
                 }
             }
-            self.stat.workers[r.worker].clock += 1;
-        }
-        let cmin = self.stat.min_clock();
-        for (&round, snap) in self.snapshots.iter_mut() {
-            if snap.is_none() && round <= cmin {
-                *snap = Some(self.model.clone());
+            if self.stat.clocks.complete(r.worker) {
+                self.snapshots.release(self.stat.clocks.min(), &self.model);
             }
         }
         Ok(())
@@ -435,7 +431,7 @@ impl Coordinator {
             self.barrier
                 .release(&self.stat)
                 .into_iter()
-                .filter(|&m| !self.stat.workers[m].at_cut && (!self.barrier.lead_bounds(m) || self.stat.workers[m].clock - cmin <= lead))
+                .filter(|&m| !self.stat.workers[m].at_cut && (!self.barrier.lead_bounds(m) || self.stat.clocks.lead_over_slowest(m) <= lead))
                 .collect()
         };
         if go.is_empty() {
@@ -478,7 +474,7 @@ impl Coordinator {
             "barrier {} holds the release back; workers whose task is out (longest first): [{}]; clocks per worker {:?}, available {:?}, at the cut of round {} {:?}",
             self.barrier,
             busy.join(", "),
-            self.stat.workers.iter().map(|w| w.clock).collect::<Vec<_>>(),
+            self.stat.clocks.all(),
             self.stat.available(),
             self.cut_round,
             at_cut
@@ -532,7 +528,7 @@ impl CoordinatedAsync {
             barrier: opts.barrier,
             queued: Vec::new(),
             cut_round: 0,
-            snapshots: BTreeMap::new(),
+            snapshots: EvalSnapshots::default(),
             staleness_histogram: vec![0; buckets],
             update_staleness_sum: 0,
             update_staleness_max: 0,
@@ -766,8 +762,7 @@ impl SyncMode for CoordinatedAsync {
 
     fn mark_evaluation(&mut self, round: u64) {
         if let Some(c) = self.coordinator.as_mut() {
-            let snap = (c.stat.min_clock() >= round).then(|| c.model.clone());
-            c.snapshots.insert(round, snap);
+            c.snapshots.mark(round, c.stat.min_clock(), &c.model);
         }
     }
 
@@ -775,10 +770,10 @@ impl SyncMode for CoordinatedAsync {
         let mut part = vec![0f32; self.base.len()];
         if self.coordinator.is_some() {
             self.wait_until(&format!("every worker's results up to clock {} (evaluation)", round.saturating_sub(1)), |s| {
-                s.coordinator.as_ref().is_some_and(|c| c.snapshots.get(&round).is_some_and(|x| x.is_some()))
+                s.coordinator.as_ref().is_some_and(|c| c.snapshots.ready(round))
             })?;
             let c = self.coordinator.as_mut().expect("checked");
-            part = c.snapshots.remove(&round).flatten().expect("waited for it");
+            part = c.snapshots.take(round).expect("waited for it");
         }
         Ok(Some(part))
     }
@@ -798,7 +793,7 @@ impl SyncMode for CoordinatedAsync {
             st.push(("stamp".into(), c.stamp.iter().map(|&x| x as f64).collect()));
             st.push(("seen".into(), c.seen.iter().map(|&x| x as f64).collect()));
             st.push(("version".into(), vec![c.version as f64]));
-            st.push(("clock".into(), c.stat.workers.iter().map(|w| w.clock as f64).collect()));
+            st.push(("clock".into(), c.stat.clocks.all().iter().map(|&c| c as f64).collect()));
             st.push(("release_version".into(), c.stat.workers.iter().map(|w| w.release_version as f64).collect()));
             st.push(("release_cmin".into(), c.stat.workers.iter().map(|w| w.release_cmin as f64).collect()));
             if let Some(a) = &c.history {
@@ -833,8 +828,8 @@ impl SyncMode for CoordinatedAsync {
                 clocks.len()
             );
             anyhow::ensure!(c.model.len() == self.base.len() && c.stamp.len() == c.offsets.len() - 1, "the checkpoint's coordinator model does not match this model");
+            c.stat.clocks = WorkerClocks::from_clocks(clocks.iter().map(|&x| x as u64).collect());
             for (m, w) in c.stat.workers.iter_mut().enumerate() {
-                w.clock = clocks[m] as u64;
                 w.release_version = versions[m] as u64;
                 w.release_cmin = cmins[m] as u64;
                 w.available = false;
@@ -870,11 +865,12 @@ impl SyncMode for CoordinatedAsync {
             Some(c) => {
                 let max = c.stat.max_clock();
                 let w = &c.stat.workers;
+                let clocks = c.stat.clocks.all();
                 (
-                    w.iter().map(|w| w.clock as f64).collect(),
+                    clocks.iter().map(|&c| c as f64).collect(),
                     w.iter().map(|w| w.mean_task_seconds()).collect(),
                     w.iter().map(|w| w.wait_seconds / w.waits_timed.max(1) as f64).collect(),
-                    w.iter().map(|w| (max - w.clock) as f64).collect(),
+                    clocks.iter().map(|&c| (max - c) as f64).collect(),
                     w.iter().map(|w| w.available as u8 as f64).collect(),
                 )
             }
@@ -926,8 +922,8 @@ mod tests {
 
     fn table(clocks: &[u64], available: &[bool]) -> StatusTable {
         let mut t = StatusTable::new(clocks.len(), Instant::now());
+        t.clocks = WorkerClocks::from_clocks(clocks.to_vec());
         for (m, w) in t.workers.iter_mut().enumerate() {
-            w.clock = clocks[m];
             w.available = available[m];
         }
         t
@@ -988,7 +984,7 @@ mod tests {
             barrier,
             queued: Vec::new(),
             cut_round: 0,
-            snapshots: BTreeMap::new(),
+            snapshots: EvalSnapshots::default(),
             staleness_histogram: vec![0; barrier.bound().map_or(UNBOUNDED_BUCKETS, |b| b + 1) as usize + 1],
             update_staleness_sum: 0,
             update_staleness_max: 0,
@@ -1036,7 +1032,9 @@ mod tests {
         assert_eq!(c.staleness_histogram, vec![2, 1, 0]);
         // A result older than the bound is refused.
         c.stat.workers[0].release_cmin = 0;
-        c.stat.workers[0].clock = 2;
+        let mut clocks = c.stat.clocks.all().to_vec();
+        clocks[0] = 2;
+        c.stat.clocks = WorkerClocks::from_clocks(clocks);
         assert!(c.receive(result(0, 2, 1.0)).unwrap_err().to_string().contains("violated"));
     }
 

@@ -20,11 +20,20 @@
 //! Consistency stays per message under NOTIFY-ACK (a message is read only after its NOTIFY and
 //! never overwritten before its ACK), and per row it is accounted as the age of each cached row
 //! that entered a reduce (0: it came this round).
+//!
+//! [`EdgeBudget`] is the per-edge state and its arithmetic (testable without MPI);
+//! `BudgetedEdges` is the asap variant that runs it over the mailboxes, with the token bucket.
 
-use anyhow::{bail, ensure};
+use std::time::Instant;
 
+use anyhow::{bail, ensure, Context};
+use mpi::topology::Communicator;
+
+use super::asap::{Gossip, Neighbourhood};
 use super::bosen::{pick, Picker, Priority};
-use super::ModeState;
+use super::{Aggregate, ModeMetric, ModeState, SyncContext};
+use crate::comm::mailbox::{Mailboxes, SlotRead, WORD};
+use crate::comm::pace::TokenBucket;
 use crate::model::RowLayout;
 
 /// Options of the budget (from `--bandwidth-mbps` and `--priority`). No row cap: bosen's
@@ -279,6 +288,155 @@ impl EdgeBudget {
             bail!("the checkpoint holds {extra}, which this run's asap edges do not use (another graph?)");
         }
         Ok(())
+    }
+}
+
+/// Share of a second's budget the bucket may hold: over any 1 s window a rank then sends at most
+/// 4 % above its budget (plus the few protocol bytes of one overdraw), inside the 5 % the budget
+/// test allows. At least one row must fit, or the largest row could never go out.
+const BUCKET_SECONDS: f64 = 0.04;
+
+/// `--sync asap --bandwidth-mbps`: NOTIFY-ACK whose messages carry the rows the budget lets
+/// through, over asap's mailboxes (variable-length messages).
+pub(in crate::sync) struct BudgetedEdges {
+    bucket: TokenBucket,
+    /// Bytes the bucket holds at most.
+    capacity: u64,
+    edges: EdgeBudget,
+    /// One message's body, sent or received.
+    body: Vec<u8>,
+    acc: Vec<f32>,
+}
+
+impl BudgetedEdges {
+    /// Collectively sets up the mailboxes for `in_neighbours` (each slot holds a message of every
+    /// row) and this rank's edges, every mirror and cache at `init`.
+    pub(in crate::sync) fn build(ctx: &SyncContext, in_neighbours: &[Vec<usize>], init: &[f32], b: &EdgeBudgetOptions) -> anyhow::Result<(Mailboxes, Self)> {
+        let mail = Mailboxes::for_bytes(ctx.comm, in_neighbours, EdgeBudget::max_body_bytes(&ctx.layout))
+            .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
+        let (d_out, d_in) = (mail.out_neighbours().len(), mail.in_neighbours().len());
+        let edges = EdgeBudget::new(ctx.layout.clone(), init, d_out, d_in, b, ctx.seed ^ ctx.comm.rank() as u64);
+        let rate = b.mbps * 1e6 / 8.0;
+        let capacity = ((rate * BUCKET_SECONDS) as u64).max(edges.largest_row_message());
+        let bucket = TokenBucket::new(b.mbps, capacity);
+        let bucket = if ctx.record_sends { bucket.record() } else { bucket };
+        Ok((mail, BudgetedEdges { bucket, capacity, edges, body: Vec::new(), acc: vec![0.0; ctx.n_params()] }))
+    }
+
+    /// What the metrics' start line records about the budget.
+    pub(in crate::sync) fn info(&self, b: &EdgeBudgetOptions) -> serde_json::Value {
+        serde_json::json!({"mbps": b.mbps, "priority": b.priority, "bucket_bytes": self.capacity})
+    }
+
+    /// Each out-edge gets an equal share of what the bucket holds when its turn comes, and its
+    /// message carries the rows that fit.
+    fn send(&mut self, net: &mut Neighbourhood, params: &[f32], round: u64) -> anyhow::Result<()> {
+        let d_out = net.mail.out_neighbours().len();
+        for j in 0..d_out {
+            let t = Instant::now();
+            net.mail.wait_ack(j, round, net.wait_timeout)?;
+            let t2 = Instant::now();
+            net.stats.wait_seconds += (t2 - t).as_secs_f64();
+            let share = self.bucket.available_at(t2) / (d_out - j) as u64;
+            self.edges.compose(j, round, params, share, &mut self.body);
+            let bytes = net.mail.send_bytes_to(j, round, &self.body)?;
+            self.bucket.spend_at(bytes, Instant::now());
+            net.stats.comm_seconds += t2.elapsed().as_secs_f64();
+        }
+        Ok(())
+    }
+}
+
+impl Gossip for BudgetedEdges {
+    /// Sends (see `send`), then the reduce uses every in-neighbour's cached model, fresh rows and
+    /// old ones.
+    fn round(&mut self, net: &mut Neighbourhood, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        if net.sending(round) {
+            self.send(net, params, round)?;
+        }
+        let t = Instant::now();
+        net.emulated_latency();
+        net.mail.wait_notifications(round, net.wait_timeout)?;
+        let t2 = Instant::now();
+        net.stats.wait_seconds += (t2 - t).as_secs_f64();
+        let d = net.in_degree();
+        for i in 0..d {
+            let read = net.mail.read_bytes(i, &mut self.body)?;
+            if read != SlotRead::Consistent(round) {
+                net.torn += 1;
+                bail!(
+                    "rank {}: round {round}: the message from rank {} was inconsistent after its \
+                     NOTIFY ({read:?}); NOTIFY-ACK must never see this (try another osc component, \
+                     e.g. OMPI_MCA_osc=ucx)",
+                    net.rank,
+                    net.mail.in_neighbours()[i]
+                );
+            }
+            self.edges.absorb(i, round, &self.body).with_context(|| {
+                format!("rank {}: round {round}: message from rank {}", net.rank, net.mail.in_neighbours()[i])
+            })?;
+        }
+        self.acc.copy_from_slice(params);
+        self.edges.add_caches(&mut self.acc, round);
+        net.reduce_into(params, &self.acc, d);
+        for i in 0..d {
+            net.mail.ack(i)?;
+            self.bucket.spend_at(WORD, Instant::now());
+        }
+        net.emulated_latency();
+        net.stats.comm_seconds += t2.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// One more NOTIFY-ACK round after training, outside the budget and the byte counts: each
+    /// rank sends every out-neighbour its mirror, and each receiver counts the rows in which its
+    /// cache differs (`edge_mismatched_rows`, 0 unless the protocol lost an update).
+    fn verify(&mut self, net: &mut Neighbourhood) -> anyhow::Result<()> {
+        let timeout = net.wait_timeout;
+        let round = net.last_round + 1;
+        for j in 0..net.mail.out_neighbours().len() {
+            net.mail.wait_ack(j, round, timeout)?;
+            self.edges.mirror_message(j, &mut self.body);
+            net.mail.send_bytes_to(j, round, &self.body)?;
+        }
+        net.mail.wait_notifications(round, timeout)?;
+        for i in 0..net.in_degree() {
+            let read = net.mail.read_bytes(i, &mut self.body)?;
+            ensure!(read == SlotRead::Consistent(round), "rank {}: the mirror check message from rank {} was {read:?}", net.rank, net.mail.in_neighbours()[i]);
+            self.edges.mismatched += self.edges.mismatched_rows(i, &self.body)?;
+            net.mail.ack(i)?;
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self, net: &mut Neighbourhood) -> anyhow::Result<()> {
+        net.drain_acks()
+    }
+
+    fn save_state(&self) -> ModeState {
+        self.edges.save_state()
+    }
+
+    fn restore_state(&mut self, state: ModeState, _n_params: usize) -> anyhow::Result<()> {
+        self.edges.restore_state(state)
+    }
+
+    fn metrics(&self, out: &mut Vec<ModeMetric>) {
+        let e = &self.edges;
+        let (sent, held) = e.rows_sent_and_held();
+        out.extend([
+            ModeMetric::array("row_pushes", Aggregate::Sum, e.row_sends().iter().map(|&c| c as f64)),
+            ModeMetric::array("row_consistency_histogram", Aggregate::Sum, e.row_consistency().iter().map(|&c| c as f64)),
+            ModeMetric::array("row_age_histogram", Aggregate::Sum, e.age_histogram().iter().map(|&c| c as f64)),
+            ModeMetric::number("rows_sent", Aggregate::Sum, sent as f64),
+            ModeMetric::number("rows_held", Aggregate::Sum, held as f64),
+            ModeMetric::number("edge_mismatched_rows", Aggregate::Sum, e.mismatched as f64),
+        ]);
+    }
+
+    /// Everything this rank puts goes through the bucket (messages, NOTIFY and ACK words).
+    fn send_log(&self, _net: &Neighbourhood) -> Vec<(f64, u64)> {
+        self.bucket.log().to_vec()
     }
 }
 

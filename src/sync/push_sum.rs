@@ -1,6 +1,6 @@
-//! The arithmetic of asynchronous push-sum (`--sync asap --notify push-sum`; Kempe et al.,
-//! as used by SGP and Bluefog's one-sided mode), kept apart from the transport in
-//! [`super::asap`].
+//! Asynchronous push-sum (`--sync asap --notify push-sum`; Kempe et al., as used by SGP and
+//! Bluefog's one-sided mode): its arithmetic ([`PushSum`], testable without MPI) and the
+//! variant over asap's mailboxes (`PushSumGossip`).
 //!
 //! Each rank holds a numerator x and a weight w; its model (the estimate) is z = x / w.
 //! - **Update:** the loop's local steps change z, and the change goes into x unscaled (SGP:
@@ -20,9 +20,14 @@
 //! counts the shares sent on the edge, so a receiver knows how many messages a total stands for
 //! (those overwritten before it looked included): what its received-bytes counter counts.
 
-use anyhow::ensure;
+use std::time::Instant;
 
-use super::ModeState;
+use anyhow::ensure;
+use mpi::topology::Communicator;
+
+use super::asap::{Gossip, Neighbourhood};
+use super::{Aggregate, ModeMetric, ModeState};
+use crate::comm::mailbox::SlotRead;
 
 /// One rank's push-sum state.
 #[derive(Clone, Debug, Default)]
@@ -160,6 +165,126 @@ impl PushSum {
         self.x = x;
         self.w = w;
         Ok(())
+    }
+}
+
+/// `--sync asap --notify push-sum`: the protocol over the asap mailboxes. Push: the loop's steps
+/// into x, keep a share, put the running totals to every out-neighbour (header, payload, footer
+/// as ordered steps, so a read that overlaps shows as torn), fold in every intact total that
+/// changed, and hand back x / w. Nothing waits.
+///
+/// Flow control: a rank pushes only while it holds at least its fair weight
+/// ([`PushSum::may_push`]); otherwise it keeps all its mass this round.
+pub(in crate::sync) struct PushSumGossip {
+    push: PushSum,
+    /// One slot's totals `[x..., w, shares]`.
+    totals: Vec<f64>,
+    /// The weights' sum over ranks at the end (N when mass is conserved).
+    weight_sum: f64,
+    /// Rounds that pushed nothing because this rank held less than its fair weight.
+    held_pushes: u64,
+}
+
+impl PushSumGossip {
+    pub(in crate::sync) fn new(in_degree: usize) -> Self {
+        PushSumGossip { push: PushSum::new(in_degree), totals: Vec::new(), weight_sum: 0.0, held_pushes: 0 }
+    }
+
+    /// f32 words of a slot for a model of `n_params` values: f64 running totals of the model,
+    /// the weight and the share count.
+    pub(in crate::sync) fn slot_len(n_params: usize) -> usize {
+        2 * (n_params + 2)
+    }
+
+    /// Folds every in-neighbour's intact running totals into the push-sum state; returns how many
+    /// brought something new. Torn reads are counted and retried next time.
+    fn fold_all(&mut self, net: &mut Neighbourhood) -> anyhow::Result<usize> {
+        let p = &mut self.push;
+        self.totals.resize(p.numerator().len() + 2, 0.0);
+        let mut folded = 0;
+        for i in 0..net.in_degree() {
+            match net.mail.read_slot(i, &mut self.totals)? {
+                SlotRead::Consistent(_) => {
+                    // The read counted the newest message; the ones it overwrote arrived in it.
+                    let shares = p.fold(i, &self.totals)?;
+                    net.mail.count_superseded(shares.saturating_sub(1));
+                    folded += usize::from(shares > 0);
+                }
+                SlotRead::Torn(..) => net.torn += 1,
+                SlotRead::Empty => {}
+            }
+        }
+        Ok(folded)
+    }
+}
+
+impl Gossip for PushSumGossip {
+    fn round(&mut self, net: &mut Neighbourhood, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        let t = Instant::now();
+        self.push.take_update(params);
+        let d_out = net.mail.out_neighbours().len();
+        if self.push.may_push() && net.sending(round) {
+            let totals = self.push.share(d_out);
+            net.mail.post(round, totals, true)?;
+        } else {
+            self.held_pushes += 1;
+        }
+        let folded = self.fold_all(net)?;
+        net.histogram[folded] += 1;
+        self.push.estimate(params);
+        net.stats.comm_seconds += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Nothing in flight at a checkpoint: every total put is folded before the cut.
+    fn quiesce(&mut self, net: &mut Neighbourhood, params: &mut [f32]) -> anyhow::Result<()> {
+        net.mail.window().flush_all()?;
+        net.mail.barrier(net.last_round, net.wait_timeout)?;
+        self.fold_all(net)?;
+        self.push.estimate(params);
+        // Nobody may put a new total before every rank has read the last ones.
+        net.mail.barrier(net.last_round, net.wait_timeout)?;
+        Ok(())
+    }
+
+    /// The end of push-sum, after the barrier that follows every rank's last put: fold the last
+    /// totals (nothing is in flight any more), then the model is sum_i x_i / sum_i w_i, the
+    /// average of the initial models and every update (one allreduce of x and w, counted as
+    /// final-model traffic like every mode's). The weight sum is kept for the metrics: N when
+    /// no mass was lost.
+    fn final_model(&mut self, net: &mut Neighbourhood, params: &mut [f32]) -> anyhow::Result<()> {
+        let t = Instant::now();
+        let r0 = net.mail.bytes_received();
+        self.fold_all(net)?;
+        net.stats.bytes_received += net.mail.bytes_received() - r0;
+        let p = &self.push;
+        let mut sums: Vec<f64> = p.numerator().to_vec();
+        sums.push(p.weight());
+        crate::comm::collectives::sum_f64(&net.comm, &mut sums);
+        let w = *sums.last().expect("the weight");
+        for (q, x) in params.iter_mut().zip(&sums) {
+            *q = (x / w) as f32;
+        }
+        self.weight_sum = w;
+        net.stats.final_bytes += super::ring_allreduce_bytes(net.comm.size() as usize, 2 * sums.len());
+        net.stats.final_seconds += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    fn save_state(&self) -> ModeState {
+        self.push.save_state()
+    }
+
+    fn restore_state(&mut self, state: ModeState, n_params: usize) -> anyhow::Result<()> {
+        self.push.restore_state(state, n_params)
+    }
+
+    fn metrics(&self, out: &mut Vec<ModeMetric>) {
+        out.extend([
+            ModeMetric::number("push_sum_weight_sum", Aggregate::Max, self.weight_sum),
+            ModeMetric::number("push_sum_held_pushes", Aggregate::Sum, self.held_pushes as f64),
+            ModeMetric::number("push_sum_weight", Aggregate::Max, self.push.weight()),
+        ]);
     }
 }
 

@@ -33,6 +33,7 @@ use anyhow::bail;
 use mpi::topology::Communicator;
 
 use super::bosen::{self, AdaRevision, BosenOptions, Picker};
+use super::ps::clocks::{EvalSnapshots, WorkerClocks};
 use super::ps::rows::{decode_rows, encode_rows, word_at, RowBlock, F16_HALF_MIN};
 use super::ps::shards::{shard_ranges, shard_rows};
 use super::ps;
@@ -199,9 +200,8 @@ struct ShardServer {
     sent: Vec<Vec<u64>>,
     /// Bosen: per worker, per row, the L1 change since the row was last sent to it (priority).
     change: Vec<Vec<f32>>,
-    /// Clocks each worker has pushed and had applied.
-    completed: Vec<u64>,
-    cmin: u64,
+    /// Clocks each worker has pushed and had applied, and the slowest (`cmin`).
+    clocks: WorkerClocks,
     rule: ApplyRule,
     staleness: u64,
     dyn_state: DynState,
@@ -211,7 +211,7 @@ struct ShardServer {
     /// Reads waiting for `cmin >= want`: (worker, want).
     reads: Vec<(usize, u64)>,
     /// Evaluation snapshots: round -> rows once `cmin >= round`.
-    snapshots: BTreeMap<u64, Option<Vec<f32>>>,
+    snapshots: EvalSnapshots,
     max_live_versions: usize,
 }
 
@@ -226,21 +226,20 @@ impl ShardServer {
             change: Vec::new(),
             range,
             offsets,
-            completed: vec![0; n],
-            cmin: 0,
+            clocks: WorkerClocks::new(n),
             rule,
             staleness,
             dyn_state: DynState { version: vec![0; n], ..Default::default() },
             ada: None,
             queued: BTreeMap::new(),
             reads: Vec::new(),
-            snapshots: BTreeMap::new(),
+            snapshots: EvalSnapshots::default(),
             max_live_versions: 0,
         }
     }
 
     fn workers(&self) -> usize {
-        self.completed.len()
+        self.clocks.len()
     }
 
     /// Applies every queued push that may be applied now; returns whether anything changed.
@@ -249,7 +248,7 @@ impl ShardServer {
         loop {
             let next = if self.staleness == 0 {
                 // BSP: the whole clock, in worker order, once every worker's push is here.
-                let c = self.cmin;
+                let c = self.clocks.min();
                 let all_here = (0..self.workers()).all(|m| self.queued.contains_key(&(c, m)));
                 if !all_here {
                     break;
@@ -275,19 +274,12 @@ impl ShardServer {
 
     /// Applies worker `m`'s update of `clock` and completes that clock.
     fn apply(&mut self, m: usize, clock: u64, block: &RowBlock) -> anyhow::Result<()> {
-        if clock != self.completed[m] {
-            bail!("ssp protocol error: rank {m} pushed clock {clock} but {} was expected", self.completed[m]);
+        if clock != self.clocks.of(m) {
+            bail!("ssp protocol error: rank {m} pushed clock {clock} but {} was expected", self.clocks.of(m));
         }
         self.apply_rows(m, clock, block);
-        self.completed[m] = clock + 1;
-        let cmin = *self.completed.iter().min().expect("workers");
-        if cmin != self.cmin {
-            self.cmin = cmin;
-            for (&round, snap) in self.snapshots.iter_mut() {
-                if snap.is_none() && round <= cmin {
-                    *snap = Some(self.rows.clone());
-                }
-            }
+        if self.clocks.complete(m) {
+            self.snapshots.release(self.clocks.min(), &self.rows);
         }
         Ok(())
     }
@@ -414,7 +406,7 @@ impl ShardServer {
     /// Reads that may be answered now: (worker, messages). With `chunk`, the answer is split
     /// into messages of at most that many rows; all but the last go as unsolicited rows.
     fn answerable(&mut self, chunk: Option<usize>) -> Vec<(usize, Vec<u8>)> {
-        let cmin = self.cmin;
+        let cmin = self.clocks.min();
         let mut out = Vec::new();
         let mut i = 0;
         while i < self.reads.len() {
@@ -446,7 +438,7 @@ impl ShardServer {
 
     /// Ranks whose clock is the slowest this shard has seen.
     fn laggards(&self) -> Vec<usize> {
-        (0..self.workers()).filter(|&m| self.completed[m] == self.cmin).collect()
+        self.clocks.slowest()
     }
 }
 
@@ -702,7 +694,7 @@ impl StaleSynchronous {
                 .collect();
             let chosen = bosen::pick(&mut m.server, &cands, m.queue_size, sv.stamp.len());
             chosen.iter().for_each(|&r| m.row_serves[row0 + r as usize] += 1);
-            let msg = sv.rows_message(w, sv.cmin, UNSOLICITED, &chosen);
+            let msg = sv.rows_message(w, sv.clocks.min(), UNSOLICITED, &chosen);
             m.next_worker = (w + 1) % n;
             m.early_serves += 1;
             self.post.send(w, TAG_ROWS, msg)?;
@@ -842,9 +834,9 @@ impl StaleSynchronous {
             Some(s) if !s.reads.is_empty() || !s.queued.is_empty() => format!(
                 "; this rank's shard has every update of clocks < {} and waits for the updates of rank(s) {:?} \
                  (clocks pushed per rank {:?}, reads deferred {:?}, pushes queued {:?})",
-                s.cmin,
+                s.clocks.min(),
                 s.laggards(),
-                s.completed,
+                s.clocks.all(),
                 s.reads,
                 s.queued.keys().collect::<Vec<_>>()
             ),
@@ -859,7 +851,7 @@ impl StaleSynchronous {
 
     /// Ranks that have not pushed `clock` clocks to this rank's shard.
     fn behind(&self, clock: u64) -> Vec<usize> {
-        self.server.as_ref().map_or(Vec::new(), |s| (0..s.workers()).filter(|&m| s.completed[m] < clock).collect())
+        self.server.as_ref().map_or(Vec::new(), |s| s.clocks.behind(clock))
     }
 
     /// Puts every received row into the replica (keeping the update not yet sent on top) and
@@ -921,7 +913,7 @@ impl StaleSynchronous {
         self.complete_reads(params, clock)?;
         if self.server.is_some() {
             self.wait_until(|s| format!("the updates up to clock {} of rank(s) {:?}", clock.saturating_sub(1), s.behind(clock)), |s| {
-                s.server.as_ref().is_some_and(|sv| sv.cmin >= clock)
+                s.server.as_ref().is_some_and(|sv| sv.clocks.min() >= clock)
             })?;
         }
         let timeout = self.wait_timeout;
@@ -1043,8 +1035,7 @@ impl SyncMode for StaleSynchronous {
 
     fn mark_evaluation(&mut self, round: u64) {
         if let Some(s) = self.server.as_mut() {
-            let snap = (s.cmin >= round).then(|| s.rows.clone());
-            s.snapshots.insert(round, snap);
+            s.snapshots.mark(round, s.clocks.min(), &s.rows);
         }
     }
 
@@ -1053,10 +1044,10 @@ impl SyncMode for StaleSynchronous {
         let mut part = vec![0f32; n_params];
         if self.server.is_some() {
             self.wait_until(|s| format!("the updates up to clock {} of rank(s) {:?} (evaluation)", round.saturating_sub(1), s.behind(round)), |s| {
-                s.server.as_ref().is_some_and(|sv| sv.snapshots.get(&round).is_some_and(|x| x.is_some()))
+                s.server.as_ref().is_some_and(|sv| sv.snapshots.ready(round))
             })?;
             let s = self.server.as_mut().expect("checked");
-            let rows = s.snapshots.remove(&round).flatten().expect("waited for it");
+            let rows = s.snapshots.take(round).expect("waited for it");
             part[s.range.clone()].copy_from_slice(&rows);
         }
         Ok(Some(part))
@@ -1080,7 +1071,7 @@ impl SyncMode for StaleSynchronous {
         }
         if let Some(s) = &self.server {
             st.push(("shard_rows".into(), floats(&s.rows)));
-            st.push(("shard_completed".into(), counts(&s.completed)));
+            st.push(("shard_completed".into(), counts(s.clocks.all())));
             st.push(("shard_stamp".into(), counts(&s.stamp)));
             st.push(("shard_sent".into(), s.sent.iter().flat_map(|v| counts(v)).collect()));
             st.push(("shard_seq".into(), vec![s.seq as f64]));
@@ -1128,8 +1119,7 @@ impl SyncMode for StaleSynchronous {
             let rows = get("shard_rows")?;
             same_len("shard", rows.len(), s.rows.len())?;
             s.rows = rows.iter().map(|&x| x as f32).collect();
-            s.completed = to_u64(get("shard_completed")?);
-            s.cmin = *s.completed.iter().min().unwrap_or(&0);
+            s.clocks = WorkerClocks::from_clocks(to_u64(get("shard_completed")?));
             s.stamp = to_u64(get("shard_stamp")?);
             same_len("row stamps", s.stamp.len(), s.offsets.len() - 1)?;
             let sent = get("shard_sent")?;
@@ -1157,7 +1147,7 @@ impl SyncMode for StaleSynchronous {
                 same_len("AdaRevision state", a.rev.g_sum.len(), len)?;
                 a.version = to_u64(get("ada_version")?);
                 let held = get("ada_held_lo")?;
-                same_len("AdaRevision holders", held.len(), s.completed.len() * s.stamp.len())?;
+                same_len("AdaRevision holders", held.len(), s.clocks.len() * s.stamp.len())?;
                 a.held_lo = held.chunks(s.stamp.len().max(1)).map(to_u64).collect();
                 let keys = get("ada_snapshot_keys")?;
                 let snaps = get("ada_snapshots")?;
@@ -1249,7 +1239,7 @@ mod tests {
                 s.apply_queued().unwrap();
             }
             assert_eq!(s.rows, vec![want], "{rule:?}");
-            assert_eq!(s.cmin, 1);
+            assert_eq!(s.clocks.min(), 1);
         }
     }
 
@@ -1279,7 +1269,7 @@ mod tests {
         assert_eq!(s.rows[0], 8.0);
         // Workers 1..3 are at version 1 now, worker 0 at 2: version 0 is freed.
         assert!(!s.dyn_state.updates.contains_key(&0));
-        assert_eq!(s.cmin, 1);
+        assert_eq!(s.clocks.min(), 1);
     }
 
     /// An answer carries only the rows that changed since the worker's previous answer.

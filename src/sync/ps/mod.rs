@@ -4,7 +4,10 @@
 //! - the shards ([`shards`]): which rows each rank serves (ssp, bosen, lda);
 //! - the serve loop ([`serve_until`]): a rank that waits keeps serving the others (ssp, bosen,
 //!   async, gaia), with one back-off and one timeout.
+//! - the clock bookkeeping of a server ([`clocks`]): clocks completed per worker, the slowest,
+//!   and the evaluation snapshots it releases (ssp and bosen shards, the async coordinator).
 
+pub mod clocks;
 pub mod rows;
 pub mod shards;
 

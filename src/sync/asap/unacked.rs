@@ -1,0 +1,125 @@
+//! The variants without NOTIFY-ACK, which put their model and reduce whatever intact slots hold:
+//! `--notify barrier` (BSP: put, MPI_Barrier, reduce the slots that hold this round) and
+//! `--notify none` (fully asynchronous: reduce every intact message not older than the last one
+//! used, never block). A slot may be overwritten while it is read, so reads can be torn.
+
+use std::time::Instant;
+
+use super::{Gossip, Neighbourhood};
+use crate::comm::mailbox::SlotRead;
+
+/// Verdict on a consistent buffer's round.
+enum Accept {
+    Use,
+    Stale,
+    Torn,
+}
+
+/// The buffers of a reduce that reads slots into a copy (a slot may change under the read).
+struct Slots {
+    acc: Vec<f32>,
+    incoming: Vec<f32>,
+}
+
+impl Slots {
+    fn new(n_params: usize) -> Self {
+        Slots { acc: vec![0.0; n_params], incoming: vec![0.0; n_params] }
+    }
+
+    /// Adds in-neighbour slot `i` to the accumulator if `accept` says its round is usable;
+    /// returns the round it used. An empty slot counts as stale when `empty_is_stale`.
+    fn take(&mut self, net: &mut Neighbourhood, i: usize, empty_is_stale: bool, accept: impl Fn(u64) -> Accept) -> anyhow::Result<Option<u64>> {
+        match net.mail.read_slot(i, &mut self.incoming)? {
+            SlotRead::Consistent(h) => match accept(h) {
+                Accept::Use => {
+                    for (a, x) in self.acc.iter_mut().zip(&self.incoming) {
+                        *a += *x;
+                    }
+                    return Ok(Some(h));
+                }
+                Accept::Stale => net.stale += 1,
+                Accept::Torn => net.torn += 1,
+            },
+            SlotRead::Torn(..) => net.torn += 1,
+            SlotRead::Empty => net.stale += u64::from(empty_is_stale),
+        }
+        Ok(None)
+    }
+}
+
+/// `--notify barrier`: every rank waits for every other each round.
+pub(super) struct Barrier {
+    slots: Slots,
+}
+
+impl Barrier {
+    pub(super) fn new(n_params: usize) -> Self {
+        Barrier { slots: Slots::new(n_params) }
+    }
+}
+
+impl Gossip for Barrier {
+    fn lockstep(&self) -> bool {
+        true
+    }
+
+    fn round(&mut self, net: &mut Neighbourhood, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        let t = Instant::now();
+        if net.sending(round) {
+            net.mail.post(round, params, true)?;
+        }
+        let t2 = Instant::now();
+        net.mail.barrier(round, net.wait_timeout)?;
+        let t3 = Instant::now();
+        self.slots.acc.copy_from_slice(params);
+        let mut used = 0;
+        for i in 0..net.in_degree() {
+            let taken = self.slots.take(net, i, true, |h| match h.cmp(&round) {
+                std::cmp::Ordering::Equal => Accept::Use,
+                std::cmp::Ordering::Less => Accept::Stale,
+                // A fast sender already wrote the next round: a mixed-version buffer.
+                std::cmp::Ordering::Greater => Accept::Torn,
+            })?;
+            used += taken.is_some() as usize;
+        }
+        net.reduce_into(params, &self.slots.acc, used);
+        net.stats.comm_seconds += (t2 - t).as_secs_f64() + t3.elapsed().as_secs_f64();
+        net.stats.wait_seconds += (t3 - t2).as_secs_f64();
+        Ok(())
+    }
+}
+
+/// `--notify none`: put, reduce whatever intact buffers are there, never block.
+pub(super) struct Unsynchronised {
+    slots: Slots,
+    /// Per in-neighbour: newest round already reduced.
+    last_used: Vec<u64>,
+}
+
+impl Unsynchronised {
+    pub(super) fn new(n_params: usize, in_degree: usize) -> Self {
+        Unsynchronised { slots: Slots::new(n_params), last_used: vec![0; in_degree] }
+    }
+}
+
+impl Gossip for Unsynchronised {
+    fn round(&mut self, net: &mut Neighbourhood, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        let t = Instant::now();
+        if net.sending(round) {
+            net.mail.post(round, params, true)?;
+        }
+        self.slots.acc.copy_from_slice(params);
+        let mut used = 0;
+        for i in 0..net.in_degree() {
+            let last = self.last_used[i];
+            let taken = self.slots.take(net, i, false, |h| if h >= last { Accept::Use } else { Accept::Stale })?;
+            if let Some(h) = taken {
+                self.last_used[i] = h;
+                used += 1;
+            }
+        }
+        net.reduce_into(params, &self.slots.acc, used);
+        net.stats.comm_seconds += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+}
