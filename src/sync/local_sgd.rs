@@ -17,6 +17,19 @@ pub struct LocalSgdOptions {
     /// Rounds of local steps between two averages of all replicas (1: --sync allreduce).
     #[arg(long, value_name = "K", default_value_t = 4, value_parser = crate::values::at_least_one)]
     pub local_steps: usize,
+    /// How far each replica moves towards the average at an averaging round (1: all the way).
+    #[arg(long, value_name = "W", default_value_t = 1.0, value_parser = average_weight)]
+    pub average_weight: f32,
+}
+
+/// `--average-weight`: a finite number in (0, 1].
+fn average_weight(s: &str) -> Result<f32, String> {
+    let w = crate::values::finite_f32(s)?;
+    if w > 0.0 && w <= 1.0 {
+        Ok(w)
+    } else {
+        Err(format!("must be in (0, 1], got {s}"))
+    }
 }
 
 impl Default for LocalSgdOptions {
@@ -32,8 +45,9 @@ pub const MODE: super::ModeSpec = super::ModeSpec {
         "local-sgd",
         "Local SGD: average all replicas with MPI_Allreduce every --local-steps rounds",
         |ctx, run, _| {
-            let k = run.opts.local_sgd.local_steps;
-            Ok((Box::new(LocalSgd { comm: ctx.comm.duplicate(), every: k as u64, scratch: Vec::new(), stats: CommStats::default() }), serde_json::json!({"local_steps": k})))
+            let (k, weight) = (run.opts.local_sgd.local_steps, run.opts.local_sgd.average_weight);
+            let mode = LocalSgd { comm: ctx.comm.duplicate(), every: k as u64, weight, scratch: Vec::new(), stats: CommStats::default() };
+            Ok((Box::new(mode), serde_json::json!({"local_steps": k, "average_weight": weight})))
         },
     )
 };
@@ -42,6 +56,7 @@ pub const MODE: super::ModeSpec = super::ModeSpec {
 pub struct LocalSgd {
     comm: SimpleCommunicator,
     every: u64,
+    weight: f32,
     scratch: Vec<f32>,
     stats: CommStats,
 }
@@ -59,9 +74,10 @@ impl SyncMode for LocalSgd {
         self.stats.rounds += 1;
         if round % self.every == 0 {
             let t = Instant::now();
-            collectives::sum_f32(&self.comm, params, &mut self.scratch);
+            let mut avg = params.to_vec();
+            collectives::sum_f32(&self.comm, &mut avg, &mut self.scratch);
             let inv = 1.0 / self.comm.size() as f32;
-            params.iter_mut().for_each(|w| *w *= inv);
+            params.iter_mut().zip(&avg).for_each(|(w, a)| *w += self.weight * (a * inv - *w));
             let bytes = ring_allreduce_bytes(self.comm.size() as usize, params.len());
             self.stats.bytes_sent += bytes;
             self.stats.bytes_received += bytes;
