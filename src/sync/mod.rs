@@ -44,7 +44,6 @@ modes! {
     Bosen: bosen { bosen: BosenOptions };
     Gaia: gaia { gaia: GaiaOptions };
     None: independent;
-    LocalSgd: local_sgd { local_sgd: LocalSgdOptions };
 }
 
 /// Communication counters every mode keeps the same way; the training loop reports them per rank
