@@ -348,16 +348,20 @@ pub struct TrainConfig {
 /// config file, not a default) must belong to a group the run uses
 /// ([`TrainConfig::check_applicable`]); `TrainConfig`'s options that name no group apply to every
 /// run.
-pub const MODEL_GROUPS: &[(&[(&str, &str)], &[&str])] = &[
+pub const MODEL_GROUPS: &[crate::sync::Uses] = &[
     (&[("model", "mlp")], &["mlp_group", "classes_group"]),
     (&[("model", "mlr")], &["classes_group"]),
     (&[("model", "mf")], &["mf_group"]),
     (&[("model", "lda")], &["LdaOptions"]),
 ];
 
+/// A condition (config keys and values, all of which must hold) and the option groups a run
+/// meeting it uses.
+pub type GroupUse = (Vec<(&'static str, &'static str)>, &'static [&'static str]);
+
 /// Every condition under which a run uses option groups, with the groups: the modes' (from their
 /// declarations, in the registry's order, each with `sync = <mode>` first), then the models'.
-pub fn groups_used() -> Vec<(Vec<(&'static str, &'static str)>, &'static [&'static str])> {
+pub fn groups_used() -> Vec<GroupUse> {
     let modes = SyncKind::ALL.iter().map(|k| k.spec()).flat_map(|spec| {
         spec.uses.iter().map(move |(when, groups)| ([("sync", spec.name)].into_iter().chain(when.iter().copied()).collect(), *groups))
     });
