@@ -86,6 +86,7 @@ test-torch: torch
 test: deps python
 	@rc=0; \
 	python3 .ci/fn-lengths.py || rc=1; \
+	python3 .ci/layers.py || rc=1; \
 	$(CARGO) test --release --locked --no-fail-fast -- --test-threads=1 || rc=$$?; \
 	$(MAKE) --no-print-directory test-mpich-subset || { echo "make test: the MPICH subset failed"; rc=1; }; \
 	if [ $$rc != 0 ]; then echo "make test: the Open MPI suite failed (cargo test exit status $$rc)" >&2; exit 1; fi

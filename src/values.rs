@@ -53,3 +53,11 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
         Err(_) => Err(format!("expected a whole number of at least 1, got {s:?}")),
     }
 }
+
+/// The defaults of a clap option group (a mode's or a model's options), from the same attributes that define
+/// its flags, so a default is written once.
+pub fn option_defaults<T: clap::Args + clap::FromArgMatches>() -> T {
+    let cmd = T::augment_args(clap::Command::new("defaults").no_binary_name(true));
+    let m = cmd.try_get_matches_from(std::iter::empty::<String>()).expect("every option has a default or is optional");
+    T::from_arg_matches(&m).expect("defaults build the options")
+}

@@ -106,7 +106,7 @@ fn option_cases(f: &Files) -> Vec<Case> {
         let json = f.file(&format!("{key}-inf.json"), &format!("{{\"{key}\": \"inf\"}}"));
         add(&format!("config {key}: \"inf\""), 1, &["--config", &json], &[&format!("{key}-inf.json:1:"), &key, "finite"]);
     }
-    // Options of an option group the run does not use (config::GROUPS_USED), named with the runs
+    // Options of an option group the run does not use (the modes' declarations, config::groups_used), named with the runs
     // they apply to, from a flag and from a file.
     for (extra, needle) in [
         (&["--sync", "asap", "--groups", "2"][..], "--groups applies to --sync gaia, not to this run (--sync asap)"),

@@ -195,22 +195,9 @@ impl Reducer {
     }
 }
 
-/// Builds the mode `cfg` names, as the binary's `train::build_sync` does for these three.
+/// Builds the mode `cfg` names, as the binary does: by the mode's declaration.
 fn build_mode(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Result<(Box<dyn SyncMode>, serde_json::Value)> {
-    Ok(match cfg.sync {
-        SyncKind::Allreduce => (Box::new(asap_train::sync::allreduce::ModelAverage::new(ctx)), serde_json::Value::Null),
-        SyncKind::None => (Box::new(asap_train::sync::independent::Independent::new(ctx)), serde_json::Value::Null),
-        SyncKind::Asap => {
-            let budget = cfg
-                .bosen
-                .bandwidth_mbps
-                .map(|mbps| asap_train::sync::edge_budget::EdgeBudgetOptions { mbps, priority: cfg.bosen.priority });
-            let staleness = cfg.ssp.staleness.unwrap_or(0);
-            let (mode, info) = asap_train::sync::asap::StochasticReduce::build(ctx, &cfg.asap, init, budget, staleness)?;
-            (Box::new(mode), info)
-        }
-        other => anyhow::bail!("sync mode {other:?} is not a Reducer's"),
-    })
+    (cfg.sync.spec().build)(ctx, &cfg.mode_run(), init)
 }
 
 /// With `bandwidth_mbps` every edge keeps a mirror of what its receiver holds, starting from the
@@ -332,7 +319,7 @@ impl Reducer {
             record_sends: false,
             rounds_per_epoch: 1,
         };
-        if cfg.bosen.bandwidth_mbps.is_some() {
+        if cfg.modes.bosen.bandwidth_mbps.is_some() {
             let same = same_on_every_rank(&comm, &init);
             agree(&comm, same).map_err(OptionError::new_err)?;
         }

@@ -141,10 +141,10 @@ impl Table {
             rounds_per_epoch: 1,
         };
         let bosen = cfg.sync == SyncKind::Bosen;
-        let info = serde_json::json!({"staleness": cfg.ssp.ssp_staleness(), "apply": cfg.ssp.apply_rule(bosen),
-                                      "bosen": if bosen { serde_json::to_value(&cfg.bosen).unwrap_or_default() } else { serde_json::Value::Null }});
-        let setup = bosen.then_some(BosenSetup { opts: &cfg.bosen, adarevision: false, lr: cfg.lr });
-        let built = StaleSynchronous::new(&ctx, &cfg.ssp, &replica, setup);
+        let info = serde_json::json!({"staleness": cfg.modes.ssp.ssp_staleness(), "apply": cfg.modes.ssp.apply_rule(bosen),
+                                      "bosen": if bosen { serde_json::to_value(&cfg.modes.bosen).unwrap_or_default() } else { serde_json::Value::Null }});
+        let setup = bosen.then_some(BosenSetup { opts: &cfg.modes.bosen, adarevision: false, lr: cfg.lr });
+        let built = StaleSynchronous::new(&ctx, &cfg.modes.ssp, &replica, setup);
         let mode = agree(&comm, built).map_err(OptionError::new_err)?;
         let slot = MODES.with_borrow_mut(|m| {
             m.push(Some(Box::new(mode) as Box<dyn SyncMode>));

@@ -74,7 +74,7 @@ pub struct LdaOptions {
 
 impl Default for LdaOptions {
     fn default() -> Self {
-        crate::sync::option_defaults()
+        crate::values::option_defaults()
     }
 }
 

@@ -122,3 +122,20 @@ impl SyncMode for ModelAverage {
 fn wall_seconds() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
+
+/// `--sync allreduce`'s declaration (see [`super::ModeSpec`]).
+pub const MODE: super::ModeSpec = super::ModeSpec {
+    // Every round averages all replicas: they are equal, and the averaged model stands for them.
+    replicas_agree: true,
+    // Replicas of counts are summed as deltas, not averaged.
+    build_counts: Some(sum_counts),
+    ..super::ModeSpec::new(
+        "allreduce",
+        "BSP model averaging with MPI_Allreduce every --sync-every mini-batches (the baseline)",
+        |ctx, _, _| Ok((Box::new(ModelAverage::new(ctx)), serde_json::Value::Null)),
+    )
+};
+
+fn sum_counts(ctx: &SyncContext, _: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
+    Ok(Box::new(super::delta_sum::DeltaSum::new(ctx, init)))
+}

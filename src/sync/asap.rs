@@ -471,3 +471,41 @@ mod tests {
         }
     }
 }
+
+/// `--sync asap`'s declaration (see [`super::ModeSpec`]). Besides its own options it reads two
+/// shared groups: `--staleness` (declared in ssp's options) bounds NOTIFY-ACK, and
+/// `--bandwidth-mbps`/`--priority` (declared in bosen's) budget each edge.
+pub const MODE: super::ModeSpec = super::ModeSpec {
+    uses: &[(&[], &["AsapOptions", "staleness_group", "budget_group"])],
+    paces_sends: |o| o.bosen.bandwidth_mbps.is_some(),
+    validate: validate_asap,
+    resolve: |o| o.ssp.staleness = Some(o.ssp.staleness.unwrap_or(0)),
+    ..super::ModeSpec::new(
+        "asap",
+        "ASAP stochastic reduce: average with in-neighbours on --graph, one-sided NOTIFY-ACK",
+        build_asap,
+    )
+};
+
+fn validate_asap(run: &super::RunSpec) -> anyhow::Result<()> {
+    let o = run.opts;
+    anyhow::ensure!(
+        o.asap.notify != NotifyMode::Deadline || !run.checkpoints,
+        "--notify deadline keeps unread messages in the windows, which a checkpoint does not hold: run it without --checkpoint-dir"
+    );
+    if o.ssp.staleness.is_some_and(|s| s > 0) {
+        anyhow::ensure!(o.asap.notify == NotifyMode::NotifyAck, "--staleness on --sync asap bounds NOTIFY-ACK: it needs --notify notify-ack");
+        anyhow::ensure!(
+            o.bosen.bandwidth_mbps.is_none(),
+            "--staleness and --bandwidth-mbps cannot be combined on --sync asap: a budgeted edge must deliver every message, while bounded staleness skips older ones"
+        );
+    }
+    Ok(())
+}
+
+fn build_asap(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> super::Built {
+    let o = run.opts;
+    let budget = o.bosen.bandwidth_mbps.map(|mbps| super::edge_budget::EdgeBudgetOptions { mbps, priority: o.bosen.priority });
+    let (mode, info) = StochasticReduce::build(ctx, &o.asap, init, budget, o.ssp.staleness.unwrap_or(0))?;
+    Ok((Box::new(mode), info))
+}

@@ -951,8 +951,8 @@ mod tests {
         let t = dir.path().join("c.toml");
         std::fs::write(&t, "sync = \"async\"\nbarrier = \"throttled:2\"\noptimizer = \"saga\"\nmodel = \"lsq\"\n").unwrap();
         let c = crate::config::TrainConfig::from_file(&t).unwrap();
-        assert_eq!((c.async_mode.barrier, c.async_mode.optimizer), (Barrier::Throttled(2), OptimizerKind::Saga));
-        assert_eq!(crate::config::TrainConfig::default().async_mode.barrier, Barrier::Async);
+        assert_eq!((c.modes.async_mode.barrier, c.modes.async_mode.optimizer), (Barrier::Throttled(2), OptimizerKind::Saga));
+        assert_eq!(crate::config::TrainConfig::default().modes.async_mode.barrier, Barrier::Async);
         std::fs::write(&t, "sync = \"async\"\nbarrier = \"sometimes\"\n").unwrap();
         let e = crate::config::TrainConfig::from_file(&t).unwrap_err().to_string();
         assert!(e.contains("c.toml:2:1") && e.contains("bsp, ssp:S"), "{e}");
@@ -1091,4 +1091,32 @@ mod tests {
         c.receive(r).unwrap();
         assert_eq!(c.model, vec![-1.0, -2.0], "w -= step sum * A / M");
     }
+}
+
+/// `--sync async`'s declaration (see [`super::ModeSpec`]).
+pub const MODE: super::ModeSpec = super::ModeSpec {
+    uses: &[(&[], &["AsyncOptions"])],
+    keeps_history: |o| o.async_mode.optimizer == OptimizerKind::Saga,
+    validate: validate_async,
+    ..super::ModeSpec::new(
+        "async",
+        "A coordinator (rank 0) and workers under a barrier predicate (--barrier); --optimizer saga",
+        |ctx, run, init| {
+            let o = &run.opts.async_mode;
+            let info = serde_json::json!({"barrier": o.barrier, "optimizer": o.optimizer, "coordinator": 0});
+            Ok((Box::new(CoordinatedAsync::new(ctx, o, init)?), info))
+        },
+    )
+};
+
+fn validate_async(run: &super::RunSpec) -> anyhow::Result<()> {
+    use crate::model::ModelKind;
+    if run.opts.async_mode.optimizer == OptimizerKind::Saga {
+        anyhow::ensure!(
+            matches!(run.model, ModelKind::Lsq | ModelKind::Logreg | ModelKind::Svm),
+            "--optimizer saga needs a linear model (--model lsq, logreg or svm: one stored scalar per example), not {:?}",
+            run.model
+        );
+    }
+    Ok(())
 }

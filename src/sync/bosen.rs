@@ -39,7 +39,7 @@ pub struct BosenOptions {
     /// updates early [default: --emulate-bandwidth when given; required otherwise]. asap: each
     /// round's message on an edge carries only the rows that fit, most significant first (per
     /// edge residuals keep the rest for later; needs --notify notify-ack) [default: no budget].
-    #[arg(long, value_name = "MBPS", value_parser = crate::values::finite_f64, group = "budget_group")]
+    #[arg(long, value_name = "MBPS", value_parser = budget_mbps, group = "budget_group")]
     pub bandwidth_mbps: Option<f64>,
     /// Most rows in one bosen message (caps the burst of a send; end-of-clock pushes are split
     /// into messages of at most this many rows too). Bosen's Table 3 uses 100-5000. (asap's
@@ -58,6 +58,17 @@ pub struct BosenOptions {
     /// server stops pushing rows between clocks until clients' reads free some.
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub max_snapshots: usize,
+}
+
+/// `--bandwidth-mbps`: a finite, positive number of Mbit/s, at most 1e7 (asap's edges and bosen
+/// alike: the rule of the shared budget group, checked where the value is parsed).
+fn budget_mbps(s: &str) -> Result<f64, String> {
+    let v = crate::values::finite_f64(s)?;
+    if v > 0.0 && v <= 1e7 {
+        Ok(v)
+    } else {
+        Err(format!("must be a positive number of Mbit/s (at most 1e7), got {s}"))
+    }
 }
 
 impl Default for BosenOptions {
@@ -224,4 +235,39 @@ mod tests {
         let eta3 = 1.0 / 6f32.sqrt();
         assert!((x[0] - (-2.0 * eta + eta3)).abs() < 1e-6);
     }
+}
+
+/// `--sync bosen`'s declaration (see [`super::ModeSpec`]): ssp's parameter server (ssp.rs) with
+/// its options, plus this file's managed communication.
+pub const MODE: super::ModeSpec = super::ModeSpec {
+    uses: &[(&[], &["SspOptions", "BosenOptions"])],
+    server_steps: true,
+    paces_sends: |_| true,
+    validate: validate_bosen,
+    resolve: |o| super::ssp::resolve_ps(o, true),
+    build_counts: Some(bosen_counts),
+    ..super::ModeSpec::new(
+        "bosen",
+        "SSP plus Bosen's managed communication: a per-rank bandwidth budget spent between clocks on the most significant updates first (--bandwidth-mbps, --priority, --fp16)",
+        |ctx, run, init| super::ssp::build_ps(ctx, run, init, true),
+    )
+};
+
+fn validate_bosen(run: &super::RunSpec) -> anyhow::Result<()> {
+    let o = run.opts;
+    anyhow::ensure!(o.bosen.queue_size >= 1, "--queue-size must be at least 1 row");
+    anyhow::ensure!(o.bosen.max_snapshots >= 1, "--max-snapshots must be at least 1");
+    anyhow::ensure!(
+        o.bosen.bandwidth_mbps.is_some() || run.emulated_link,
+        "--sync bosen needs a per-rank budget: --bandwidth-mbps MBPS (or --emulate-bandwidth, which it then defaults to)"
+    );
+    anyhow::ensure!(
+        o.ssp.apply != Some(super::ssp::ApplyRule::Dynsgd),
+        "--sync bosen pushes parts of a clock's update early, which DynSGD's per-version bookkeeping does not define: use --apply consgd (the default for bosen) or plain"
+    );
+    Ok(())
+}
+
+fn bosen_counts(ctx: &super::SyncContext, run: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn super::SyncMode>> {
+    super::ssp::build_ps_counts(ctx, run, init, true)
 }

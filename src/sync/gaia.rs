@@ -73,7 +73,7 @@ pub struct GaiaOptions {
     /// Initial significance threshold V (a fraction: 0.01 = 1 %): an accumulated update is sent
     /// to the other groups when |update / value| exceeds V / sqrt(t) at clock t. 0 sends every
     /// non-zero update.
-    #[arg(long, value_name = "V", default_value_t = 0.01, value_parser = crate::values::finite_f64)]
+    #[arg(long, value_name = "V", default_value_t = 0.01, value_parser = significance_value)]
     pub significance: f64,
     /// Clocks per step of the threshold's decay: at clock c the threshold is V / sqrt(t) with
     /// t = 1 + (c - 1) / N. 0 (the default): the clocks of one epoch, the paper's "iteration t of
@@ -112,6 +112,16 @@ pub enum GaiaInner {
     Allreduce,
     /// ASAP's NOTIFY-ACK stochastic reduce on --graph among the group's ranks.
     Asap,
+}
+
+/// `--significance`: a finite fraction >= 0, at most 1e6 (its one check, where it is parsed).
+fn significance_value(s: &str) -> Result<f64, String> {
+    let v = crate::values::finite_f64(s)?;
+    if (0.0..=1e6).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("must be a fraction >= 0 (0.01 = 1 %), at most 1e6, got {s}"))
+    }
 }
 
 impl Default for GaiaOptions {
@@ -458,13 +468,6 @@ impl Gaia {
         collectives::broadcast(&world, 0, &mut all);
         let hosts: Vec<String> =
             all.chunks(256).map(|c| String::from_utf8_lossy(c).trim_end_matches('\0').to_string()).collect();
-        anyhow::ensure!(opts.significance >= 0.0 && opts.significance.is_finite(), "--significance must be a number >= 0, got {}", opts.significance);
-        anyhow::ensure!(
-            opts.soft_significance == 0.0 || (opts.soft_significance > 0.0 && opts.soft_significance < opts.significance),
-            "--soft-significance must be 0 (off) or between 0 and --significance ({}), got {}",
-            opts.significance,
-            opts.soft_significance
-        );
         let of = collectives::agree(&world, parse_groups(&opts.groups, n, &hosts))?;
         let groups = of.iter().max().expect("ranks") + 1;
         let mut members = vec![Vec::new(); groups];
@@ -802,7 +805,7 @@ fn build_inner(
     asap: &AsapOptions,
     init: &[f32],
 ) -> anyhow::Result<(StochasticReduce, serde_json::Value)> {
-    // --notify and --overlap do not apply to gaia (config::GROUPS_USED): their defaults, notify-ack
+    // --notify and --overlap do not apply to gaia (gaia's declaration, MODE, does not list them): their defaults, notify-ack
     // without overlap, are what a clock's group update needs (every in-neighbour's model of it).
     debug_assert!(asap.notify == NotifyMode::NotifyAck && !asap.overlap);
     let inner_ctx = SyncContext {
@@ -1175,4 +1178,31 @@ mod tests {
         let e = parse_groups("/no/such/file", 2, &mixed).unwrap_err();
         assert!(format!("{e:#}").contains("--groups \"/no/such/file\""), "{e:#}");
     }
+}
+
+/// `--sync gaia`'s declaration (see [`super::ModeSpec`]). With `--gaia-inner asap` it also reads
+/// asap's `--graph` (the shared graph group).
+pub const MODE: super::ModeSpec = super::ModeSpec {
+    uses: &[(&[], &["GaiaOptions"]), (&[("gaia_inner", "asap")], &["graph_group"])],
+    validate: validate_gaia,
+    ..super::ModeSpec::new(
+        "gaia",
+        "Groups of ranks as data centres (--groups): allreduce inside a group (or, --gaia-inner asap, ASAP's stochastic reduce), only significant updates between groups (--significance), bounded by the mirror clock (--dc-staleness)",
+        |ctx, run, init| {
+            let (mode, info) = Gaia::build(ctx, &run.opts.gaia, &run.opts.asap, init)?;
+            Ok((Box::new(mode), info))
+        },
+    )
+};
+
+fn validate_gaia(run: &super::RunSpec) -> anyhow::Result<()> {
+    let o = &run.opts.gaia;
+    anyhow::ensure!(o.dc_staleness <= 1_000_000, "--dc-staleness must be at most 1000000 clocks, got {}", o.dc_staleness);
+    anyhow::ensure!(
+        o.soft_significance == 0.0 || (o.soft_significance > 0.0 && o.soft_significance < o.significance),
+        "--soft-significance must be 0 (off) or between 0 and --significance ({}), got {}",
+        o.significance,
+        o.soft_significance
+    );
+    Ok(())
 }

@@ -20,17 +20,31 @@ use crate::comm::collectives;
 use crate::comm::pace::{Ingress, Links, Pacer};
 use crate::model::RowLayout;
 
-pub mod allreduce;
-pub mod asap;
-pub mod async_mode;
-pub mod bosen;
+#[macro_use]
+mod registry;
+pub use registry::{Built, ModeSpec, RunSpec, Uses};
+
+// Shared machinery of the modes (the modes' own files are declared by the registry below).
 pub mod delta_sum;
 pub mod edge_budget;
-pub mod gaia;
-pub mod independent;
 pub mod ps;
 pub mod push_sum;
-pub mod ssp;
+
+// The registry: one line per mode, `Variant: file { field: OptionsType }` (the options part only
+// for a mode with an option group of its own). Each line declares the mode's module (its file in
+// src/sync/, which holds `pub const MODE: ModeSpec`), the `--sync` value (`SyncKind::Variant`,
+// named and described by `MODE`), and the mode's option group as a field of [`ModeOptions`]
+// (flattened into the configuration: its flags, config-file keys and defaults). The order is the
+// order of `--help` and of the modes listed in messages.
+modes! {
+    Allreduce: allreduce;
+    Asap: asap { asap: AsapOptions };
+    Ssp: ssp { ssp: SspOptions };
+    Async: async_mode { async_mode: AsyncOptions };
+    Bosen: bosen { bosen: BosenOptions };
+    Gaia: gaia { gaia: GaiaOptions };
+    None: independent;
+}
 
 /// Communication counters every mode keeps the same way; the training loop reports them per rank
 /// as mean and max.
@@ -258,10 +272,6 @@ pub fn ring_allreduce_bytes(n: usize, len: usize) -> u64 {
     (2.0 * (n - 1) as f64 / n as f64 * (len * 4) as f64) as u64
 }
 
-/// The defaults of a clap option group (a mode's options), from the same attributes that define
-/// its flags, so a default is written once.
-pub fn option_defaults<T: clap::Args + clap::FromArgMatches>() -> T {
-    let cmd = T::augment_args(clap::Command::new("defaults").no_binary_name(true));
-    let m = cmd.try_get_matches_from(std::iter::empty::<String>()).expect("every option has a default or is optional");
-    T::from_arg_matches(&m).expect("defaults build the options")
-}
+/// The defaults of an option group, from its declaration (in values.rs, below every layer that
+/// declares one).
+pub use crate::values::option_defaults;

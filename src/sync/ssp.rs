@@ -63,7 +63,7 @@ pub struct SspOptions {
     /// reduces each in-neighbour's newest message no older than S rounds and runs at most S
     /// messages ahead of what its receivers have read (S + 1 slots per edge); 0 is ASAP's
     /// NOTIFY-ACK [default: 0].
-    #[arg(long, value_name = "S", group = "staleness_group")]
+    #[arg(long, value_name = "S", value_parser = staleness_bound, group = "staleness_group")]
     pub staleness: Option<u64>,
     /// Server-side rule: plain (add updates), consgd (scale by 1/M), dynsgd (scale by
     /// 1/staleness per model version; not with bosen, whose early partial pushes DynSGD's
@@ -83,6 +83,17 @@ impl SspOptions {
     /// The staleness bound of ssp and bosen (`--staleness`, default 3).
     pub fn ssp_staleness(&self) -> u64 {
         self.staleness.unwrap_or(3)
+    }
+}
+
+/// `--staleness`: at most 1000 (asap, ssp and bosen alike: the rule of the shared staleness
+/// group, checked where the value is parsed).
+fn staleness_bound(s: &str) -> Result<u64, String> {
+    let v: u64 = s.trim().parse().map_err(|_| format!("expected a number of clocks >= 0, got {s:?}"))?;
+    if v <= 1000 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is too large (at most 1000: each step of it costs a model-sized slot per edge under asap)"))
     }
 }
 
@@ -1301,4 +1312,57 @@ mod tests {
         assert_eq!(a.len(), 1);
         assert_eq!(u64::from_le_bytes(a[0].1[0..8].try_into().unwrap()), 1);
     }
+}
+
+/// `--sync ssp`'s declaration (see [`super::ModeSpec`]); `--sync bosen` (bosen.rs) is built on
+/// the same parameter server with its budget.
+pub const MODE: super::ModeSpec = super::ModeSpec {
+    uses: &[(&[], &["SspOptions"])],
+    resolve: |o| resolve_ps(o, false),
+    build_counts: Some(ssp_counts),
+    ..super::ModeSpec::new(
+        "ssp",
+        "Stale synchronous parallel on parameter-server row shards hosted by the ranks themselves",
+        |ctx, run, init| build_ps(ctx, run, init, false),
+    )
+};
+
+fn ssp_counts(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
+    build_ps_counts(ctx, run, init, false)
+}
+
+/// The staleness bound and apply rule in force (ssp's defaults, or bosen's with `bosen`).
+pub(crate) fn resolve_ps(o: &mut super::ModeOptions, bosen: bool) {
+    (o.ssp.staleness, o.ssp.apply) = (Some(o.ssp.ssp_staleness()), Some(o.ssp.apply_rule(bosen)));
+}
+
+/// The parameter-server mode of `--sync ssp`, or of `--sync bosen` with `bosen`.
+pub(crate) fn build_ps(ctx: &SyncContext, run: &super::RunSpec, init: &[f32], bosen: bool) -> super::Built {
+    let o = run.opts;
+    let shards = shard_ranges(&ctx.layout, ctx.comm.size() as usize);
+    let mut info = serde_json::json!({"staleness": o.ssp.ssp_staleness(), "apply": o.ssp.apply_rule(bosen),
+                                      "shard_params": shards.iter().map(|r| r.len()).collect::<Vec<_>>()});
+    let setup = bosen.then(|| {
+        info["bosen"] = serde_json::json!(o.bosen);
+        BosenSetup { opts: &o.bosen, adarevision: run.adarevision, lr: run.lr }
+    });
+    Ok((Box::new(StaleSynchronous::new(ctx, &o.ssp, init, setup)?), info))
+}
+
+/// The parameter-server mode for `--model lda`'s count deltas, which the servers must add as they
+/// are (`--apply plain`), exactly.
+pub(crate) fn build_ps_counts(ctx: &SyncContext, run: &super::RunSpec, init: &[f32], bosen: bool) -> anyhow::Result<Box<dyn SyncMode>> {
+    let o = run.opts;
+    anyhow::ensure!(
+        o.ssp.apply.is_none_or(|a| a == ApplyRule::Plain),
+        "--model lda pushes count deltas that the servers must add as they are: --apply plain (the default for lda), not {:?}",
+        o.ssp.apply.expect("checked")
+    );
+    let opts = SspOptions { apply: Some(ApplyRule::Plain), ..o.ssp.clone() };
+    if bosen {
+        anyhow::ensure!(!o.bosen.fp16, "--fp16 with --model lda: binary16 holds integers exactly only up to 2048, and count deltas must arrive exactly");
+        anyhow::ensure!(!run.adarevision, "--lr-schedule adarevision with --model lda: a Gibbs sampler takes no gradient steps");
+    }
+    let setup = bosen.then_some(BosenSetup { opts: &o.bosen, adarevision: false, lr: run.lr });
+    Ok(Box::new(StaleSynchronous::new(ctx, &opts, init, setup)?))
 }

@@ -110,36 +110,19 @@ fn load(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Data> {
     Ok(Data { train, test, vocab, total_tokens, total_test_tokens })
 }
 
-/// The sync mode of an LDA run (refusing the modes that cannot carry count deltas).
+/// The sync mode of an LDA run, as its declaration builds one for counts
+/// ([`crate::sync::ModeSpec::build_counts`]), refusing the modes that cannot carry count deltas.
 fn build_mode(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
-    use crate::sync::ssp::{ApplyRule, BosenSetup, SspOptions, StaleSynchronous};
-    Ok(match cfg.sync {
-        SyncKind::Allreduce => Box::new(crate::sync::delta_sum::DeltaSum::new(ctx, init)),
-        SyncKind::Ssp | SyncKind::Bosen => {
-            anyhow::ensure!(
-                cfg.ssp.apply.is_none_or(|a| a == ApplyRule::Plain),
-                "--model lda pushes count deltas that the servers must add as they are: --apply plain (the default for lda), not {:?}",
-                cfg.ssp.apply.expect("checked")
-            );
-            let opts = SspOptions { apply: Some(ApplyRule::Plain), ..cfg.ssp.clone() };
-            let bosen = cfg.sync == SyncKind::Bosen;
-            if bosen {
-                anyhow::ensure!(!cfg.bosen.fp16, "--fp16 with --model lda: binary16 holds integers exactly only up to 2048, and count deltas must arrive exactly");
-                anyhow::ensure!(
-                    cfg.lr_schedule != crate::config::LrSchedule::Adarevision,
-                    "--lr-schedule adarevision with --model lda: a Gibbs sampler takes no gradient steps"
-                );
-            }
-            let setup = bosen.then_some(BosenSetup { opts: &cfg.bosen, adarevision: false, lr: cfg.lr });
-            Box::new(StaleSynchronous::new(ctx, &opts, init, setup)?)
-        }
-        other => anyhow::bail!(
-            "--model lda runs under --sync allreduce, ssp or bosen, not {}: its model is integer counts, and {} would average replicas \
+    let Some(build) = cfg.sync.spec().build_counts else {
+        anyhow::bail!(
+            "--model lda runs under --sync {}, not {}: its model is integer counts, and {} would average replicas \
              (dividing every rank's tokens by the number of ranks) or keep them apart, which counts no token exactly once",
-            format!("{other:?}").to_lowercase(),
-            format!("{other:?}").to_lowercase()
-        ),
-    })
+            SyncKind::names_where(|m| m.build_counts.is_some()),
+            cfg.sync,
+            cfg.sync
+        );
+    };
+    build(ctx, &cfg.mode_run(), init)
 }
 
 /// What an evaluation gives: (log-likelihood per training token, held-out perplexity or NaN).

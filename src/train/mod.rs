@@ -22,7 +22,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use serde_json::json;
 
 use crate::comm::{self, collectives};
-use crate::config::{LrSchedule, SyncKind, TargetOn, TrainConfig};
+use crate::config::{TargetOn, TrainConfig};
 use crate::model::{MetricKind, Model};
 use crate::rng::Rng;
 use crate::sync::{ModeMetric, SyncContext, SyncMode};
@@ -46,41 +46,10 @@ pub struct Outcome {
 /// "try again"); `slurm/asap-train.sbatch` requeues the job on it.
 pub const PREEMPTED_EXIT: u8 = 75;
 
-/// Builds the sync mode chosen by `--sync` (the one place that maps a mode's name to its type).
-/// Returns what the metrics' start line records about it.
+/// Builds the sync mode chosen by `--sync`, as its declaration says
+/// ([`crate::sync::ModeSpec::build`]). Returns what the metrics' start line records about it.
 fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Result<(Box<dyn SyncMode>, serde_json::Value)> {
-    Ok(match cfg.sync {
-        SyncKind::Allreduce => (Box::new(crate::sync::allreduce::ModelAverage::new(ctx)), json!(null)),
-        SyncKind::None => (Box::new(crate::sync::independent::Independent::new(ctx)), json!(null)),
-        SyncKind::Asap => {
-            let budget = cfg.bosen.bandwidth_mbps.map(|mbps| crate::sync::edge_budget::EdgeBudgetOptions {
-                mbps,
-                priority: cfg.bosen.priority,
-            });
-            let staleness = cfg.ssp.staleness.unwrap_or(0);
-            let (mode, info) = crate::sync::asap::StochasticReduce::build(ctx, &cfg.asap, init, budget, staleness)?;
-            (Box::new(mode), info)
-        }
-        SyncKind::Ssp | SyncKind::Bosen => {
-            let bosen = cfg.sync == SyncKind::Bosen;
-            let shards = crate::sync::ps::shards::shard_ranges(&ctx.layout, ctx.comm.size() as usize);
-            let mut info = json!({"staleness": cfg.ssp.ssp_staleness(), "apply": cfg.ssp.apply_rule(bosen),
-                                  "shard_params": shards.iter().map(|r| r.len()).collect::<Vec<_>>()});
-            let setup = bosen.then(|| {
-                info["bosen"] = json!(cfg.bosen);
-                crate::sync::ssp::BosenSetup { opts: &cfg.bosen, adarevision: cfg.lr_schedule == LrSchedule::Adarevision, lr: cfg.lr }
-            });
-            (Box::new(crate::sync::ssp::StaleSynchronous::new(ctx, &cfg.ssp, init, setup)?), info)
-        }
-        SyncKind::Gaia => {
-            let (mode, info) = crate::sync::gaia::Gaia::build(ctx, &cfg.gaia, &cfg.asap, init)?;
-            (Box::new(mode), info)
-        }
-        SyncKind::Async => {
-            let info = json!({"barrier": cfg.async_mode.barrier, "optimizer": cfg.async_mode.optimizer, "coordinator": 0});
-            (Box::new(crate::sync::async_mode::CoordinatedAsync::new(ctx, &cfg.async_mode, init)?), info)
-        }
-    })
+    (cfg.sync.spec().build)(ctx, &cfg.mode_run(), init)
 }
 
 /// Collectives with a deadline while it lives.
@@ -274,10 +243,11 @@ impl Run<'_> {
         }
     }
 
-    /// Whether each rank's own replica is evaluated: replicas of allreduce are equal at every
-    /// round (the averaged model stands for them), and one rank has nothing to compare.
+    /// Whether each rank's own replica is evaluated: replicas of a mode that declares them equal
+    /// after every round (allreduce) need not be (the averaged model stands for them), and one
+    /// rank has nothing to compare.
     fn own_models_differ(&self) -> bool {
-        self.cfg.sync != SyncKind::Allreduce && self.comm.size() > 1
+        !self.cfg.sync.spec().replicas_agree && self.comm.size() > 1
     }
 
     /// The ranks whose own replicas evaluations score (`--own-models`; none when they do not
@@ -571,7 +541,7 @@ fn set_up<'a>(cfg: &'a TrainConfig, comm: &'a SimpleCommunicator, shards: setup:
     let step_pacer = step_pacer(cfg, n, rank)?;
     let fault_panic = cfg.fault_panic.as_deref().map(|s| crate::config::parse_rank_round("--fault-panic", s, n)).transpose()?;
     let local_n = shards.train.len();
-    let mut optimizer = optimizer::Optimizer::new(cfg.async_mode.optimizer, model.as_ref(), local_n, shards.total_train, p)?;
+    let mut optimizer = optimizer::Optimizer::new((cfg.sync.spec().keeps_history)(&cfg.modes), model.as_ref(), local_n, shards.total_train, p)?;
     let steps_per_epoch = collectives::min_u64(comm, local_n.div_ceil(cfg.batch_size) as u64) as usize;
     let total_rounds_all = (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64;
     let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));

@@ -13,7 +13,6 @@
 
 use crate::data::Dataset;
 use crate::model::{row_axpy, MarginLoss, Model};
-use crate::sync::async_mode::OptimizerKind;
 use crate::sync::{HistoryDelta, ModeState, SyncMode};
 
 /// SAGA's state on one rank.
@@ -70,11 +69,15 @@ pub enum Optimizer {
 }
 
 impl Optimizer {
-    /// `local_examples` of this rank, `total_examples` over all ranks, `n_params` parameters.
-    pub fn new(kind: OptimizerKind, model: &dyn Model, local_examples: usize, total_examples: u64, n_params: usize) -> anyhow::Result<Self> {
-        Ok(match kind {
-            OptimizerKind::Sgd => Optimizer::Sgd,
-            OptimizerKind::Saga => {
+    /// SAGA when `saga` (the mode keeps its history: [`crate::sync::ModeSpec::keeps_history`]),
+    /// else SGD; `local_examples` of this rank, `total_examples` over all ranks, `n_params`
+    /// parameters.
+    pub fn new(saga: bool, model: &dyn Model, local_examples: usize, total_examples: u64, n_params: usize) -> anyhow::Result<Self> {
+        Ok(match saga {
+            false => Optimizer::Sgd,
+            true => {
+                // The mode's declaration refuses SAGA for other models before any data is read;
+                // an error rather than a panic keeps a caller that skipped it from hanging a job.
                 let m = model.margin_loss().ok_or_else(|| {
                     anyhow::anyhow!("--optimizer saga needs a linear model (lsq, logreg, svm), not {:?}", model.spec().kind)
                 })?;
@@ -171,8 +174,8 @@ mod tests {
         let mut rng = Rng::new(4);
         let (data, m, best) = problem(&mut rng);
         let n = data.len();
-        let run = |kind: OptimizerKind, rng: &mut Rng| -> f64 {
-            let mut opt = Optimizer::new(kind, m.as_ref(), n, n as u64, m.num_params()).unwrap();
+        let run = |saga: bool, rng: &mut Rng| -> f64 {
+            let mut opt = Optimizer::new(saga, m.as_ref(), n, n as u64, m.num_params()).unwrap();
             let mut w = vec![0f32; m.num_params()];
             let mut a = vec![0f32; w.len()];
             let mut order: Vec<usize> = (0..n).collect();
@@ -199,17 +202,17 @@ mod tests {
             }
             m.evaluate(&w, &data).mean_loss() + m.regulariser(&w) - best
         };
-        let sgd = run(OptimizerKind::Sgd, &mut Rng::new(1));
-        let saga = run(OptimizerKind::Saga, &mut Rng::new(1));
+        let sgd = run(false, &mut Rng::new(1));
+        let saga = run(true, &mut Rng::new(1));
         assert!(saga < 1e-4 && saga < sgd / 10.0, "gap to the optimum: SGD {sgd:e}, SAGA {saga:e}");
     }
 
     #[test]
     fn saga_needs_a_linear_model_and_its_own_checkpoint_state() {
         let mlr = build(&ModelSpec { kind: ModelKind::Mlr, lambda: 0.0, features: 3, classes: 3, hidden: vec![], factors: 0, users: 0, items: 0 }).unwrap();
-        assert!(Optimizer::new(OptimizerKind::Saga, mlr.as_ref(), 5, 5, mlr.num_params()).is_err());
+        assert!(Optimizer::new(true, mlr.as_ref(), 5, 5, mlr.num_params()).is_err());
         let lsq = build(&ModelSpec { kind: ModelKind::Lsq, lambda: 0.0, features: 3, classes: 2, hidden: vec![], factors: 0, users: 0, items: 0 }).unwrap();
-        let mut saga = Optimizer::new(OptimizerKind::Saga, lsq.as_ref(), 5, 5, 4).unwrap();
+        let mut saga = Optimizer::new(true, lsq.as_ref(), 5, 5, 4).unwrap();
         let mut st = vec![("awaiting".to_string(), vec![0.0]), ("saga_slope".to_string(), vec![1.0; 5])];
         saga.restore_state(&mut st).unwrap();
         assert_eq!(st.len(), 1, "the mode's entries are left");
