@@ -146,6 +146,22 @@ fn bosen_and_allreduce_count_every_token_once() {
     }
 }
 
+/// --emulate-compute paces every mini-batch: rank 0's training lasts at least its mini-batches'
+/// declared time, and the counts stay exact.
+#[test]
+fn emulated_compute_paces_every_mini_batch() {
+    let dir = scratch("lda-emulate");
+    let data = corpus(&dir, "emu", 120, 60, 3, 0.1);
+    let extra = ["--sync", "ssp", "--epochs", "3", "--batch-size", "10", "--emulate-compute", "20", "--emulate-bandwidth", "100"];
+    train_checked(2, &data, &dir, &extra, 3);
+    let sm = summary(&dir.join("m.jsonl"));
+    let steps = sm["emulation"]["steps_per_rank"].as_u64().unwrap();
+    // About 60 documents per rank: 6 mini-batches of 10 a sweep (one more where a rank has 61+).
+    assert!((15..=30).contains(&steps), "{sm}");
+    let train = sm["train_seconds"].as_f64().unwrap();
+    assert!(train >= 0.95 * steps as f64 * 0.020, "training {train} s for {steps} mini-batches of 20 ms");
+}
+
 /// Modes that average replicas are refused on every rank with the reason; a malformed corpus is
 /// named with its line.
 #[test]
