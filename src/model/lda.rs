@@ -67,6 +67,12 @@ pub struct LdaOptions {
     /// given the documents before it, rank 0's first; K logarithms per token) or random.
     #[arg(long, value_enum, default_value_t = InitKind::Sequential)]
     pub lda_init: InitKind,
+    /// Split-merge moves after each of the first N sweeps (0: none): topics that duplicate one
+    /// another are merged and topics holding two are split, which token-by-token Gibbs moves
+    /// cannot undo (model/lda_moves.rs, docs/lda.md). A phase is a consistent cut plus a few sums
+    /// over ranks (one of W x K counts); never after the last sweep.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub split_merge: usize,
     /// Words listed per topic in the summary.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top_words: usize,

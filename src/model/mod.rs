@@ -172,6 +172,7 @@ pub trait MarginLoss {
 }
 
 pub mod lda;
+pub mod lda_moves;
 pub mod linear;
 pub mod mf;
 pub mod mlp;

@@ -34,6 +34,7 @@ use crate::comm::collectives::{self, agree};
 use crate::config::{SyncKind, TrainConfig};
 use crate::data::bow::{self, Corpus};
 use crate::model::lda::{self, LocalState, Sampler};
+use crate::model::lda_moves;
 use crate::model::RowLayout;
 use crate::rng::Rng;
 use crate::sync::{SyncContext, SyncMode};
@@ -159,7 +160,7 @@ fn check_unsupported(cfg: &TrainConfig) -> anyhow::Result<()> {
         ("--checkpoint-dir / --resume / --auto-resume", cfg.checkpoint_dir.is_some() || cfg.resume || cfg.auto_resume),
         ("--send-log", cfg.send_log.is_some()),
         ("--straggler", cfg.straggler.is_some()),
-        ("--emulate-compute / --cluster / --balance", cfg.emulate_compute.is_some() || cfg.cluster.is_some() || cfg.balance),
+        ("--cluster / --balance", cfg.cluster.is_some() || cfg.balance),
         ("--stop-at-target", cfg.stop_at_target),
         ("--partition", cfg.partition != "iid"),
         ("--consensus-only", cfg.consensus_only),
@@ -199,6 +200,13 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator, t_start: Instant) -> an
                        "words": w, "topics": k, "tokens": data.total_tokens, "test_tokens": data.total_test_tokens, "config": cfg});
     metrics.write(&start)?;
     let mut sampler = Sampler::new(&cfg.lda, w);
+    // --emulate-compute: every mini-batch of --batch-size documents lasts the declared time (the
+    // sampling is real, the rest is slept), so a rank's clock costs what it would on a node of its
+    // own whatever the load here (docs/emulation.md).
+    let mut pacer = super::emulate::StepPacer::new(cfg.emulate_compute, super::schedule::StragglerPlan::none(n), rank, cfg.straggler_wait);
+    if let (Some(ms), 0) = (cfg.emulate_compute, rank) {
+        eprintln!("asap-train lda: emulated cluster: every mini-batch of {} documents takes {ms} ms", cfg.batch_size.max(1));
+    }
     let mut global = Vec::new();
     let mut timers = Timers::default();
     let train_start = Instant::now();
@@ -206,11 +214,19 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator, t_start: Instant) -> an
     let total_rounds = cfg.max_rounds.map_or(cfg.epochs as u64 * cps, |m| m.min(cfg.epochs as u64 * cps));
     let eval_every = if cfg.eval_every == 0 { cps } else { cfg.eval_every as u64 };
     let mut last = (f64::NAN, f64::NAN);
+    let mut moves = lda_moves::MoveCounts::default();
     for round in 1..=total_rounds {
         let part = ((round - 1) % cps) as usize;
         let docs = data.train.len() * part / cps as usize..data.train.len() * (part + 1) / cps as usize;
-        clock(cfg, &data.train, docs, round - 1, mode.as_mut(), &mut sampler, &mut state, &mut params, &mut rng, &mut timers)?;
+        clock(cfg, &data.train, docs, round - 1, mode.as_mut(), &mut sampler, &mut state, &mut params, &mut rng, &mut timers, &mut pacer)?;
         mode.sync(&mut params, round)?;
+        if round % cps == 0 && round / cps <= cfg.lda.split_merge as u64 && round < total_rounds {
+            let t = Instant::now();
+            let m = split_merge_phase(cfg, comm, &data.train, mode.as_mut(), &mut state, &mut params, &mut global, round)?;
+            timers.compute += t.elapsed().as_secs_f64();
+            metrics.write(&json!({"event": "split_merge", "round": round, "epoch": round / cps, "moves": m}))?;
+            moves += m;
+        }
         if round % eval_every == 0 || round == total_rounds {
             let t = Instant::now();
             mode.quiesce(&mut params, round)?;
@@ -231,7 +247,16 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator, t_start: Instant) -> an
     }
     mode.finish(&mut params)?;
     let exact = check_counts(comm, &params, &global)?;
-    let summary = finish_summary(cfg, comm, &data, mode.as_ref(), &sampler, &timers, &global, (load_seconds, train_seconds, t_start), last, total_rounds, exact)?;
+    let mut summary = finish_summary(cfg, comm, &data, mode.as_ref(), &sampler, &timers, &global, (load_seconds, train_seconds, t_start), last, total_rounds, exact)?;
+    summary["split_merge"] = json!(moves);
+    summary["sync_metrics"] = mode_numbers(comm, mode.as_ref());
+    if cfg.emulate_compute.is_some() {
+        let st = &pacer.stats;
+        let local = [pacer.drift(), st.broken as f64 / st.steps.max(1) as f64, st.compute_overruns as f64];
+        let (mean, max) = collectives::mean_max(comm, &local);
+        summary["emulation"] = json!({"declared_ms": cfg.emulate_compute, "steps_per_rank": st.steps, "drift": {"mean": mean[0], "max": max[0]},
+                                      "broken_fraction": {"mean": mean[1], "max": max[1]}, "compute_overruns": {"mean": mean[2], "max": max[2]}});
+    }
     metrics.write(&summary)?;
     if rank == 0 {
         print_summary(&summary);
@@ -272,6 +297,41 @@ fn initialise(cfg: &TrainConfig, comm: &SimpleCommunicator, c: &Corpus, rng: &mu
     (params, state)
 }
 
+/// A split-merge phase (model/lda_moves.rs) after sweep `round / cps`: a consistent cut, the
+/// exact global counts (every rank's recount summed), then the moves, which change this rank's
+/// assignments and replica rows; the next `sync` pushes them as count deltas. Collective.
+#[allow(clippy::too_many_arguments)]
+fn split_merge_phase(
+    cfg: &TrainConfig,
+    comm: &SimpleCommunicator,
+    c: &Corpus,
+    mode: &mut dyn SyncMode,
+    state: &mut LocalState,
+    params: &mut [f32],
+    global: &mut Vec<f64>,
+    round: u64,
+) -> anyhow::Result<lda_moves::MoveCounts> {
+    mode.quiesce(params, round)?;
+    global.clear();
+    global.resize(c.words * cfg.lda.topics, 0.0);
+    state.word_topic(c, global);
+    collectives::sum_f64(comm, global);
+    let mut shared = Rng::for_stream(cfg.seed ^ 0x7370_6c69, round);
+    let mut local = Rng::for_stream(cfg.seed ^ 0x7370_6c69, (round << 16) + comm.rank() as u64 + 1);
+    // Every rank decides every move from these sums: rank 0's result is broadcast, so that a sum
+    // whose rounding differed between ranks could not make them decide differently.
+    let mut sum = |v: &mut [f64]| {
+        collectives::sum_f64(comm, v);
+        collectives::broadcast(comm, 0, v);
+    };
+    let mut phase = lda_moves::Phase { corpus: c, opts: &cfg.lda, state, params, global, sum: &mut sum };
+    let m = lda_moves::split_merge(&mut phase, &mut shared, &mut local);
+    if comm.rank() == 0 {
+        eprintln!("asap-train lda: split-merge after sweep {}: {} of {} merges, {} of {} splits", round / cfg.lda.clocks_per_sweep as u64, m.merges, m.merges_proposed, m.splits, m.splits_proposed);
+    }
+    Ok(m)
+}
+
 /// One clock: sample the documents `docs` in mini-batches, each after the mode's read gate.
 #[allow(clippy::too_many_arguments)]
 fn clock(
@@ -285,6 +345,7 @@ fn clock(
     params: &mut [f32],
     rng: &mut Rng,
     timers: &mut Timers,
+    pacer: &mut super::emulate::StepPacer,
 ) -> anyhow::Result<()> {
     let k = state.k;
     let batch = cfg.batch_size.max(1);
@@ -300,7 +361,9 @@ fn clock(
             let (a, b) = (c.doc_ptr[d], c.doc_ptr[d + 1]);
             sampler.sample_doc(&c.tokens[a..b], &mut state.z[a..b], &mut state.ndk[d * k..(d + 1) * k], params, rng);
         }
-        timers.compute += t.elapsed().as_secs_f64();
+        let dt = t.elapsed().as_secs_f64();
+        timers.compute += dt;
+        pacer.after_step(t, dt, clock, 1.0);
         first = end;
         if first >= docs.end {
             return Ok(());
@@ -369,6 +432,27 @@ fn finish_summary(
         "counters": counters,
         "top_words": top,
     }))
+}
+
+/// The mode's single-number metrics (staleness, early pushes...) combined over ranks as each says.
+fn mode_numbers(comm: &SimpleCommunicator, mode: &dyn SyncMode) -> serde_json::Value {
+    let numbers: Vec<_> = mode.metrics().into_iter().filter(|m| !m.is_array).collect();
+    let local: Vec<f64> = numbers.iter().map(|m| m.values[0]).collect();
+    let (mean, max) = collectives::mean_max(comm, &local);
+    let n = comm.size() as f64;
+    let out: serde_json::Map<String, serde_json::Value> = numbers
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let v = match m.aggregate {
+                crate::sync::Aggregate::Sum => mean[i] * n,
+                crate::sync::Aggregate::Mean => mean[i],
+                crate::sync::Aggregate::Max => max[i],
+            };
+            (m.name.to_string(), json!(v))
+        })
+        .collect();
+    serde_json::Value::Object(out)
 }
 
 fn print_summary(s: &serde_json::Value) {
