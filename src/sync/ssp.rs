@@ -22,8 +22,10 @@
 //! - **Transport**: two-sided messages ([`Postbox`]): a shard server must run code when an update
 //!   arrives (the DynSGD bookkeeping, deferred reads), and a worker may run up to S clocks ahead,
 //!   so updates queue per edge; docs/sync-modes.md has the measurement behind the choice. Every
-//!   wait keeps serving other ranks' pushes, and gives up after `--wait-timeout` naming the ranks
-//!   whose clocks are behind.
+//!   wait keeps serving other ranks' pushes; past `--wait-timeout` it says what it lacks (the
+//!   shards that have not answered, the ranks whose clocks are behind) and names as holding it up
+//!   only the ranks without a sign of life (`comm::deadline`): a shard that has not answered may
+//!   itself wait for the stopped rank.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -38,6 +40,7 @@ use super::ps::shards::{shard_ranges, shard_rows};
 use super::ps;
 use super::{Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::backoff::Backoff;
+use crate::comm::deadline::WaitDeadline;
 use crate::comm::postbox::Postbox;
 
 /// How a shard server applies a worker's update (`--apply`).
@@ -821,26 +824,27 @@ impl StaleSynchronous {
         Ok(())
     }
 
-    /// Serves until `done(self)` holds, counting the time as waiting; after `--wait-timeout`
-    /// fails with `what(self)` (said at that moment, naming whom it still waits for) and, when
-    /// this rank's shard holds reads back, the ranks whose updates it lacks.
+    /// Serves until `done(self)` holds, counting the time as waiting; past `--wait-timeout` fails
+    /// with `what(self)` (said at that moment: what it still waits for), what this rank's shard
+    /// lacks, and the verdict of the sign-of-life board (see [`ps::serve_until`]).
     fn wait_until(&mut self, what: impl Fn(&Self) -> String, done: impl Fn(&Self) -> bool) -> anyhow::Result<()> {
         // Yield (not sleep) for a while: the answer usually comes from a rank that only needs
         // the CPU for one step, and sleeping 1 ms per clock made S = 0 take 2.1 s instead of
         // 0.75 s for 938 clocks at 4 ranks on 2 cores.
         let backoff = Backoff::with_yield_window(Duration::from_millis(20));
         let limit = self.wait_timeout;
-        let waited = ps::serve_until(self, limit, backoff, Self::serve, done, |s, waited| s.waited_too_long(waited, &what(s)))?;
+        let waited = ps::serve_until(self, limit, backoff, Self::serve, done, |s, waited, why| s.waited_too_long(waited, &what(s), why))?;
         self.stats.wait_seconds += waited.as_secs_f64();
         Ok(())
     }
 
     /// The error of a wait for `what` that ran past `--wait-timeout`: when this rank's shard
-    /// holds reads back, it names the ranks whose updates it lacks.
-    fn waited_too_long(&self, waited: Duration, what: &str) -> anyhow::Error {
+    /// holds reads back, the ranks whose updates it lacks (facts, not blame: they may be alive
+    /// and waiting themselves); then `why`, the board's verdict on who holds it up.
+    fn waited_too_long(&self, waited: Duration, what: &str, why: &str) -> anyhow::Error {
         let behind = match &self.server {
             Some(s) if !s.reads.is_empty() || !s.queued.is_empty() => format!(
-                "; this rank's shard has every update of clocks < {} and waits for the updates of rank(s) {:?} \
+                "; this rank's shard has every update of clocks < {} and lacks the updates of ranks {:?} \
                  (clocks pushed per rank {:?}, reads deferred {:?}, pushes queued {:?})",
                 s.cmin,
                 s.laggards(),
@@ -850,11 +854,7 @@ impl StaleSynchronous {
             ),
             _ => String::new(),
         };
-        anyhow::anyhow!(
-            "rank {}: waited {:.1} s (--wait-timeout) for {what}{behind}: those ranks are stuck, dead or far too slow",
-            self.rank,
-            waited.as_secs_f64()
-        )
+        anyhow::anyhow!("rank {}: waited {:.1} s (--wait-timeout) for {what}{behind}: {why}", self.rank, waited.as_secs_f64())
     }
 
     /// Ranks that have not pushed `clock` clocks to this rank's shard.
@@ -902,7 +902,7 @@ impl StaleSynchronous {
         if !missing(self).is_empty() {
             self.blocked_reads += 1;
             self.wait_until(
-                |s| format!("the rows of clock {clock} from the shard server(s) on rank(s) {:?}", missing(s)),
+                |s| format!("the rows of clock {clock} from the shard servers on ranks {:?}", missing(s)),
                 |s| missing(s).is_empty(),
             )?;
         }
@@ -920,7 +920,7 @@ impl StaleSynchronous {
         }
         self.complete_reads(params, clock)?;
         if self.server.is_some() {
-            self.wait_until(|s| format!("the updates up to clock {} of rank(s) {:?}", clock.saturating_sub(1), s.behind(clock)), |s| {
+            self.wait_until(|s| format!("the updates up to clock {} of ranks {:?}", clock.saturating_sub(1), s.behind(clock)), |s| {
                 s.server.as_ref().is_some_and(|sv| sv.cmin >= clock)
             })?;
         }
@@ -932,9 +932,21 @@ impl StaleSynchronous {
             self.wait_until(|s| format!("{} message(s) of this rank to be delivered", s.post.unacknowledged()), |s| s.post.link_idle() && s.post.unacknowledged() == 0)?;
             let mut barrier = self.post.start_barrier()?;
             let mut backoff = Backoff::with_yield_window(Duration::from_millis(20));
+            let mut deadline = WaitDeadline::new(timeout);
             while !self.post.barrier_done(&mut barrier)? {
-                if start.elapsed() > timeout {
-                    bail!("rank {}: waited {:.1} s (--wait-timeout) for every rank to finish its clock {clock}: some rank is stuck, dead or far too slow", self.rank, start.elapsed().as_secs_f64());
+                let mut failed = None;
+                let verdict = deadline.check(|| {
+                    if failed.is_none() {
+                        failed = self.serve().err();
+                    }
+                });
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                if let Some(why) = verdict {
+                    if !self.post.barrier_done(&mut barrier)? {
+                        bail!("rank {}: waited {:.1} s (--wait-timeout) for every rank to finish its clock {clock}: {why}", self.rank, deadline.waited().as_secs_f64());
+                    }
                 }
                 backoff.pause();
                 self.serve()?;
@@ -1231,14 +1243,6 @@ impl SyncMode for StaleSynchronous {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn server(rule: ApplyRule, n: usize, staleness: u64) -> ShardServer {
-        ShardServer::new(0..1, &[0.0], vec![0, 1], n, rule, staleness)
-    }
-
-    fn block(rows: Vec<u32>, values: Vec<f32>) -> RowBlock {
-        RowBlock { rows, versions: Vec::new(), values }
-    }
 
     #[test]
     fn consgd_and_dynsgd_average_a_bsp_clock_and_plain_adds() {
