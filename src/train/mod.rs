@@ -481,9 +481,27 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Outco
     if comm.rank() == 0 && searched.is_some() {
         eprintln!("asap-train: --lr not given: step size {} chosen for this model and data (a search on a sample; --lr sets it)", cfg.lr);
     }
+    let fitted = fit_staleness(cfg, &shards, comm);
+    let cfg = fitted.as_ref().unwrap_or(cfg);
     let (mut run, mut replica) = set_up(cfg, comm, shards, &spec, started)?;
     let ending = run.train(&mut replica)?;
     run.finish(replica, ending)
+}
+
+/// ssp and bosen without `--staleness`: the default bounded by the rounds of an epoch
+/// ([`crate::sync::ssp::SspOptions::fit_to_epoch`] says why); rank 0 says so. Collective in those
+/// modes (the rounds of an epoch are the smallest shard's, as in [`set_up`]).
+fn fit_staleness(cfg: &TrainConfig, shards: &setup::Shards, comm: &SimpleCommunicator) -> Option<TrainConfig> {
+    if !matches!(cfg.sync, SyncKind::Ssp | SyncKind::Bosen) || cfg.ssp.staleness.is_some() {
+        return None;
+    }
+    let steps = collectives::min_u64(comm, shards.train.len().div_ceil(cfg.batch_size) as u64);
+    let mut fitted = cfg.clone();
+    let why = fitted.ssp.fit_to_epoch((steps / cfg.sync_every as u64).max(1))?;
+    if comm.rank() == 0 {
+        eprintln!("asap-train: {why}");
+    }
+    Some(fitted)
 }
 
 /// The first replica: the model's initial parameters (random ones of each rank's own under
