@@ -15,6 +15,12 @@
 //! every rank lives, the wait goes on for another timeout, up to [`MAX_EXTENSIONS`] times while
 //! no rank is found stopped; after that the job ends saying that it cannot tell who holds it up.
 //!
+//! Waits outside the collectives (a parameter server's wait for rows or updates, a postbox's
+//! flush, Gaia's wait for other data centres) judge by the same board through [`WaitDeadline`]:
+//! what such a wait lacks (the shards that have not answered, say) is not who holds it up. Under
+//! ssp with rank 1 stopped, every shard server holds rank 0's read back (none may answer without
+//! rank 1's updates), and naming them all blamed live ranks (issue 27).
+//!
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -195,7 +201,55 @@ fn read_board(board: &Window) -> Vec<Option<[u64; 3]>> {
         .collect()
 }
 
-/// What a timed-out rank found on the board.
+/// What a timed-out rank saw on the board during one watch.
+struct Seen {
+    /// Ranks found stopped, hung or unreadable, and how each was found.
+    named: Vec<usize>,
+    how: Vec<String>,
+    /// What else was seen (live ranks behind, a watcher starved of CPU).
+    notes: Vec<String>,
+}
+
+impl Seen {
+    /// "rank(s) [..] hold it up: how", or None when no rank was found stopped.
+    fn blame(&self) -> Option<String> {
+        (!self.named.is_empty()).then(|| format!("rank(s) {:?} hold it up: {}", self.named, self.how.join("; ")))
+    }
+
+    /// What was seen when no rank could be blamed.
+    fn seen(&self) -> String {
+        if self.notes.is_empty() {
+            "every rank runs and polls".to_owned()
+        } else {
+            self.notes.join("; ")
+        }
+    }
+}
+
+/// Reads the board, watches it for [`WATCH`] while bumping this rank's polling word and calling
+/// `keep` (the waiting code's own serving, so that this rank still answers the others), and
+/// judges the two reads; None when no board is armed. The board is borrowed only for each read,
+/// never across `keep`.
+fn watch(entered: Option<u64>, mut keep: impl FnMut()) -> Option<Seen> {
+    let (me, first) = ARMED.with(|a| a.borrow().as_ref().map(|a| (a.board.rank() as usize, read_board(&a.board))))?;
+    let t = Instant::now();
+    while t.elapsed() < WATCH {
+        // Calling into MPI meanwhile serves the others' reads of our board where the MPI needs
+        // the target's help for them (MPICH).
+        ARMED.with(|a| {
+            if let Some(a) = a.borrow().as_ref() {
+                a.board.store_u64(POLLING, a.board.load_u64(POLLING).wrapping_add(1));
+                let _ = a.board.progress();
+            }
+        });
+        keep();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let second = ARMED.with(|a| a.borrow().as_ref().map(|a| read_board(&a.board)))?;
+    Some(judge(entered, me, &first, &second))
+}
+
+/// What a timed-out collective found on the board.
 struct Verdict {
     /// Some rank was found stopped, hung or unreadable (named in `message`).
     blamed: bool,
@@ -204,28 +258,30 @@ struct Verdict {
 
 /// Watches every rank's board words for [`WATCH`] and says which ranks hold `what` up.
 fn diagnose(what: &str, waited: Duration) -> Verdict {
-    ARMED.with(|a| {
-        let a = a.borrow();
-        let Some(a) = a.as_ref() else {
-            return Verdict { blamed: true, message: format!("{what} did not complete") };
-        };
-        let first = read_board(&a.board);
-        // Keep beating while we watch the others, so we do not look stopped to them.
-        let t = Instant::now();
-        // Calling into MPI meanwhile serves the others' reads of our board where the MPI needs
-        // the target's help for them (MPICH).
-        while t.elapsed() < WATCH {
-            a.board.store_u64(POLLING, a.board.load_u64(POLLING).wrapping_add(1));
-            let _ = a.board.progress();
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let second = read_board(&a.board);
-        judge(what, waited, a.entered, a.board.rank() as usize, &first, &second)
-    })
+    let entered = ARMED.with(|a| a.borrow().as_ref().map(|a| a.entered));
+    let Some(seen) = entered.and_then(|e| watch(Some(e), || {})) else {
+        return Verdict { blamed: true, message: format!("{what} did not complete") };
+    };
+    collective_verdict(what, waited, &seen)
 }
 
-/// The verdict from two reads of the board [`WATCH`] apart (`me` entered `entered` collectives).
-fn judge(what: &str, waited: Duration, entered: u64, me: usize, first: &[Option<[u64; 3]>], second: &[Option<[u64; 3]>]) -> Verdict {
+/// The message of a collective that timed out, from what the watch saw.
+fn collective_verdict(what: &str, waited: Duration, seen: &Seen) -> Verdict {
+    let message = match seen.blame() {
+        Some(blame) => format!("{what} did not complete within {:.1} s (--wait-timeout): {blame}", waited.as_secs_f64()),
+        None => format!(
+            "{what} did not complete within {:.1} s (--wait-timeout and {MAX_EXTENSIONS} extensions while every rank showed signs of life): cannot tell which rank holds it up: {}",
+            waited.as_secs_f64(),
+            seen.seen()
+        ),
+    };
+    Verdict { blamed: seen.blame().is_some(), message }
+}
+
+/// What two reads of the board [`WATCH`] apart show (`me` watching). `entered`: the collectives
+/// `me` entered, when it waits in one (then live ranks still before it are noted); None for a
+/// wait outside the collectives.
+fn judge(entered: Option<u64>, me: usize, first: &[Option<[u64; 3]>], second: &[Option<[u64; 3]>]) -> Seen {
     let (mut named, mut how, mut notes) = (Vec::new(), Vec::new(), Vec::new());
     let watch = WATCH.as_secs_f64();
     let own = match (first.get(me).copied().flatten(), second.get(me).copied().flatten()) {
@@ -249,22 +305,71 @@ fn judge(what: &str, waited: Duration, entered: u64, me: usize, first: &[Option<
             notes.push(format!("rank {r} showed no sign of life either"));
         } else if l1 == l2 {
             named.push(r);
-            let at = if *n2 < entered { format!("before it, at collective {n2} of {entered}") } else { "inside it".to_owned() };
-            how.push(format!("rank {r} shows no sign of life for {watch:.1} s, {at} (stopped)"));
-        } else if *n2 < entered {
-            notes.push(format!("rank {r} runs but is still before it (collective {n2} of {entered})"));
+            let at = match entered {
+                Some(e) if *n2 < e => format!(", before it, at collective {n2} of {e}"),
+                Some(_) => ", inside it".to_owned(),
+                None => String::new(),
+            };
+            how.push(format!("rank {r} shows no sign of life for {watch:.1} s{at} (stopped)"));
+        } else if entered.is_some_and(|e| *n2 < e) {
+            notes.push(format!("rank {r} runs but is still before it (collective {n2} of {})", entered.unwrap_or(0)));
         }
     }
-    let message = if named.is_empty() {
-        let seen = if notes.is_empty() { "every rank runs and polls".to_owned() } else { notes.join("; ") };
-        format!(
-            "{what} did not complete within {:.1} s (--wait-timeout and {MAX_EXTENSIONS} extensions while every rank showed signs of life): cannot tell which rank holds it up: {seen}",
-            waited.as_secs_f64()
-        )
-    } else {
-        format!("{what} did not complete within {:.1} s (--wait-timeout): rank(s) {named:?} hold it up: {}", waited.as_secs_f64(), how.join("; "))
-    };
-    Verdict { blamed: !named.is_empty(), message }
+    Seen { named, how, notes }
+}
+
+/// The deadline of a wait outside the collectives (parameter servers' waits for rows or updates,
+/// a postbox's flush, Gaia's wait for other data centres), judged like a collective's: past
+/// `timeout`, [`WaitDeadline::check`] watches the board and names only the ranks without a sign
+/// of life; while every rank lives the wait goes on for another timeout, up to
+/// [`MAX_EXTENSIONS`] times, and then says that it cannot tell. What the wait lacks (which
+/// shards have not answered) is the caller's to say: those ranks may be alive and waiting for the
+/// stopped one themselves.
+pub struct WaitDeadline {
+    start: Instant,
+    timeout: Duration,
+    due: Duration,
+    extensions: u32,
+}
+
+impl WaitDeadline {
+    /// Starts the clock of a wait that may last `timeout` (`--wait-timeout`) before it is judged.
+    pub fn new(timeout: Duration) -> Self {
+        WaitDeadline { start: Instant::now(), timeout, due: timeout, extensions: 0 }
+    }
+
+    /// Time since the wait began.
+    pub fn waited(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// None while the wait may go on. Past the deadline it watches the board for [`WATCH`],
+    /// calling `keep` meanwhile (the wait's own serving), and returns why the wait fails: "rank(s)
+    /// [..] hold it up: .." naming only ranks without a sign of life; or, after
+    /// [`MAX_EXTENSIONS`] timeouts in which every rank lived, that it cannot tell (None and a new
+    /// deadline before then). Without an armed board (outside a training run) it cannot tell at
+    /// once. The caller says what it waited for, and should check whether the wait completed
+    /// during the watch before it fails.
+    pub fn check(&mut self, keep: impl FnMut()) -> Option<String> {
+        if self.start.elapsed() <= self.due {
+            return None;
+        }
+        let Some(seen) = watch(None, keep) else {
+            return Some("cannot tell which rank holds it up (no sign-of-life board outside a training run): it may be stuck, dead or too slow".to_owned());
+        };
+        if let Some(blame) = seen.blame() {
+            return Some(blame);
+        }
+        if self.extensions >= MAX_EXTENSIONS {
+            return Some(format!(
+                "cannot tell which rank holds it up ({MAX_EXTENSIONS} more timeouts waited while every rank showed signs of life): {}",
+                seen.seen()
+            ));
+        }
+        self.extensions += 1;
+        self.due = self.start.elapsed() + self.timeout;
+        None
+    }
 }
 
 #[cfg(test)]
@@ -276,28 +381,60 @@ mod tests {
     #[test]
     fn only_stopped_ranks_are_named() {
         let w = Duration::from_secs(3);
+        let verdict = |entered, me, first: &[Option<[u64; 3]>], second: &[Option<[u64; 3]>]| collective_verdict("an allreduce", w, &judge(Some(entered), me, first, second));
         // Rank 0 behind but alive, rank 1 stopped inside, rank 2 (me) waiting.
         let first = [Some([4, 10, 100]), Some([5, 7, 50]), Some([5, 1, 1])];
         let second = [Some([4, 10, 140]), Some([5, 7, 50]), Some([5, 1, 51])];
-        let v = judge("an allreduce", w, 5, 2, &first, &second);
+        let v = verdict(5, 2, &first, &second);
         assert!(v.blamed && v.message.contains("rank(s) [1]") && v.message.contains("inside it"), "{}", v.message);
         // Rank 1 stopped before reaching it, rank 2 done with it and computing: only rank 1.
         let first = [Some([5, 10, 100]), Some([4, 7, 50]), Some([5, 1, 1])];
         let second = [Some([5, 12, 140]), Some([4, 7, 50]), Some([5, 1, 9])];
-        let v = judge("an allreduce", w, 5, 0, &first, &second);
+        let v = verdict(5, 0, &first, &second);
         assert!(v.blamed && v.message.contains("rank(s) [1]") && v.message.contains("before it"), "{}", v.message);
         // Everyone alive: nobody is blamed, and the message says it cannot tell.
         let second = [Some([5, 12, 140]), Some([4, 7, 90]), Some([5, 1, 3])];
-        let v = judge("an allreduce", w, 5, 0, &first, &second);
+        let v = verdict(5, 0, &first, &second);
         assert!(!v.blamed && v.message.contains("cannot tell") && v.message.contains("rank 1 runs but is still before it"), "{}", v.message);
         // A watcher that itself got no CPU (its own sign of life barely moved) names nobody:
         // rank 1 standing still proves nothing then.
         let first = [Some([5, 10, 100]), Some([4, 7, 50]), Some([5, 1, 1])];
         let second = [Some([5, 12, 103]), Some([4, 7, 50]), Some([5, 1, 1])];
-        let v = judge("an allreduce", w, 5, 0, &first, &second);
+        let v = verdict(5, 0, &first, &second);
         assert!(!v.blamed && v.message.contains("starves it") && v.message.contains("rank 1 showed no sign of life either"), "{}", v.message);
         // An unreadable rank is named.
-        let v = judge("an allreduce", w, 5, 0, &[Some([5, 1, 1]), None], &[Some([5, 1, 1]), None]);
+        let v = verdict(5, 0, &[Some([5, 1, 1]), None], &[Some([5, 1, 1]), None]);
         assert!(v.blamed && v.message.contains("rank(s) [1]"), "{}", v.message);
+    }
+
+    /// Outside a collective the same board decides, without collective positions: under ssp
+    /// with rank 1 stopped, ranks 0 and 2 (alive, their collective counts apart) are not named.
+    #[test]
+    fn a_wait_outside_the_collectives_names_only_the_still_rank() {
+        let first = [Some([3, 0, 100]), Some([4, 0, 50]), Some([2, 0, 7])];
+        let second = [Some([3, 0, 150]), Some([4, 0, 50]), Some([2, 0, 40])];
+        let seen = judge(None, 2, &first, &second);
+        assert_eq!(seen.named, [1]);
+        let blame = seen.blame().unwrap();
+        assert!(blame.starts_with("rank(s) [1] hold it up: rank 1 shows no sign of life for 1.0 s (stopped)"), "{blame}");
+        assert!(!blame.contains("collective"), "{blame}");
+        // Every rank alive: nobody is blamed, and nothing is said of collectives.
+        let second = [Some([3, 0, 150]), Some([4, 0, 51]), Some([2, 0, 40])];
+        let seen = judge(None, 2, &first, &second);
+        assert!(seen.blame().is_none() && seen.seen() == "every rank runs and polls", "{}", seen.seen());
+    }
+
+    /// Without an armed board (outside a training run) a wait past its deadline cannot tell at
+    /// once; before the deadline it goes on.
+    #[test]
+    fn an_unarmed_wait_fails_at_its_deadline_saying_it_cannot_tell() {
+        disarm();
+        let mut d = WaitDeadline::new(Duration::from_millis(30));
+        let mut kept = 0;
+        assert_eq!(d.check(|| kept += 1), None);
+        std::thread::sleep(Duration::from_millis(40));
+        let why = d.check(|| kept += 1).expect("past the deadline");
+        assert!(why.starts_with("cannot tell which rank holds it up") && kept == 0, "{why}");
+        assert!(d.waited() >= Duration::from_millis(40));
     }
 }

@@ -262,22 +262,36 @@ impl Postbox {
     }
 
     /// Waits (polling with back-off, calling `serve` between polls so this rank keeps answering
-    /// others) until every send of this rank has completed, or `timeout` passed.
+    /// others) until every send of this rank has completed; past `timeout` the sign-of-life board
+    /// judges the wait ([`super::deadline::WaitDeadline`]: only ranks without a sign of life are
+    /// named as holding it up, and the wait goes on while every rank lives).
     pub fn flush_sends(
         &mut self,
         timeout: Duration,
         mut serve: impl FnMut(&mut Self) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let start = Instant::now();
+        let mut deadline = super::deadline::WaitDeadline::new(timeout);
         let mut backoff = Backoff::default();
         while self.progress_sends()? > 0 || self.arrivals_due().is_some_and(|t| t > Instant::now()) {
             serve(self)?;
-            if start.elapsed() > timeout {
+            let mut failed = None;
+            let verdict = deadline.check(|| {
+                if failed.is_none() {
+                    failed = serve(self).err();
+                }
+                if failed.is_none() {
+                    failed = self.progress_sends().err().map(anyhow::Error::from);
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            if let Some(why) = verdict.filter(|_| !self.in_flight.is_empty() || !self.held.is_empty()) {
                 anyhow::bail!(
-                    "rank {}: {} message(s) not delivered after {:.1} s (--wait-timeout)",
+                    "rank {}: {} message(s) not delivered after {:.1} s (--wait-timeout): {why}",
                     self.rank,
                     self.in_flight.len() + self.held.len(),
-                    timeout.as_secs_f64()
+                    deadline.waited().as_secs_f64()
                 );
             }
             backoff.pause();

@@ -9,7 +9,7 @@
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mpi::ffi;
 use mpi::raw::AsRaw;
@@ -104,8 +104,11 @@ impl StopVote {
     }
 
     fn finish(&mut self, mut v: Vote, round: u64) -> anyhow::Result<u64> {
-        let start = Instant::now();
+        // Past --wait-timeout the sign-of-life board judges the wait: only ranks without a sign
+        // of life are named, and the wait goes on while every rank lives (see comm::deadline).
+        let mut deadline = super::deadline::WaitDeadline::new(self.timeout);
         let mut backoff = Backoff::with_yield_window(Duration::from_millis(20));
+        let mut verdict: Option<String> = None;
         loop {
             let mut flag: c_int = 0;
             // SAFETY: the request came from MPI_Iallreduce and has not completed yet.
@@ -114,16 +117,17 @@ impl StopVote {
             if flag != 0 {
                 return Ok(*v.recv);
             }
-            if start.elapsed() > self.timeout {
+            if let Some(why) = verdict {
                 let Vote { send, recv, .. } = v;
                 std::mem::forget((send, recv));
                 anyhow::bail!(
-                    "rank {}: the stop vote of round {} did not complete within {:.1} s (--wait-timeout): some rank stopped making progress",
+                    "rank {}: the stop vote of round {} did not complete within {:.1} s (--wait-timeout): {why}",
                     self.comm.rank(),
                     round - self.period,
-                    self.timeout.as_secs_f64()
+                    deadline.waited().as_secs_f64()
                 );
             }
+            verdict = deadline.check(|| {});
             backoff.pause();
         }
     }

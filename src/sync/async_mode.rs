@@ -595,21 +595,23 @@ impl CoordinatedAsync {
         Ok(())
     }
 
-    /// Serves until `done(self)`, counting the time as waiting. The coordinator gives up after
-    /// `--wait-timeout` saying which workers hold the release back; other workers after 1.5 x
-    /// `--wait-timeout` naming the coordinator, so that the coordinator's message (which names
-    /// a dead worker) comes first.
+    /// Serves until `done(self)`, counting the time as waiting. The coordinator is judged after
+    /// `--wait-timeout`, saying which workers hold the release back; other workers after 1.5 x
+    /// `--wait-timeout`, so that the coordinator's message (which says what it lacks) usually
+    /// comes first. Either names as holding it up only ranks without a sign of life
+    /// ([`ps::serve_until`]): a worker that waits for its release cannot tell a stopped
+    /// coordinator from one that waits for a stopped worker.
     fn wait_until(&mut self, what: &str, done: impl Fn(&Self) -> bool) -> anyhow::Result<()> {
         let limit = if self.coordinator.is_some() { self.wait_timeout } else { self.wait_timeout.mul_f64(1.5) };
         // Yield briefly (the answer is usually one step of another rank away), then sleep: with
         // more ranks than cores a waiting rank must leave the CPU to the ones it waits for.
         let backoff = Backoff::with_yield_window(Duration::from_millis(2));
-        let waited = ps::serve_until(self, limit, backoff, Self::serve, done, |s, waited| {
-            let why = match &s.coordinator {
-                Some(c) => format!("; {}: a worker that never returns its task is stuck, dead or far too slow", c.holdup()),
-                None => format!(" (1.5 x --wait-timeout): the coordinator (rank {COORDINATOR}) is stuck or dead, or it waits for a worker that is"),
+        let waited = ps::serve_until(self, limit, backoff, Self::serve, done, |s, waited, why| {
+            let lacks = match &s.coordinator {
+                Some(c) => format!(" (--wait-timeout) for {what}; {}", c.holdup()),
+                None => format!(" (1.5 x --wait-timeout) for {what}"),
             };
-            anyhow::anyhow!("rank {}: waited {:.1} s (--wait-timeout) for {what}{why}", s.rank, waited.as_secs_f64())
+            anyhow::anyhow!("rank {}: waited {:.1} s{lacks}: {why}", s.rank, waited.as_secs_f64())
         })?;
         self.stats.wait_seconds += waited.as_secs_f64();
         Ok(())

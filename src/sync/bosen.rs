@@ -245,6 +245,7 @@ pub const MODE: super::ModeSpec = super::ModeSpec {
     paces_sends: |_| true,
     validate: validate_bosen,
     resolve: |o| super::ssp::resolve_ps(o, true),
+    fit_to_epoch: |o, rounds| o.ssp.fit_to_epoch(rounds),
     build_counts: Some(bosen_counts),
     ..super::ModeSpec::new(
         "bosen",

@@ -57,6 +57,7 @@ use super::ps;
 use super::{average_replicas, ring_allreduce_bytes, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::collectives;
 use crate::comm::backoff::Backoff;
+use crate::comm::deadline::WaitDeadline;
 use crate::comm::pace::Pacer;
 use crate::comm::postbox::Postbox;
 
@@ -629,11 +630,13 @@ impl Gaia {
         let start = Instant::now();
         let mut backoff = Backoff::default();
         let mut barrier_blocked = 0.0;
+        // Past --wait-timeout the sign-of-life board judges the wait (comm::deadline); its
+        // verdict is given with what is still blocked once the wait was served meanwhile.
+        let mut deadline = WaitDeadline::new(self.wait_timeout);
+        let mut verdict: Option<String> = None;
         loop {
             let t0 = Instant::now();
-            receive(m, &mut self.counts, t)?;
-            release_due(m)?;
-            m.postbox.progress_sends()?;
+            serve_mirror(m, &mut self.counts, t)?;
             let blocked = m.clocks.blocking(t, ds);
             let own_late = m.held.front().is_some_and(|h| h.1 + ds <= t);
             if blocked.is_empty() && !own_late {
@@ -642,7 +645,7 @@ impl Gaia {
             if blocked.iter().all(|b| matches!(b, Blocked::Barrier { .. })) && !blocked.is_empty() {
                 barrier_blocked += t0.elapsed().as_secs_f64();
             }
-            if start.elapsed() > self.wait_timeout {
+            if let Some(why) = verdict {
                 let who: Vec<String> = blocked
                     .iter()
                     .map(|b| match *b {
@@ -654,11 +657,20 @@ impl Gaia {
                     })
                     .collect();
                 anyhow::bail!(
-                    "gaia: waited {:.1} s (--wait-timeout) at clock {t} for other data centres: {}{}",
+                    "gaia: waited {:.1} s (--wait-timeout) at clock {t} for other data centres: {}{}: {why}",
                     start.elapsed().as_secs_f64(),
                     if who.is_empty() { "none".to_string() } else { who.join("; ") },
                     if own_late { "; and this rank's own updates are still queued on its link" } else { "" }
                 );
+            }
+            let mut failed = None;
+            verdict = deadline.check(|| {
+                if failed.is_none() {
+                    failed = serve_mirror(m, &mut self.counts, t).err();
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
             }
             backoff.pause();
         }
@@ -749,10 +761,10 @@ impl Gaia {
         }
         let limit = self.wait_timeout;
         let serve = |g: &mut Gaia| g.forwards.as_mut().expect("checked above").take(params, &mut g.base);
-        let waited = ps::serve_until(self, limit, Backoff::default(), serve, |g| forwards(g).missing(g.local_index).is_empty(), |g, waited| {
+        let waited = ps::serve_until(self, limit, Backoff::default(), serve, |g| forwards(g).missing(g.local_index).is_empty(), |g, waited, why| {
             let missing = forwards(g).missing(g.local_index);
             anyhow::anyhow!(
-                "gaia: waited {:.1} s (--wait-timeout) for the forwarded updates of merge {} from the group's mirror server(s) {:?} (ranks {:?})",
+                "gaia: waited {:.1} s (--wait-timeout) for the forwarded updates of merge {} from the group's mirror servers {:?} (ranks {:?}): {why}",
                 waited.as_secs_f64(),
                 forwards(g).merges,
                 missing,
@@ -779,10 +791,22 @@ impl Gaia {
         if let Some(m) = self.mirror.as_mut() {
             let tw = Instant::now();
             let mut backoff = Backoff::default();
+            let mut deadline = WaitDeadline::new(self.wait_timeout);
             while !m.held.is_empty() || m.postbox.progress_sends()? > 0 {
-                release_due(m)?;
-                receive(m, &mut self.counts, t)?;
-                anyhow::ensure!(tw.elapsed() < self.wait_timeout, "gaia: this rank's updates to the other groups were not delivered within --wait-timeout");
+                serve_mirror(m, &mut self.counts, t)?;
+                let mut failed = None;
+                let verdict = deadline.check(|| {
+                    if failed.is_none() {
+                        failed = serve_mirror(m, &mut self.counts, t).err();
+                    }
+                });
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                let undelivered = !m.held.is_empty() || m.postbox.progress_sends()? > 0;
+                if let Some(why) = verdict.filter(|_| undelivered) {
+                    anyhow::bail!("gaia: this rank's updates to the other groups were not delivered within {:.1} s (--wait-timeout): {why}", tw.elapsed().as_secs_f64());
+                }
                 backoff.pause();
             }
             self.stats.wait_seconds += tw.elapsed().as_secs_f64();
@@ -838,6 +862,15 @@ fn build_inner(
 }
 
 /// Hands the paced data whose time has come to MPI.
+/// Serves the mirror link while a mirror server waits: takes what arrived, hands due messages to
+/// MPI and completes sends.
+fn serve_mirror(m: &mut Mirror, counts: &mut Counts, t: u64) -> anyhow::Result<()> {
+    receive(m, counts, t)?;
+    release_due(m)?;
+    m.postbox.progress_sends()?;
+    Ok(())
+}
+
 fn release_due(m: &mut Mirror) -> anyhow::Result<()> {
     let now = Instant::now();
     while m.held.front().is_some_and(|h| h.0 <= now) {

@@ -73,6 +73,9 @@ pub struct ModeSpec {
     /// Fills in the defaults that depend on the mode, so that a default and the same value given
     /// explicitly are the same run (the checkpoints' run identity hashes the resolved options).
     pub resolve: fn(&mut ModeOptions),
+    /// Fits a default that depends on the rounds of an epoch (the smallest shard's), once the
+    /// shards are known; returns what it chose and why, for the start line, or None.
+    pub fit_to_epoch: fn(&mut ModeOptions, u64) -> Option<String>,
     /// Builds the mode (collective over `ctx.comm`).
     pub build: fn(&SyncContext, &RunSpec, &[f32]) -> Built,
     /// Builds the mode for `--model lda`'s counts; None: the mode cannot carry them.
@@ -93,6 +96,7 @@ impl ModeSpec {
             keeps_history: never,
             validate: no_rules,
             resolve: nothing_to_resolve,
+            fit_to_epoch: nothing_to_fit,
             build,
             build_counts: None,
         }
@@ -108,6 +112,10 @@ fn no_rules(_: &RunSpec) -> anyhow::Result<()> {
 }
 
 fn nothing_to_resolve(_: &mut ModeOptions) {}
+
+fn nothing_to_fit(_: &mut ModeOptions, _: u64) -> Option<String> {
+    None
+}
 
 /// Generates, from the registry's lines, the mode modules, [`SyncKind`] and [`ModeOptions`].
 macro_rules! modes {

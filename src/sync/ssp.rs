@@ -22,8 +22,10 @@
 //! - **Transport**: two-sided messages ([`Postbox`]): a shard server must run code when an update
 //!   arrives (the DynSGD bookkeeping, deferred reads), and a worker may run up to S clocks ahead,
 //!   so updates queue per edge; docs/sync-modes.md has the measurement behind the choice. Every
-//!   wait keeps serving other ranks' pushes, and gives up after `--wait-timeout` naming the ranks
-//!   whose clocks are behind.
+//!   wait keeps serving other ranks' pushes; past `--wait-timeout` it says what it lacks (the
+//!   shards that have not answered, the ranks whose clocks are behind) and names as holding it up
+//!   only the ranks without a sign of life (`comm::deadline`): a shard that has not answered may
+//!   itself wait for the stopped rank.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -39,6 +41,7 @@ use super::ps::shards::{shard_ranges, shard_rows};
 use super::ps;
 use super::{Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::backoff::Backoff;
+use crate::comm::deadline::WaitDeadline;
 use crate::comm::postbox::Postbox;
 
 /// How a shard server applies a worker's update (`--apply`).
@@ -59,7 +62,8 @@ pub enum ApplyRule {
 #[command(next_help_heading = "SSP (--sync ssp)")]
 pub struct SspOptions {
     /// Staleness bound S. ssp/bosen: a worker at clock c reads only rows holding every update of
-    /// clocks <= c-S-1 (waiting otherwise); 0 is BSP [default: 3]. asap (notify-ack): a rank
+    /// clocks <= c-S-1 (waiting otherwise); 0 is BSP [default: 3, at most the rounds of an epoch
+    /// less one]. asap (notify-ack): a rank
     /// reduces each in-neighbour's newest message no older than S rounds and runs at most S
     /// messages ahead of what its receivers have read (S + 1 slots per edge); 0 is ASAP's
     /// NOTIFY-ACK [default: 0].
@@ -83,6 +87,30 @@ impl SspOptions {
     /// The staleness bound of ssp and bosen (`--staleness`, default 3).
     pub fn ssp_staleness(&self) -> u64 {
         self.staleness.unwrap_or(3)
+    }
+
+    /// ssp and bosen with `--staleness` not given: the default bounded by the rounds of an epoch
+    /// less one, so that by the last clock of every epoch each worker reads rows holding every
+    /// update of the epoch before (a read at clock c holds every update of clocks <= c - S - 1).
+    /// With S at or above an epoch's R rounds, a whole epoch's steps may be computed from rows
+    /// that lack the other workers' updates of the epoch before, and the stale updates summed on
+    /// the servers overshoot: heart_scale at 8 ranks (33 examples per rank, R = 2) rose in the
+    /// third epoch in 3 of 3 runs at S = 3 and 1 of 3 at S = 2, and fell every epoch in 8 of 8 at
+    /// S = 1 (benches/defaults-sweep.md). Only data sets of under 4 rounds per epoch are
+    /// affected. Returns what it chose, for the start line; None when the default stands.
+    pub fn fit_to_epoch(&mut self, rounds_per_epoch: u64) -> Option<String> {
+        if self.staleness.is_some() {
+            return None;
+        }
+        let default = self.ssp_staleness();
+        let bounded = default.min(rounds_per_epoch.saturating_sub(1));
+        if bounded == default {
+            return None;
+        }
+        self.staleness = Some(bounded);
+        Some(format!(
+            "--staleness not given: {bounded} (the default {default} bounded by the {rounds_per_epoch} round(s) of an epoch less one, so that each epoch ends reading every update of the epoch before; --staleness sets it)"
+        ))
     }
 }
 
@@ -824,26 +852,27 @@ impl StaleSynchronous {
         Ok(())
     }
 
-    /// Serves until `done(self)` holds, counting the time as waiting; after `--wait-timeout`
-    /// fails with `what(self)` (said at that moment, naming whom it still waits for) and, when
-    /// this rank's shard holds reads back, the ranks whose updates it lacks.
+    /// Serves until `done(self)` holds, counting the time as waiting; past `--wait-timeout` fails
+    /// with `what(self)` (said at that moment: what it still waits for), what this rank's shard
+    /// lacks, and the verdict of the sign-of-life board (see [`ps::serve_until`]).
     fn wait_until(&mut self, what: impl Fn(&Self) -> String, done: impl Fn(&Self) -> bool) -> anyhow::Result<()> {
         // Yield (not sleep) for a while: the answer usually comes from a rank that only needs
         // the CPU for one step, and sleeping 1 ms per clock made S = 0 take 2.1 s instead of
         // 0.75 s for 938 clocks at 4 ranks on 2 cores.
         let backoff = Backoff::with_yield_window(Duration::from_millis(20));
         let limit = self.wait_timeout;
-        let waited = ps::serve_until(self, limit, backoff, Self::serve, done, |s, waited| s.waited_too_long(waited, &what(s)))?;
+        let waited = ps::serve_until(self, limit, backoff, Self::serve, done, |s, waited, why| s.waited_too_long(waited, &what(s), why))?;
         self.stats.wait_seconds += waited.as_secs_f64();
         Ok(())
     }
 
     /// The error of a wait for `what` that ran past `--wait-timeout`: when this rank's shard
-    /// holds reads back, it names the ranks whose updates it lacks.
-    fn waited_too_long(&self, waited: Duration, what: &str) -> anyhow::Error {
+    /// holds reads back, the ranks whose updates it lacks (facts, not blame: they may be alive
+    /// and waiting themselves); then `why`, the board's verdict on who holds it up.
+    fn waited_too_long(&self, waited: Duration, what: &str, why: &str) -> anyhow::Error {
         let behind = match &self.server {
             Some(s) if !s.reads.is_empty() || !s.queued.is_empty() => format!(
-                "; this rank's shard has every update of clocks < {} and waits for the updates of rank(s) {:?} \
+                "; this rank's shard has every update of clocks < {} and lacks the updates of ranks {:?} \
                  (clocks pushed per rank {:?}, reads deferred {:?}, pushes queued {:?})",
                 s.clocks.min(),
                 s.laggards(),
@@ -853,11 +882,7 @@ impl StaleSynchronous {
             ),
             _ => String::new(),
         };
-        anyhow::anyhow!(
-            "rank {}: waited {:.1} s (--wait-timeout) for {what}{behind}: those ranks are stuck, dead or far too slow",
-            self.rank,
-            waited.as_secs_f64()
-        )
+        anyhow::anyhow!("rank {}: waited {:.1} s (--wait-timeout) for {what}{behind}: {why}", self.rank, waited.as_secs_f64())
     }
 
     /// Ranks that have not pushed `clock` clocks to this rank's shard.
@@ -905,7 +930,7 @@ impl StaleSynchronous {
         if !missing(self).is_empty() {
             self.blocked_reads += 1;
             self.wait_until(
-                |s| format!("the rows of clock {clock} from the shard server(s) on rank(s) {:?}", missing(s)),
+                |s| format!("the rows of clock {clock} from the shard servers on ranks {:?}", missing(s)),
                 |s| missing(s).is_empty(),
             )?;
         }
@@ -923,7 +948,7 @@ impl StaleSynchronous {
         }
         self.complete_reads(params, clock)?;
         if self.server.is_some() {
-            self.wait_until(|s| format!("the updates up to clock {} of rank(s) {:?}", clock.saturating_sub(1), s.behind(clock)), |s| {
+            self.wait_until(|s| format!("the updates up to clock {} of ranks {:?}", clock.saturating_sub(1), s.behind(clock)), |s| {
                 s.server.as_ref().is_some_and(|sv| sv.clocks.min() >= clock)
             })?;
         }
@@ -935,9 +960,21 @@ impl StaleSynchronous {
             self.wait_until(|s| format!("{} message(s) of this rank to be delivered", s.post.unacknowledged()), |s| s.post.link_idle() && s.post.unacknowledged() == 0)?;
             let mut barrier = self.post.start_barrier()?;
             let mut backoff = Backoff::with_yield_window(Duration::from_millis(20));
+            let mut deadline = WaitDeadline::new(timeout);
             while !self.post.barrier_done(&mut barrier)? {
-                if start.elapsed() > timeout {
-                    bail!("rank {}: waited {:.1} s (--wait-timeout) for every rank to finish its clock {clock}: some rank is stuck, dead or far too slow", self.rank, start.elapsed().as_secs_f64());
+                let mut failed = None;
+                let verdict = deadline.check(|| {
+                    if failed.is_none() {
+                        failed = self.serve().err();
+                    }
+                });
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                if let Some(why) = verdict {
+                    if !self.post.barrier_done(&mut barrier)? {
+                        bail!("rank {}: waited {:.1} s (--wait-timeout) for every rank to finish its clock {clock}: {why}", self.rank, deadline.waited().as_secs_f64());
+                    }
                 }
                 backoff.pause();
                 self.serve()?;
@@ -1233,6 +1270,19 @@ impl SyncMode for StaleSynchronous {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_default_staleness_is_bounded_by_an_epoch_and_a_given_one_is_kept() {
+        let mut o = SspOptions::default();
+        assert!(o.fit_to_epoch(4).is_none() && o.staleness.is_none(), "4 rounds an epoch: the default 3 stands");
+        let why = o.fit_to_epoch(2).expect("2 rounds an epoch bound it");
+        assert_eq!(o.ssp_staleness(), 1, "{why}");
+        let mut o = SspOptions::default();
+        o.fit_to_epoch(1);
+        assert_eq!(o.ssp_staleness(), 0, "one round an epoch: BSP");
+        let mut o = SspOptions { staleness: Some(3), ..SspOptions::default() };
+        assert!(o.fit_to_epoch(1).is_none() && o.ssp_staleness() == 3, "given: kept");
+    }
+
     fn server(rule: ApplyRule, n: usize, staleness: u64) -> ShardServer {
         ShardServer::new(0..1, &[0.0], vec![0, 1], n, rule, staleness)
     }
@@ -1319,6 +1369,7 @@ mod tests {
 pub const MODE: super::ModeSpec = super::ModeSpec {
     uses: &[(&[], &["SspOptions"])],
     resolve: |o| resolve_ps(o, false),
+    fit_to_epoch: |o, rounds| o.ssp.fit_to_epoch(rounds),
     build_counts: Some(ssp_counts),
     ..super::ModeSpec::new(
         "ssp",

@@ -451,9 +451,25 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Outco
     if comm.rank() == 0 && searched.is_some() {
         eprintln!("asap-train: --lr not given: step size {} chosen for this model and data (a search on a sample; --lr sets it)", cfg.lr);
     }
+    let fitted = fit_staleness(cfg, &shards, comm);
+    let cfg = fitted.as_ref().unwrap_or(cfg);
     let (mut run, mut replica) = set_up(cfg, comm, shards, &spec, started)?;
     let ending = run.train(&mut replica)?;
     run.finish(replica, ending)
+}
+
+/// Defaults that depend on the rounds of an epoch (the smallest shard's, as in [`set_up`]), fitted
+/// by the mode's declaration (ssp and bosen bound their default staleness:
+/// [`crate::sync::ssp::SspOptions::fit_to_epoch`] says why); rank 0 says what changed.
+/// Collective: every rank calls it.
+fn fit_staleness(cfg: &TrainConfig, shards: &setup::Shards, comm: &SimpleCommunicator) -> Option<TrainConfig> {
+    let steps = collectives::min_u64(comm, shards.train.len().div_ceil(cfg.batch_size) as u64);
+    let mut fitted = cfg.clone();
+    let why = (cfg.sync.spec().fit_to_epoch)(&mut fitted.modes, (steps / cfg.sync_every as u64).max(1))?;
+    if comm.rank() == 0 {
+        eprintln!("asap-train: {why}");
+    }
+    Some(fitted)
 }
 
 /// The first replica: the model's initial parameters (random ones of each rank's own under
