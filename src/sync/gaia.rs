@@ -42,6 +42,11 @@
 //!   ranks, which add it to replica and base when it arrives (so it never counts as their own
 //!   update); cuts and the end wait for every forward.
 //!
+//! - **Counts** (`--model lda`, [`Gaia::for_counts`]): step (1) sums the group's count deltas
+//!   instead of averaging its replicas, and the group's sum enters the model unscaled (s = 1);
+//!   the filter, the messages, the mirror clocks and the end's flush are the same, and the end
+//!   leaves every replica holding the exact counts instead of averaging them.
+//!
 //! `--emulate-bandwidth` paces only the WAN messages here (the real set-up, `netlab/`, shapes
 //! only the links between groups).
 
@@ -421,6 +426,10 @@ struct Counts {
     /// `--gaia-inner asap`: the largest |group mean - own replica| the end's correction added
     /// to this mirror server's residuals (0 where the group's replicas agreed).
     inner_correction: f64,
+    /// Per clock, the accumulated entries the filter kept back (non-zero after it ran), summed
+    /// over clocks; and the entries the end's flush sent (reported for `--model lda`).
+    held: u64,
+    flushed: u64,
 }
 
 /// Groups averaging inside, exchanging significant updates between (see the module docs).
@@ -450,6 +459,10 @@ pub struct Gaia {
     inner: Option<StochasticReduce>,
     /// `--gaia-inner asap`: the other groups' updates passed on inside the group.
     forwards: Option<Forwards>,
+    /// `--model lda` ([`Gaia::for_counts`]): the replicas hold counts, so a group sums its
+    /// ranks' deltas (each token counted once) instead of averaging replicas, and its update
+    /// enters the global model unscaled.
+    sums: bool,
 }
 
 impl Gaia {
@@ -548,8 +561,24 @@ impl Gaia {
             decay_every: if opts.significance_decay_every == 0 { ctx.rounds_per_epoch.max(1) } else { opts.significance_decay_every },
             forwards,
             inner: inner.map(|(r, _)| r),
+            sums: false,
         };
         Ok((mode, info))
+    }
+
+    /// The mode for count replicas (`--model lda`): a group sums its ranks' count deltas every
+    /// clock (as `DeltaSum` does over all ranks) and its mirror servers send the other groups
+    /// the accumulated deltas that pass the significance filter, cell by cell (|delta| / |count|
+    /// above V / sqrt(t)); the rest stays in the residuals until it passes or the end flushes
+    /// it, so every replica ends with the exact global counts. Collective over the world.
+    pub fn for_counts(ctx: &SyncContext, opts: &GaiaOptions, asap: &AsapOptions, init: &[f32]) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            opts.gaia_inner == GaiaInner::Allreduce,
+            "--gaia-inner asap with --model lda: ASAP's stochastic reduce averages replicas, which counts no token exactly once; use --gaia-inner allreduce (the default)"
+        );
+        let (mut mode, _) = Self::build(ctx, opts, asap, init)?;
+        mode.sums = true;
+        Ok(mode)
     }
 
     /// Averages the group's replicas (step (1) of a clock); returns the factor that turns the
@@ -569,6 +598,49 @@ impl Gaia {
         self.stats.wait_seconds += waited;
         self.stats.comm_seconds -= waited;
         Ok(1.0)
+    }
+
+    /// Step (1) for SGD: the group's average and its update u (the average minus the base),
+    /// which enters the global model as s u (see the module docs). Under `--gaia-inner asap` the
+    /// "average" is this rank's replica after the stochastic reduce, and a mirror server's update
+    /// is its own replica's change. Returns the mirror shard's non-zero updates.
+    fn average_group(&mut self, params: &mut [f32], t: u64) -> anyhow::Result<u64> {
+        let inv = self.group_average(params, t)?;
+        let s = self.group_sizes[self.group] as f32 / self.world.size() as f32;
+        let shard = self.mirror.as_ref().map_or(0..0, |m| m.shard.clone());
+        let mut updates = 0;
+        for (j, (w, b)) in params.iter_mut().zip(&self.base).enumerate() {
+            let u = *w * inv - b;
+            *w = b + s * u;
+            if shard.contains(&j) && u != 0.0 {
+                updates += 1;
+                let m = self.mirror.as_mut().expect("a shard");
+                m.acc[j - shard.start] += s * u;
+            }
+        }
+        Ok(updates)
+    }
+
+    /// Step (1) for counts: the group sums its ranks' deltas (replica minus base) and every
+    /// replica of the group becomes base + that sum; the mirror servers accumulate the sum. All
+    /// in f32 and exact: the deltas and counts are integers, and the LDA driver checks that no
+    /// count reaches 2^24. Returns the mirror shard's non-zero updates.
+    fn sum_group_deltas(&mut self, params: &mut [f32]) -> u64 {
+        let mut d = std::mem::take(&mut self.sum);
+        d.iter_mut().zip(params.iter().zip(&self.base)).for_each(|(d, (w, b))| *d = w - b);
+        self.group_allreduce(&mut d);
+        let shard = self.mirror.as_ref().map_or(0..0, |m| m.shard.clone());
+        let mut updates = 0;
+        for (j, ((w, b), &u)) in params.iter_mut().zip(&self.base).zip(&d).enumerate() {
+            *w = b + u;
+            if shard.contains(&j) && u != 0.0 {
+                updates += 1;
+                let m = self.mirror.as_mut().expect("a shard");
+                m.acc[j - shard.start] += u;
+            }
+        }
+        self.sum = d;
+        updates
     }
 
     fn group_allreduce(&mut self, v: &mut [f32]) {
@@ -591,6 +663,7 @@ impl Gaia {
         if let Some(thr) = thr {
             filter(&mut m.acc, &params[m.shard.clone()], thr, &mut sig);
             self.counts.significant += sig.len() as u64;
+            self.counts.held += m.acc.iter().filter(|a| **a != 0.0).count() as u64;
         }
         if groups > 1 && thr.is_some() {
             let tc = Instant::now();
@@ -925,7 +998,8 @@ impl SyncMode for Gaia {
         let t = round;
         let tc = Instant::now();
         // §3.3's study of this rank's own updates (before they are averaged into the group's).
-        let n = self.world.size() as f32;
+        // Summed counts enter the global model as they are, not divided among the ranks.
+        let n = if self.sums { 1.0 } else { self.world.size() as f32 };
         let c = &mut self.counts;
         for (w, b) in params.iter().zip(&self.base) {
             let d = ((w - b) / n).abs();
@@ -935,23 +1009,8 @@ impl SyncMode for Gaia {
                 c.worker_below_5pct += (d < 0.05 * b.abs()) as u64;
             }
         }
-        // (1) the group's average and its update; its weight in the global model. Under
-        // `--gaia-inner asap` the "average" is this rank's replica after the stochastic reduce,
-        // and a mirror server's update is its own replica's change (see the module docs).
-        let inv = self.group_average(params, t)?;
-        let s = self.group_sizes[self.group] as f32 / self.world.size() as f32;
-        let shard = self.mirror.as_ref().map_or(0..0, |m| m.shard.clone());
-        let mut updates = 0;
-        for (j, (w, b)) in params.iter_mut().zip(&self.base).enumerate() {
-            let u = *w * inv - b;
-            *w = b + s * u;
-            if shard.contains(&j) && u != 0.0 {
-                updates += 1;
-                let m = self.mirror.as_mut().expect("a shard");
-                m.acc[j - shard.start] += s * u;
-            }
-        }
-        self.counts.updates += updates;
+        // (1) the group's update (its average's, or for counts its summed deltas).
+        self.counts.updates += if self.sums { self.sum_group_deltas(params) } else { self.average_group(params, t)? };
         self.stats.comm_seconds += tc.elapsed().as_secs_f64();
         // (2)-(3) filter, send, wait for the mirror clock.
         let thr = threshold(self.opts.significance, decay_step(t, self.decay_every));
@@ -985,6 +1044,7 @@ impl SyncMode for Gaia {
             // Every rank of the group has taken every forward in the cut; let ours complete.
             f.postbox.flush_sends(self.wait_timeout, |_| Ok(()))?;
         }
+        self.counts.flushed = self.counts.significant - significant;
         self.counts.significant = significant;
         self.stats.final_bytes += self.counts.lan_bytes + self.counts.wan_bytes - lan - wan;
         (self.stats.bytes_sent, self.stats.bytes_received, self.stats.wait_seconds) = (sent, received, wait);
@@ -996,6 +1056,17 @@ impl SyncMode for Gaia {
         let mut lo: Vec<f32> = params.iter().map(|w| -w).collect();
         collectives::max_f32(&self.world, &mut lo);
         self.counts.final_disagreement = hi.iter().zip(&lo).map(|(h, l)| (h + l) as f64).fold(0.0, f64::max);
+        if self.sums {
+            // Every group now holds every group's deltas, so each replica is the global counts;
+            // averaging N copies in f32 could round a count whose N-fold sum passes 2^24. The
+            // LDA driver checks every replica against the ranks' recount.
+            anyhow::ensure!(
+                self.counts.final_disagreement == 0.0,
+                "gaia: after the final flush the groups' count replicas differ by up to {} (a bug: an update was lost)",
+                self.counts.final_disagreement
+            );
+            return Ok(());
+        }
         average_replicas(&self.world, params, &mut self.stats);
         Ok(())
     }
@@ -1066,6 +1137,10 @@ impl SyncMode for Gaia {
             ModeMetric::number("worker_updates_below_5pct", Aggregate::Sum, c.worker_below_5pct as f64),
             ModeMetric::number("soft_updates_sent", Aggregate::Sum, c.soft_sent as f64),
         ];
+        if self.sums {
+            out.push(ModeMetric::number("residual_entries_held", Aggregate::Sum, c.held as f64));
+            out.push(ModeMetric::number("residual_entries_flushed", Aggregate::Sum, c.flushed as f64));
+        }
         if let Some(r) = &self.inner {
             // Asap's own counters, renamed: every reduce's count of consistent in-neighbour
             // models (NOTIFY-ACK: always the in-degree) and the torn reads (always 0).
@@ -1216,6 +1291,7 @@ mod tests {
 /// `--sync gaia`'s declaration (see [`super::ModeSpec`]). With `--gaia-inner asap` it also reads
 /// asap's `--graph` (the shared graph group).
 pub const MODE: super::ModeSpec = super::ModeSpec {
+    build_counts: Some(gaia_counts),
     uses: &[(&[], &["GaiaOptions"]), (&[("gaia_inner", "asap")], &["graph_group"])],
     validate: validate_gaia,
     ..super::ModeSpec::new(
@@ -1227,6 +1303,11 @@ pub const MODE: super::ModeSpec = super::ModeSpec {
         },
     )
 };
+
+/// `--model lda`: groups sum count deltas (see [`Gaia::for_counts`]).
+fn gaia_counts(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
+    Ok(Box::new(Gaia::for_counts(ctx, &run.opts.gaia, &run.opts.asap, init)?))
+}
 
 fn validate_gaia(run: &super::RunSpec) -> anyhow::Result<()> {
     let o = &run.opts.gaia;

@@ -12,9 +12,10 @@
 //!   (`before_step`) before each; at the end, `sync` pushes the clock's count deltas (the
 //!   replica minus what the servers last sent).
 //! - **Modes**: ssp and bosen (rank-hosted shards with `--apply plain`: servers add deltas),
-//!   allreduce ([`crate::sync::delta_sum::DeltaSum`]: the deltas are summed each clock). asap,
-//!   gaia, async and none average or keep apart replicas, which for counts means dividing or
-//!   losing other ranks' tokens: refused.
+//!   allreduce ([`crate::sync::delta_sum::DeltaSum`]: the deltas are summed each clock), gaia
+//!   ([`crate::sync::gaia::Gaia::for_counts`]: summed in a group, significant cells between
+//!   groups, residuals flushed at the end). asap, async and none average or keep apart
+//!   replicas, which for counts means dividing or losing other ranks' tokens: refused.
 //! - **Evaluation** (collective, after a consistent cut, excluded from training time): the exact
 //!   global counts are the sum of every rank's recount of its own assignments; from them the
 //!   training log-likelihood per token and the held-out perplexity by document completion.
