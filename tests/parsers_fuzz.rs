@@ -26,8 +26,24 @@ use proptest::test_runner::{Config, TestRunner};
 /// Generated cases per kind (planted, noise) and parser: at least 100,000 per parser in total.
 const CASES: u32 = 50_000;
 
-/// No single parse may take longer than this (a hang, or quadratic work on a tiny input).
+/// No single parse may use more CPU than this (quadratic work on a tiny input). CPU time of the
+/// test's thread, not wall time: beside two CPU burners and five compiling jobs (load 20-23), a
+/// clean 3-line LIBSVM file and a gzip IDX header took 2.50 s and 2.52 s of wall time, which a
+/// starved thread spends waiting for a core, not parsing.
 const CASE_LIMIT: Duration = Duration::from_secs(2);
+
+/// The hang guard: a parse that never ends is caught by wall time, at a limit no schedule reaches.
+const CASE_WALL_LIMIT: Duration = Duration::from_secs(120);
+
+/// CPU time (user + system) of the calling thread so far, from /proc/thread-self/stat (fields 14
+/// and 15, in clock ticks of 10 ms: USER_HZ is 100 on Linux).
+fn thread_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("/proc/thread-self/stat");
+    // The command name (field 2) is in parentheses and may hold spaces: count from the last ')'.
+    let rest: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: u64 = rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
 
 fn cases(scale: u32) -> u32 {
     let base = std::env::var("ASAP_TRAIN_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(CASES);
@@ -62,9 +78,11 @@ impl Drop for Cleanup {
 }
 
 fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), thread_cpu());
     let r = f();
-    assert!(t.elapsed() < CASE_LIMIT, "{what} took {:?}", t.elapsed());
+    let used = thread_cpu().saturating_sub(cpu);
+    assert!(used < CASE_LIMIT, "{what} used {used:?} of CPU ({:?} of wall time)", t.elapsed());
+    assert!(t.elapsed() < CASE_WALL_LIMIT, "{what} took {:?} of wall time", t.elapsed());
     r
 }
 
