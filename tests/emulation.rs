@@ -142,6 +142,27 @@ fn many_in_neighbours_share_the_receiver_link_under_asap() {
     assert!(sm["train_seconds"].as_f64().unwrap() >= 2.7, "{}", sm["train_seconds"]);
 }
 
+/// The same under asap's BSP variant (`--notify barrier`), whose puts are read without a NOTIFY:
+/// rank 0's inbound link still takes its three in-neighbours' messages one after another (each
+/// one logged, within its rate over every 1 s window, + one message), and every round ends only
+/// once they are in. Before, barrier rounds read the slots as soon as the senders' own links were
+/// done, and rank 0's link logged nothing.
+#[test]
+fn barrier_rounds_wait_for_the_receiver_link() {
+    let dir = scratch("emulate-ingress-barrier");
+    let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
+    let args = ["train", "--data", &t10k(), "--sync", "asap", "--notify", "barrier", "--graph", "star", "--epochs", "1",
+        "--max-rounds", "30", "--emulate-bandwidth", "80,0:8", "--metrics", s(&m), "--send-log", s(&log)];
+    mpirun(4, &args, 240).expect_ok();
+    let l = read_log(&dir.join("sends.receives.rank0.csv"));
+    assert_eq!(l.len(), 90, "rank 0 took in one message per round from each of its 3 in-neighbours");
+    let msg = l.iter().map(|x| x.1).max().unwrap() as f64;
+    let peak = asap_train::comm::pace::peak_rate(&l, 1.0);
+    assert!(peak <= 1e6 + msg, "rank 0 took in {peak} bytes in one second over its 8 Mbit/s link");
+    let sm = summary(&m);
+    assert!(sm["train_seconds"].as_f64().unwrap() >= 2.7, "{}", sm["train_seconds"]);
+}
+
 /// The deadline variant of NOTIFY-ACK never reads a torn message, reduces at most what was sent,
 /// and finishes with a straggler that is never waited for beyond the deadline.
 #[test]

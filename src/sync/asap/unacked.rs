@@ -70,6 +70,9 @@ impl Gossip for Barrier {
         }
         let t2 = Instant::now();
         net.mail.barrier(round, net.wait_timeout)?;
+        // The barrier says every put was issued; the data is in only when this round's inbound
+        // links have carried it (waiting, as NOTIFY-ACK's wait for a NOTIFY behind its link is).
+        net.mail.wait_inbound_of_round(round)?;
         let t3 = Instant::now();
         self.slots.acc.copy_from_slice(params);
         let mut used = 0;
