@@ -12,14 +12,16 @@
 # mini-batches of 10 % of it (§7.1 "Protocol", Algorithm 1's N/(bM) batches per clock), the
 # worker applying its own steps locally in between; S = 3 (§7.2 small staleness); a fixed step
 # size per rule, grid-searched as the paper does (values and grid in benches/claim-hetero.md).
-# Time = training seconds until the servers' model reaches TARGET held-out accuracy, evaluated
+# Time = training seconds until the worst rank's own model reaches TARGET held-out accuracy, evaluated
 # every clock; allreduce (BSP, the same clocks) is context, not part of the claim. Runs do not
 # stop at the target: each lasts a fixed number of clocks, >= 10 s of emulated training (HL=2:
 # 24 clocks at the stragglers' 0.5 s; HL=1: 44 clocks at 0.25 s).
 #
 # Environment: QUICK=1 (a subset for `make test`: two rows, one run each, short; verdict "quick
 # run: not judged"), REPS [3], BIN [target/release/asap-train], BENCH_LOCK (every mpirun runs
-# under `flock $BENCH_LOCK`), NICE [-20], STALENESS [3], STEP_MS [25], TARGET [0.83].
+# under `flock $BENCH_LOCK`), NICE [-20], STALENESS [3], STEP_MS [25], TARGET [0.79], LR_PLAIN,
+# LR_AVG, ONLY (a regex: run only the rows whose name matches, keeping the other rows' runs
+# already in OUTDIR: the tables and verdicts cover every row there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${1:?usage: benches/claim-hetero.sh OUTDIR}
@@ -35,11 +37,15 @@ S=${STALENESS:-3}
 # 25 ms: 8 ranks need 8 x 1.7 ms of CPU per 25 ms on 2 cores (27 %), which keeps the emulation
 # valid beside other jobs.
 STEP_MS=${STEP_MS:-25}
-TARGET=${TARGET:-0.82}
+# The paper's target is where accuracy is 90 % of the optimum (§7.1): 0.76 here (MLR's best is
+# ~0.845), which every rule reaches within 1-8 clocks. 0.79 is stricter, and the highest that
+# SSPSGD at its best step size reaches within the run at both HL (at 0.82 it reached it in none
+# of 6 runs, ConSGD in 9 clocks: benches/claim-hetero.md), so its ratios are times, not bounds.
+TARGET=${TARGET:-0.79}
 NP=8
 # Learning rates from the grid search (benches/claim-hetero.md): SSPSGD adds M workers' updates
 # and prefers a step ~M times smaller (§7.4.1: 5e-6 against 3e-4 on CTR).
-LR_PLAIN=${LR_PLAIN:-0.003}
+LR_PLAIN=${LR_PLAIN:-0.001}
 LR_AVG=${LR_AVG:-0.1}
 CLOCKS_HL2=${CLOCKS_HL2:-24}
 CLOCKS_HL1=${CLOCKS_HL1:-44}
@@ -59,17 +65,19 @@ rows=(
 )
 if [ -n "${QUICK:-}" ]; then rows=("${rows[1]}" "${rows[3]}"); fi
 {
-    echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); uptime: $(uptime)"
+    echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); uptime: $(uptime); ONLY=${ONLY:-}"
     echo "# $NP ranks, S=$S, ${STEP_MS} ms steps, target $TARGET, $REPS runs per row, binary $BIN"
-} > "$OUTDIR/commands.txt"
+} >> "$OUTDIR/commands.txt"
 for r in "${rows[@]}"; do
     IFS='|' read -r name hl args <<< "$r"
+    if [ -n "${ONLY:-}" ] && [[ ! $name =~ $ONLY ]]; then continue; fi
     slow=(--epochs "$CLOCKS_HL1"); [ "$hl" = 2 ] && slow=("${SLOW[@]}" --epochs "$CLOCKS_HL2")
     for rep in $(seq 1 "$REPS"); do
         f="$OUTDIR/$name-$rep"
         # shellcheck disable=SC2086
         cmd=(nice -n "$NICE" mpirun -n "$NP" "$BIN" train "${common[@]}" "${slow[@]}" $args --seed "$rep" --metrics "$f.jsonl")
         echo "${lock[*]} ${cmd[*]}" >> "$OUTDIR/commands.txt"
+        rm -f "$f.failed"
         if ! "${lock[@]}" "${cmd[@]}" > "$f.log" 2>&1; then
             echo "run $name #$rep failed: see $f.log" >&2
             touch "$f.failed"
