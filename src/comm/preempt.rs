@@ -64,11 +64,18 @@ impl StopVote {
 
     /// Called by every rank after every round: true when all ranks stop after this round.
     pub fn stop_after(&mut self, round: u64) -> anyhow::Result<bool> {
+        self.stop_after_serving(round, &mut || Ok(()))
+    }
+
+    /// [`StopVote::stop_after`], calling `serve` while it waits for the vote: a rank that others
+    /// need to make progress (the async coordinator) keeps answering them, so it need not be
+    /// kept from running ahead into a vote.
+    pub fn stop_after_serving(&mut self, round: u64, serve: &mut dyn FnMut() -> anyhow::Result<()>) -> anyhow::Result<bool> {
         if round % self.period != 0 {
             return Ok(false);
         }
         let stop = match self.pending.take() {
-            Some(v) => self.finish(v, round)? != 0,
+            Some(v) => self.finish(v, round, serve)? != 0,
             None => false,
         };
         if !stop {
@@ -103,7 +110,7 @@ impl StopVote {
         Ok(())
     }
 
-    fn finish(&mut self, mut v: Vote, round: u64) -> anyhow::Result<u64> {
+    fn finish(&mut self, mut v: Vote, round: u64, serve: &mut dyn FnMut() -> anyhow::Result<()>) -> anyhow::Result<u64> {
         // Past --wait-timeout the sign-of-life board judges the wait: only ranks without a sign
         // of life are named, and the wait goes on while every rank lives (see comm::deadline).
         let mut deadline = super::deadline::WaitDeadline::new(self.timeout);
@@ -128,6 +135,7 @@ impl StopVote {
                 );
             }
             verdict = deadline.check(|| {});
+            serve()?;
             backoff.pause();
         }
     }
@@ -136,7 +144,7 @@ impl StopVote {
     /// so no request outlives the run).
     pub fn close(&mut self) -> anyhow::Result<()> {
         if let Some(v) = self.pending.take() {
-            self.finish(v, u64::MAX / 2)?;
+            self.finish(v, u64::MAX / 2, &mut || Ok(()))?;
         }
         Ok(())
     }

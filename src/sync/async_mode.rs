@@ -26,9 +26,10 @@
 //!   update staleness = results applied between its release and its application (what the
 //!   asynchronous SGD literature calls the delay).
 //! - **Transport**: the SSP mode's two-sided [`Postbox`] and sparse row encoding. The coordinator
-//!   serves whenever rank 0 is in the sync layer (before every step and in every wait), so its
-//!   own worker is kept within [`Barrier::lead`] clocks of the slowest worker: rank 0 must never
-//!   sit in a stop vote while another worker waits for its release.
+//!   serves whenever rank 0 is in the sync layer (before every step, in every wait, through
+//!   its emulated step's idle time and its stop-vote waits: [`SyncMode::idle`]). Under `bsp`,
+//!   `ssp:S` and `throttled:K` its own worker is kept within [`Barrier::lead`] clocks of the
+//!   slowest worker; under `async` it runs ahead as the others do ([`Barrier::lead_bounds`]).
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -54,6 +55,9 @@ const TAG_RELEASE: i32 = 22;
 /// `throttled` and `async` predicates (see the module doc); the training loop votes on stopping
 /// no more often than every `lead + 1` rounds.
 const ASYNC_COORDINATOR_LEAD: u64 = 32;
+/// How often the coordinator looks for results while its own worker's emulated step idles: a
+/// result waits at most this (plus the OS's late wake-up, 50-100 us here) for its release.
+const IDLE_POLL: Duration = Duration::from_micros(200);
 /// Histogram buckets of clock staleness for predicates without a bound (the last counts more).
 const UNBOUNDED_BUCKETS: u64 = 32;
 
@@ -116,13 +120,20 @@ impl Barrier {
         }
     }
 
-    /// Whether worker `m` is kept within [`Barrier::lead`] clocks of the slowest. Always the
-    /// coordinator's own worker; under `throttled` every worker: a worker waiting in a stop
-    /// vote (which every rank joins every `lead + 1` rounds) is idle but not available, and with
-    /// unbounded drift the workers a throttled release needs could all sit in a vote that waits
-    /// for the worker the release would let go.
+    /// Whether worker `m` is kept within [`Barrier::lead`] clocks of the slowest. Under
+    /// `throttled` every worker: a worker waiting in a stop vote (which every rank joins every
+    /// `lead + 1` rounds) is idle but not available, and with unbounded drift the workers a
+    /// throttled release needs could all sit in a vote that waits for the worker the release
+    /// would let go. Under `async` no one: the coordinator serves while it waits in a stop vote
+    /// (`SyncMode::idle`), so its own worker may run ahead as the others do. Bounded, rank 0's
+    /// worker fell to the straggler's pace: with one straggler at half speed on 8 ranks, 7 of
+    /// the 7.5 tasks per step time an unbounded ASGD gets. Under `ssp:S` the predicate bounds everyone anyway.
     pub fn lead_bounds(&self, m: usize) -> bool {
-        m == COORDINATOR || matches!(self, Barrier::Throttled(_))
+        match self {
+            Barrier::Throttled(_) => true,
+            Barrier::Async => false,
+            Barrier::Bsp | Barrier::Ssp(_) => m == COORDINATOR,
+        }
     }
 
     /// Largest clock staleness the predicate allows (None: unbounded).
@@ -504,6 +515,8 @@ pub struct CoordinatedAsync {
     last_round: u64,
     stats: CommStats,
     blocked_tasks: u64,
+    /// Releases the coordinator sent while its own worker's emulated step idled ([`SyncMode::idle`]).
+    idle_releases: u64,
 }
 
 impl CoordinatedAsync {
@@ -555,6 +568,7 @@ impl CoordinatedAsync {
             last_round: 0,
             stats: CommStats::default(),
             blocked_tasks: 0,
+            idle_releases: 0,
         })
     }
 
@@ -711,6 +725,29 @@ impl SyncMode for CoordinatedAsync {
         self.take_release(params)
     }
 
+    /// The coordinator serves through its own worker's emulated step, as the paper's separate
+    /// server would: sleeping through it held every result until rank 0's next step boundary.
+    /// Measured before (8 ranks, 5.6 ms steps, `--straggler delay:100`, `--barrier async`): the
+    /// fast workers' tasks took 10.9-11.7 ms release to result, two steps, so they ran at the
+    /// straggler's pace.
+    fn idle(&mut self, d: Duration) -> anyhow::Result<()> {
+        let Some(before) = self.coordinator.as_ref().map(|c| c.releases) else {
+            std::thread::sleep(d);
+            return Ok(());
+        };
+        let until = Instant::now() + d;
+        loop {
+            self.serve()?;
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            std::thread::sleep((until - now).min(IDLE_POLL));
+        }
+        self.idle_releases += self.coordinator.as_ref().map_or(0, |c| c.releases - before);
+        Ok(())
+    }
+
     fn history(&mut self, h: HistoryDelta<'_>) -> anyhow::Result<()> {
         anyhow::ensure!(self.saga, "--sync async was built for --optimizer sgd but got a SAGA history");
         self.history = Some((h.mean_change.to_vec(), h.step_sum));
@@ -776,6 +813,14 @@ impl SyncMode for CoordinatedAsync {
             })?;
             let c = self.coordinator.as_mut().expect("checked");
             part = c.snapshots.take(round).expect("waited for it");
+        } else {
+            // The evaluation that follows is a collective, and under --emulate-bandwidth this
+            // worker's result may still sit in its send queue (held until the emulated link has
+            // carried it): the coordinator waits for it above, so deliver it first. Without this
+            // `--barrier bsp --eval-every N` with emulated links hung at the first evaluation.
+            let start = Instant::now();
+            self.post.flush_sends(self.wait_timeout, |_| Ok(()))?;
+            self.stats.wait_seconds += start.elapsed().as_secs_f64();
         }
         Ok(Some(part))
     }
@@ -858,7 +903,10 @@ impl SyncMode for CoordinatedAsync {
     }
 
     fn metrics(&self) -> Vec<ModeMetric> {
-        let mut out = vec![ModeMetric::number("blocked_tasks", Aggregate::Sum, self.blocked_tasks as f64)];
+        let mut out = vec![
+            ModeMetric::number("blocked_tasks", Aggregate::Sum, self.blocked_tasks as f64),
+            ModeMetric::number("idle_releases", Aggregate::Sum, self.idle_releases as f64),
+        ];
         // The status table lives on the coordinator; other ranks report zeros, so sums and
         // maxima over ranks are the coordinator's values.
         let n = self.post.size();

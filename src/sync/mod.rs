@@ -188,6 +188,16 @@ pub trait SyncMode {
     fn before_step(&mut self, _params: &mut [f32], _clock: u64) -> anyhow::Result<()> {
         Ok(())
     }
+    /// Called while an emulated step (`--emulate-compute`, a `--straggler`'s sleep) waits out
+    /// the rest of its time `d`, and with `d` = 0 from every poll of a stop-vote wait; returns
+    /// after about `d`. The default sleeps. A rank that also
+    /// serves others (the async coordinator) serves them meanwhile: on the emulated cluster the
+    /// step's compute would not stop its server from answering, and sleeping through it made
+    /// every worker wait for rank 0's next step boundary (fast workers' tasks took 2 steps).
+    fn idle(&mut self, d: Duration) -> anyhow::Result<()> {
+        std::thread::sleep(d);
+        Ok(())
+    }
     /// Called before `sync` with what a history-based optimizer's steps of the round left to the
     /// mode. Only modes that can keep the history take it.
     fn history(&mut self, _h: HistoryDelta<'_>) -> anyhow::Result<()> {

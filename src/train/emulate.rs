@@ -91,16 +91,24 @@ impl StepPacer {
     /// `round`, over `share` of a full mini-batch (1 unless `--balance` shrank it): sleeps what
     /// the step still owes.
     pub fn after_step(&mut self, t0: Instant, compute: f64, round: u64, share: f64) {
+        self.after_step_idle(t0, compute, round, share, &mut std::thread::sleep);
+    }
+
+    /// [`StepPacer::after_step`], spending the rest of the step in `idle(d)` instead of a plain
+    /// sleep (with `--straggler-wait sleep`): a rank that also serves others (the async
+    /// coordinator) answers them meanwhile, as its own server process would on the cluster
+    /// being emulated. `idle` must return after about `d`.
+    pub fn after_step_idle(&mut self, t0: Instant, compute: f64, round: u64, share: f64, idle: &mut dyn FnMut(Duration)) {
         let factor = self.factor(round);
         match self.declared {
-            Some(d) => self.fill_declared(t0, compute, d * factor * share),
-            None if factor > 1.0 => self.slow_measured(compute, factor),
+            Some(d) => self.fill_declared(t0, compute, d * factor * share, idle),
+            None if factor > 1.0 => self.slow_measured(compute, factor, idle),
             None => {}
         }
     }
 
     /// Emulated: the step lasts `target` seconds from `t0`, less what the last one overran.
-    fn fill_declared(&mut self, t0: Instant, compute: f64, target: f64) {
+    fn fill_declared(&mut self, t0: Instant, compute: f64, target: f64, idle: &mut dyn FnMut(Duration)) {
         self.stats.steps += 1;
         self.stats.declared_seconds += target;
         let intended = t0 + Duration::from_secs_f64((target - self.carry).max(0.0));
@@ -109,7 +117,7 @@ impl StepPacer {
         // so this step could not be made to last its declared time.
         let broken = now >= intended;
         if !broken {
-            self.pause(intended - now);
+            self.pause(intended - now, idle);
         }
         let end = Instant::now();
         let took = end.saturating_duration_since(t0).as_secs_f64();
@@ -134,18 +142,18 @@ impl StepPacer {
     /// Without declared times (the older form): the step's measured time is stretched by the
     /// factor; the extra is paid in chunks of >= 1 ms (the OS cannot sleep for microseconds), or
     /// spun after every step.
-    fn slow_measured(&mut self, compute: f64, factor: f64) {
+    fn slow_measured(&mut self, compute: f64, factor: f64, idle: &mut dyn FnMut(Duration)) {
         self.debt += (factor - 1.0) * compute;
         if self.wait == StragglerWait::Busy || self.debt > 1e-3 {
-            self.pause(Duration::from_secs_f64(self.debt));
+            self.pause(Duration::from_secs_f64(self.debt), idle);
             self.debt = 0.0;
         }
     }
 
-    fn pause(&mut self, d: Duration) {
+    fn pause(&mut self, d: Duration, idle: &mut dyn FnMut(Duration)) {
         let t = Instant::now();
         match self.wait {
-            StragglerWait::Sleep => std::thread::sleep(d),
+            StragglerWait::Sleep => idle(d),
             StragglerWait::Busy => {
                 while t.elapsed() < d {
                     std::hint::spin_loop();

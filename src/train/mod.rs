@@ -722,7 +722,15 @@ impl Run<'_> {
                 3,
             );
         }
-        self.step_pacer.after_step(t0, dt, this_round, bk as f64 / b as f64);
+        // The rest of the declared step is the mode's idle time: the async coordinator serves
+        // its workers in it instead of sleeping through their results (see SyncMode::idle).
+        let sync = &mut self.sync;
+        let mut idle = |d: Duration| {
+            if let Err(e) = sync.idle(d) {
+                comm::abort_job(&format!("{e:#}"), 4);
+            }
+        };
+        self.step_pacer.after_step_idle(t0, dt, this_round, bk as f64 / b as f64, &mut idle);
         self.pos.step_in_epoch += 1;
         self.pos.global_step += 1;
     }
@@ -745,7 +753,9 @@ impl Run<'_> {
             self.mark_evaluation(&mut r.params)?;
         }
         let last = Some(self.pos.round) == cfg.max_rounds || (cfg.stop_at_target && self.reached.is_some());
-        let stop = match stop_vote.stop_after(self.pos.round) {
+        // A rank waiting for the vote keeps serving the mode (the async coordinator's workers).
+        let sync = &mut self.sync;
+        let stop = match stop_vote.stop_after_serving(self.pos.round, &mut || sync.idle(Duration::ZERO)) {
             Ok(s) => s,
             Err(e) => comm::abort_job(&format!("{e:#}"), 4),
         };
