@@ -79,4 +79,5 @@ def main():
         print(f"\nbest valid asap: {best}: {med[best] / plain:.2f}x plain allreduce" + (f", {med[best] / med[best_ar]:.2f}x the best allreduce ({best_ar})" if best_ar else ""))
 
 
-main()
+if __name__ == "__main__":  # benches/claim-bosen.sh imports row() and fmt()
+    main()
