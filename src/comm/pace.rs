@@ -257,6 +257,17 @@ impl Pacer {
         self.free_at <= now
     }
 
+    /// Bytes this link can still take on (at its own rate) and have sent by `now + horizon`:
+    /// 0 when what is reserved already runs past it.
+    pub fn room_within(&self, now: Instant, horizon: Duration) -> f64 {
+        let until = now + horizon;
+        let from = self.free_at.max(now);
+        if until <= from {
+            return 0.0;
+        }
+        (until - from).as_secs_f64() * self.bytes_per_second
+    }
+
     /// The reservations so far: (seconds since the pacer was made, bytes).
     pub fn log(&self) -> &[(f64, u64)] {
         self.log.as_deref().unwrap_or(&[])

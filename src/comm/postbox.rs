@@ -112,6 +112,12 @@ impl Postbox {
         self.held.is_empty() && self.pacer.as_ref().is_none_or(|p| p.idle_at(Instant::now()))
     }
 
+    /// Bytes a paced link can still carry by `horizon` from now (see [`Pacer::room_within`]);
+    /// None without a pacer (no budget: unlimited).
+    pub fn room_within(&self, horizon: Duration) -> Option<f64> {
+        self.pacer.as_ref().map(|p| p.room_within(Instant::now(), horizon))
+    }
+
     /// Messages handed to MPI whose send has not completed (a sign the network is overused).
     pub fn unacknowledged(&self) -> usize {
         self.in_flight.len()

@@ -494,6 +494,11 @@ impl ShardServer {
     }
 }
 
+/// Longest look-ahead of the early sends' budget: a step interval that includes a long wait
+/// (the end of a clock, an evaluation) must not let one call queue seconds of early sends
+/// ahead of the next clock's mandatory push.
+const MAX_HORIZON: Duration = Duration::from_millis(200);
+
 /// What `--sync bosen` adds on the client and server side of a rank.
 struct Manage {
     queue_size: usize,
@@ -508,6 +513,14 @@ struct Manage {
     unacked_limit: usize,
     /// No early sends while the ranks are brought to a consistent cut.
     quiet: bool,
+    /// How far ahead of now spare budget is filled: the time since the last local step began
+    /// (capped at [`MAX_HORIZON`]). Early sends are only made between steps, so a bucket that
+    /// is only refilled when it is empty leaves the link idle for the rest of each step: with
+    /// one message of --queue-size rows per step, MF at 40 Mbit/s and 7.6 ms steps spent about
+    /// a quarter of the budget (benches/claim-bosen.md). Filled up to the next step instead, the
+    /// budget (the pacer's rate) is what limits the early sends.
+    horizon: Duration,
+    last_step: Option<Instant>,
     /// Per global row: pushes of its update by this client, and server pushes of it to clients.
     row_pushes: Vec<u64>,
     row_serves: Vec<u64>,
@@ -642,6 +655,8 @@ impl StaleSynchronous {
             next_worker: 0,
             unacked_limit: 2 * n,
             quiet: false,
+            horizon: Duration::ZERO,
+            last_step: None,
             row_pushes: vec![0; n_rows],
             row_serves: vec![0; n_rows],
             early_pushes: 0,
@@ -681,21 +696,25 @@ impl StaleSynchronous {
         !matches!(self.stop_sending_after, Some((r, last)) if r == self.rank && round > last)
     }
 
-    /// True when managed communication may send early now: the budget's bucket is empty and
-    /// sends are completing (otherwise counts a back-off).
-    fn may_send_early(&mut self) -> bool {
+    /// Bytes managed communication may send early now: what the budget carries by the
+    /// horizon (the next local step), and at least one message when the bucket is empty; None
+    /// when it may not send (quiet, stopped, the bucket full to the horizon, or sends not
+    /// completing: that counts a back-off).
+    fn early_room(&mut self) -> Option<f64> {
         let idle = self.post.link_idle();
         let unacked = self.post.unacknowledged();
         let sending = self.sending(self.last_round + 1);
-        let Some(m) = self.manage.as_mut() else { return false };
-        if m.quiet || !idle || !sending {
-            return false;
+        let Some(m) = self.manage.as_ref() else { return None };
+        let room = self.post.room_within(m.horizon).unwrap_or(f64::INFINITY);
+        if m.quiet || !sending || !(idle || room > 0.0) {
+            return None;
         }
+        let m = self.manage.as_mut().expect("checked");
         if unacked > m.unacked_limit {
             m.backoffs += 1;
-            return false;
+            return None;
         }
-        true
+        Some(room)
     }
 
     /// Takes every waiting message: pushes are applied (server), rows are kept for the worker;
@@ -743,12 +762,14 @@ impl StaleSynchronous {
         Ok(())
     }
 
-    /// Bosen server side: when the budget allows, sends one client the rows of this shard that
-    /// changed most since it last got them (at most --queue-size rows).
+    /// Bosen server side: while the budget allows (up to the horizon), sends clients in turn the
+    /// rows of this shard that changed most since they last got them (at most --queue-size rows
+    /// a message, one message per client per call).
     fn push_fresh_rows(&mut self) -> anyhow::Result<()> {
-        if self.server.is_none() || !self.may_send_early() {
+        if self.server.is_none() {
             return Ok(());
         }
+        let Some(mut room) = self.early_room() else { return Ok(()) };
         let (m, sv) = (self.manage.as_mut().expect("managed"), self.server.as_mut().expect("checked"));
         if sv.ada.as_ref().is_some_and(|a| a.snapshots.len() >= m.max_snapshots) {
             // Bosen: bandwidth-triggered sends stop while the snapshot store is full.
@@ -756,10 +777,14 @@ impl StaleSynchronous {
         }
         let n = sv.workers();
         let row0 = self.row_ranges[self.rank].start;
+        let start = m.next_worker;
         for k in 0..n {
-            let w = (m.next_worker + k) % n;
+            let w = (start + k) % n;
             if w == self.rank {
                 continue;
+            }
+            if room <= 0.0 {
+                break;
             }
             let news = sv.news(w);
             if news.is_empty() {
@@ -777,8 +802,8 @@ impl StaleSynchronous {
             let msg = sv.rows_message(w, [sv.clocks.min(), sv.clocks.of(w), sv.dyn_state.cmax], UNSOLICITED, &chosen);
             m.next_worker = (w + 1) % n;
             m.early_serves += 1;
+            room -= msg.len() as f64;
             self.post.send(w, TAG_ROWS, msg)?;
-            break;
         }
         Ok(())
     }
@@ -852,13 +877,13 @@ impl StaleSynchronous {
     }
 
     /// Bosen client side: when the budget allows, pushes the most significant rows of the
-    /// update not yet sent (at most --queue-size rows, one message per shard they belong to).
+    /// update not yet sent: as many as the budget carries by the horizon (at least --queue-size
+    /// rows when the bucket is empty), in messages of at most --queue-size rows per shard.
     fn push_early(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
-        if !self.may_send_early() {
-            return Ok(());
-        }
+        let Some(room) = self.early_room() else { return Ok(()) };
         self.take_local_changes(params);
         let mut cands = Vec::new();
+        let mut cand_values = 0usize;
         let mut deltas = Vec::with_capacity(self.shards.len());
         for s in 0..self.shards.len() {
             let delta = if self.shards[s].is_empty() { Vec::new() } else { self.unsent(params, s) };
@@ -872,23 +897,26 @@ impl StaleSynchronous {
                 if sendable {
                     let a: f32 = self.base[start + offsets[r]..start + offsets[r + 1]].iter().map(|x| x.abs()).sum();
                     cands.push(((self.row_ranges[s].start + r) as u32, d, a));
+                    cand_values += row.len();
                 }
             }
             deltas.push(delta);
         }
         let m = self.manage.as_mut().expect("managed");
-        let mut chosen = bosen::pick(&mut m.client, &cands, m.queue_size, self.base.len().max(1));
+        let k = early_rows(room, m.queue_size, cands.len(), cand_values, if m.fp16 { 2 } else { 4 });
+        let mut chosen = bosen::pick(&mut m.client, &cands, k, self.base.len().max(1));
         if chosen.is_empty() {
             return Ok(());
         }
         m.early_pushes += 1;
         chosen.sort_unstable();
+        let chunk = m.queue_size;
         let t = Instant::now();
         for (s, delta) in deltas.iter().enumerate() {
             let rr = self.row_ranges[s].clone();
             let local: Vec<u32> = chosen.iter().filter(|&&r| rr.contains(&(r as usize))).map(|&r| r - rr.start as u32).collect();
-            if !local.is_empty() {
-                self.push_rows(params, s, &local, delta, [self.last_round, 0, 0], PARTIAL)?;
+            for part in local.chunks(chunk) {
+                self.push_rows(params, s, part, delta, [self.last_round, 0, 0], PARTIAL)?;
             }
         }
         self.stats.comm_seconds += t.elapsed().as_secs_f64();
@@ -1064,6 +1092,18 @@ impl StaleSynchronous {
     }
 }
 
+/// Rows a client's early push takes: as many of the `cands` candidate rows (`values` values
+/// between them, `value_bytes` each on the wire, plus a 4-byte row index) as `room` bytes hold,
+/// and at least `queue_size` (the one message a bucket that is empty now may always take).
+fn early_rows(room: f64, queue_size: usize, cands: usize, values: usize, value_bytes: usize) -> usize {
+    if cands == 0 {
+        return 0;
+    }
+    let per_row = 4.0 + (values * value_bytes) as f64 / cands as f64;
+    let fit = if room.is_finite() { (room / per_row) as usize } else { cands };
+    fit.max(queue_size).min(cands)
+}
+
 fn floats<T: Copy + Into<f64>>(v: &[T]) -> Vec<f64> {
     v.iter().map(|&x| x.into()).collect()
 }
@@ -1090,7 +1130,10 @@ impl SyncMode for StaleSynchronous {
     }
 
     fn before_step(&mut self, params: &mut [f32], clock: u64) -> anyhow::Result<()> {
-        if self.manage.is_some() {
+        if let Some(m) = self.manage.as_mut() {
+            let now = Instant::now();
+            m.horizon = m.last_step.map_or(Duration::ZERO, |t| (now - t).min(MAX_HORIZON));
+            m.last_step = Some(now);
             self.take_local_changes(params);
             self.serve()?;
             self.absorb(params);
