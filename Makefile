@@ -99,11 +99,13 @@ datasets:
 bench: build
 	$(BIN) bench
 
-# The report (report/README.md, report/summary.json, SVG plots): fixed experiments against the
-# papers' claims and peer tools (scikit-learn, LIBLINEAR), <= 25 min on 2 cores. The binary is
-# copied first so a rebuild during the run cannot change it. SECTIONS="mixing peers" re-runs
-# only those tables; PEERS=torch adds PyTorch DDP (8 gloo processes on CPU), opt-in because it
-# installs torch into runs/torch-venv (~5 GB: PyPI's Linux torch is the CUDA build).
+# The report (report/README.md, report/summary.json, SVG plots). It opens with the papers' claims,
+# each an experiment in the emulated cluster (benches/claim-*.sh) with a computed verdict, then the
+# emulated ASAP sections and the mixing table; the sections whose ranks share the 2 cores are kept
+# from their last run and re-run only when named (SECTIONS="stragglers libsvm"). The binary is
+# copied first so a rebuild during the run cannot change it. PEERS=torch adds PyTorch DDP (8 gloo
+# processes on CPU), opt-in because it installs torch into runs/torch-venv (~5 GB: PyPI's Linux
+# torch is the CUDA build).
 REPORT_PACKAGES := python3-sklearn python3-numpy liblinear-tools dataset-fashion-mnist time
 SECTIONS ?=
 PEERS ?=

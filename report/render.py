@@ -28,11 +28,11 @@ TITLES = {
     "mixing": "Mixing vs spectral gap (real MPI job, training off)",
     "stragglers": "Stragglers: every mode with slow ranks (8 ranks sharing 2 cores)",
     "bandwidth": "Bandwidth: Bösen vs SSP (and Gaia) under an emulated 100 Mbit/s link (8 ranks sharing 2 cores)",
-    "libsvm": "LIBSVM data (heart_scale): allreduce vs asap vs ssp, logistic regression and SVM",
-    "movielens": "MovieLens: matrix factorisation, allreduce vs asap vs ssp to a held-out RMSE",
-    "peers": "Peers: scikit-learn and LIBLINEAR on the same data and machine",
+    "libsvm": "LIBSVM data (heart_scale): allreduce vs asap vs ssp, logistic regression and SVM (8 ranks sharing 2 cores)",
+    "movielens": "MovieLens: matrix factorisation, allreduce vs asap vs ssp to a held-out RMSE (8 ranks sharing 2 cores)",
+    "peers": "Peers: scikit-learn and LIBLINEAR on the same data and machine (1 and 8 ranks sharing 2 cores)",
     "torch": "PyTorch DistributedDataParallel (gloo, CPU) vs asap-train, 8 ranks",
-    "sparse": "Sparse throughput and memory (RCV1-shape synthetic set)",
+    "sparse": "Sparse throughput and memory (RCV1-shape synthetic set, 1-8 ranks sharing 2 cores)",
 }
 
 CLAIMS = {
@@ -224,6 +224,62 @@ def consistent(row):
     if not h or sum(h) == 0:
         return None
     return h[-1] / sum(h)
+
+
+# The claims section (`report/run.sh claims`): each `benches/claim-NAME.sh DIR` wrote DIR/claim.json,
+# an array of rows (paper, claim, paper_value, measured, verdict, why, setting), and DIR/table.md.
+# The verdicts are the scripts' own, computed from their runs against the paper's threshold; this
+# only lays them out. summary.json gets them as its `claims` array, the section's facts as
+# `claims_run`.
+CLAIMS_TITLE = "The papers' claims, tested in the emulated cluster"
+CLAIM_FIELDS = ("paper", "claim", "paper_value", "measured", "verdict")
+
+
+def cell(v):
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def claims_section(args):
+    d = os.path.join(args.runs, "claims")
+    if not os.path.exists(os.path.join(d, "meta.jsonl")):
+        return None
+    m = meta(d)
+    if "finished" not in m:
+        return None
+    rows, parts = [], []
+    for name in m.get("rows", "").split():
+        cd = os.path.join(d, name)
+        got = json.load(open(os.path.join(cd, "claim.json")))
+        got = got if isinstance(got, list) else [got]
+        for r in got:
+            missing = [k for k in CLAIM_FIELDS if not r.get(k)]
+            if missing:
+                raise SystemExit(f"{cd}/claim.json: a row lacks {', '.join(missing)} ({r}); "
+                                 f"benches/claim-{name}.sh must write every field")
+            rows.append(dict(r, bench=f"benches/claim-{name}.sh"))
+        tmd = os.path.join(cd, "table.md")
+        parts.append((name, got, open(tmd).read().strip() if os.path.exists(tmd) else "", m.get(f"seconds_{name}")))
+    q = m.get("quick") == "1"
+    text = [("QUICK=1: each claim's script ran its short subset (one repetition, runs too short to judge); "
+             "`make report` runs them in full.\n" if q else "")
+            + "Every row below was measured in one run of this section, in the emulated cluster "
+            "(docs/emulation.md): every step lasts a declared compute time and every message the time its "
+            "declared link takes, at a dilation that keeps the ranks on time on this 2-core machine; each run "
+            "checks that it did (its validity is in the tables). Times are to the same target on the same "
+            "evaluation; medians over the repetitions, [min-max] their range.\n",
+            table(["paper", "claim", "paper's number", "measured here", "verdict"],
+                  [[cell(r[k]) for k in CLAIM_FIELDS] for r in rows])]
+    for name, got, tmd, secs in parts:
+        text.append(f"### {got[0]['paper']} (`benches/claim-{name}.sh`)")
+        for r in got:
+            text.append(f"- **{cell(r['claim'])}**: {cell(r['verdict'])}. {r.get('why', '')}")
+        settings = sorted({r["setting"] for r in got if r.get("setting")})
+        text += [f"Setting: {st}" for st in settings]
+        if tmd:
+            text.append(tmd)
+        text.append(f"Re-run: `benches/claim-{name}.sh DIR`" + (f" ({secs} s here)." if secs else "."))
+    return {"title": CLAIMS_TITLE, "rows": rows, "load": m["load"], "finished": m["finished"],
+            "command": "report/run.sh claims" + (" (QUICK=1)" if q else ""), "markdown": "\n\n".join(text)}
 
 
 def section(args, name):
@@ -423,6 +479,7 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     secs = {n: s for n in ORDER if (s := section(args, n))}
+    claims = claims_section(args)
     # A section without runs here keeps what the report already says about it (its summary entry
     # and its README text, as that section's own run wrote them): re-running one section must not
     # drop the others, whose raw runs may be gone (runs/ is not committed).
@@ -437,13 +494,18 @@ def main():
                 blocks[cur] = []
             elif cur is not None:
                 blocks[cur].append(line)
+        if claims is None and isinstance(old.get("claims"), list) and CLAIMS_TITLE in blocks:
+            claims = dict(old.get("claims_run") or {}, rows=old["claims"], kept=True,
+                          markdown="\n".join(blocks[CLAIMS_TITLE]).strip("\n"))
         for n in ORDER:
             # The heading may have been renamed by hand since (matched by the part before " (").
             title = old.get(n, {}).get("title")
             if title not in blocks and title:
                 title = next((b for b in blocks if b.split(" (")[0] == title.split(" (")[0]), title)
             if n not in secs and n in old and title in blocks:
-                old[n]["title"] = title
+                # A 2-core section's heading takes today's label; an emulated one keeps its cluster.
+                relabel = title.split(" (")[0] == TITLES.get(n, "").split(" (")[0] and "emulated cluster" not in title
+                old[n]["title"] = TITLES[n] if relabel else title
                 text = "\n".join(blocks[title]).strip("\n")
                 if "Not run yet" in text:
                     continue
@@ -453,12 +515,25 @@ def main():
     summary = {n: {k: v for k, v in s.items() if k != "markdown"} for n, s in secs.items()}
     summary.update({n: k[0] for n, k in kept.items()})
     summary = {n: summary[n] for n in ORDER if n in summary}
+    if claims:
+        summary = {"claims": claims["rows"],
+                   "claims_run": {k: v for k, v in claims.items() if k not in ("rows", "markdown", "kept")}, **summary}
     json.dump(summary, open(os.path.join(args.out, "summary.json"), "w"), indent=1)
     doc = ["# asap-train report", "",
            "Produced by `make report` (`report/run.sh`): every table below comes from one run of its section on "
-           "this machine (2 cores, shared), so ratios within a table are meaningful, absolute times are not "
-           "promises. The load average at the end of each section is given next to it. All numbers are also in "
-           "[summary.json](summary.json). Re-run one table with the command under it.", ""]
+           "this machine (2 cores), so ratios within a table are meaningful. The claims and the ASAP sections run in "
+           "the emulated cluster (docs/emulation.md), where a rank's step and a link's transfer take declared times; "
+           "sections labelled \"sharing 2 cores\" ran 8 or more ranks on the 2 cores themselves, where the CPU "
+           "decides more than the algorithm (they are kept from earlier runs and re-run only when named: "
+           "`report/run.sh stragglers`). The load average at the end of each section is given next to it. All "
+           "numbers are also in [summary.json](summary.json). Re-run one table with the command under it.", ""]
+    if claims:
+        doc += [f"## {CLAIMS_TITLE}", "", claims["markdown"], ""]
+        if not claims.get("kept"):
+            doc += [f"Load average (1/5/15 min) at the end: {claims['load']}; finished {claims['finished']}. "
+                    f"Re-run: `{claims['command']}`.", ""]
+    else:
+        doc += [f"## {CLAIMS_TITLE}", "", "Not run yet: `report/run.sh claims`.", ""]
     for n in ORDER:
         if n in kept:
             doc += [f"## {kept[n][0]['title']}", "", kept[n][1], ""]

@@ -90,4 +90,21 @@ fn quick_report_runs_every_section_and_its_numbers_hold() {
         assert_eq!(row["train_examples"].as_u64().unwrap(), 20000, "{row}");
         assert!(row["peak_rss_mb_max"].as_f64().unwrap() >= row["peak_rss_mb_mean"].as_f64().unwrap(), "{row}");
     }
+    // The claims table opens the report: every paper's script ran, and every row it wrote has the
+    // fields the table shows, a verdict from the closed set, and its own bench script named.
+    let claims = summary["claims"].as_array().expect("summary.json has a claims array");
+    let papers: std::collections::BTreeSet<&str> = claims.iter().map(|c| c["paper"].as_str().unwrap()).collect();
+    assert!(papers.len() >= 5, "one paper or more per claim script: {papers:?}");
+    let claims_at = readme.find("## The papers' claims").expect("README opens with the claims");
+    assert!(readme.find("## ASAP 6.1").is_some_and(|a| a > claims_at), "the claims come first");
+    for c in claims {
+        for k in ["paper", "claim", "paper_value", "measured", "verdict"] {
+            assert!(c[k].as_str().is_some_and(|v| !v.is_empty()), "claim row lacks {k}: {c}");
+        }
+        let v = c["verdict"].as_str().unwrap();
+        assert!(["reproduced", "partly", "not reproduced", "not judged", "quick run: not judged"].contains(&v), "verdict {v}: {c}");
+        let bench = c["bench"].as_str().unwrap();
+        assert!(std::path::Path::new(bench).exists(), "{bench}");
+        assert!(readme.contains(&c["claim"].as_str().unwrap().replace('|', "\\|")), "README lacks the claim {c}");
+    }
 }
