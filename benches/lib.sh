@@ -3,9 +3,12 @@
 # its time in the sync layer (transfer + waiting), the final model's assembly apart.
 # Needs: BIN, out (a fresh directory), rows=() declared by the caller.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# RANK_NICE (optional): the ranks' niceness, for runs in the emulated cluster beside other jobs
+# (docs/emulation.md: at nice -20 their steps wake on time).
 run() { # run NAME NP ARGS...
-    local name=$1 np=$2; shift 2
-    if ! mpirun -n "$np" $BIN train --metrics "$out/$name.jsonl" "$@" > "$out/$name.log" 2>&1; then
+    local name=$1 np=$2 pre=(); shift 2
+    [ -n "${RANK_NICE:-}" ] && pre=(nice -n "$RANK_NICE")
+    if ! "${pre[@]}" mpirun -n "$np" $BIN train --metrics "$out/$name.jsonl" "$@" > "$out/$name.log" 2>&1; then
         # A step size too large for a schedule is a result (a row saying so), anything else a bug.
         if grep -q "training diverged" "$out/$name.log"; then
             touch "$out/$name.diverged"
