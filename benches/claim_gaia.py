@@ -117,7 +117,8 @@ def main():
                 "why": (f"{base}: {statistics.median(data[base][1]) if data[base][1] else '-'} rounds to target, in sync "
                         f"{extra[base]['wait'] or 0:.2f} s per rank (median of the runs' mean), against gaia's "
                         f"{statistics.median(data[g][1]) if data[g][1] else '-'} clocks and {extra[g]['wait'] or 0:.2f} s; "
-                        f"the baseline pays the WAN round trip every clock{' (SSP hides part of it in its staleness)' if base == sw else ''}."),
+                        f"the baseline pays the WAN round trip every clock"
+                        f"{' (our ssp worker waits for its read answer every clock, so staleness 2 hides no latency)' if base == sw else ''}."),
                 "setting": setting,
             })
     # §3.3: the share of each worker's updates that change their parameter by < 1 %.
