@@ -87,6 +87,48 @@ fn the_soft_threshold_sends_more_on_an_idle_link() {
     assert_eq!(start["sync_info"]["soft_significance"].as_f64(), Some(0.01), "{start}");
 }
 
+/// A backlogged WAN: a clock of 10 steps of 5 ms sends more than 2 Mbit/s carries in 50 ms, and
+/// the one-way latency is 100 ms, so queued data and selective barriers come every clock. A rank
+/// must keep releasing its queued data while it sits in its group's allreduce: before, they went
+/// out only at its next exchange, and this run hung with its progress at round 4 (every try: at 1
+/// and 2 Mbit/s, and at 10 Mbit/s with 90-110 ms before barriers needed a backlog): a receiver
+/// blocked on announced values whose sender waited in its group's collective for a rank that was
+/// itself waiting for the receiver's group.
+#[test]
+fn paced_data_flow_during_group_allreduce() {
+    let dir = scratch("gaia-paced");
+    let m = dir.join("m.jsonl");
+    // 2,500 examples a rank, batch 25: 100 steps an epoch, 10 clocks (no steps after the last).
+    let args = ["train", "--data", &t10k(), "--epochs", "2", "--batch-size", "25", "--sync", "gaia", "--groups", "2",
+        "--sync-every", "10", "--emulate-compute", "5", "--emulate-bandwidth", "2", "--emulate-latency", "100",
+        "--metrics", s(&m)];
+    mpirun(4, &args, 120).expect_ok();
+    let g = &summary(&m)["sync_metrics"];
+    assert!(num(g, "barriers_sent") > 0.0, "the run must exercise the selective barriers: {g}");
+    assert!(num(g, "mirror_lag_max") <= 2.0, "{g}");
+    assert!(num(g, "final_group_disagreement") < 1e-4, "the groups' copies differ after the flush: {g}");
+}
+
+/// Selective barriers are for a backlogged link (§3.4: updates arriving faster than the WAN
+/// carries them), not for latency: on a fast link with a long latency (1 Gbit/s, 100 ms, a clock
+/// of 50 ms) every clock's data are in flight when the next clock ends, yet none is queued, so no
+/// barrier may be sent (before, every clock announced its values and the receivers waited for
+/// them at every clock, which undid the mirror clock's DS).
+#[test]
+fn latency_alone_sends_no_selective_barrier() {
+    let dir = scratch("gaia-latency");
+    let m = dir.join("m.jsonl");
+    let args = ["train", "--data", &t10k(), "--epochs", "1", "--batch-size", "25", "--sync", "gaia", "--groups", "2",
+        "--sync-every", "10", "--emulate-compute", "5", "--emulate-bandwidth", "1000", "--emulate-latency", "100",
+        "--metrics", s(&m)];
+    mpirun(4, &args, 120).expect_ok();
+    let g = &summary(&m)["sync_metrics"];
+    assert_eq!(num(g, "barriers_sent"), 0.0, "an idle link needs no barrier: {g}");
+    assert!(num(g, "significant_updates") > 0.0, "{g}");
+    assert!(num(g, "mirror_lag_max") <= 2.0, "{g}");
+    assert!(num(g, "final_group_disagreement") < 1e-4, "{g}");
+}
+
 /// One group three times slower: the fast group runs ahead, but never more than DS clocks ahead
 /// of what it has received (the mirror clock), and it waits for that.
 #[test]

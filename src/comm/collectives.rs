@@ -34,6 +34,19 @@ pub fn sum_f32(comm: &SimpleCommunicator, v: &mut [f32], scratch: &mut Vec<f32>)
     all_reduce(comm, scratch, v, SystemOperation::sum());
 }
 
+/// [`sum_f32`], always started non-blocking and polled (under the deadline when one is armed),
+/// calling `serve` between polls: for a rank that must keep handing over data its peers wait
+/// for while it sits in the collective (see `sync::gaia`'s group allreduce).
+pub fn sum_f32_serving(comm: &SimpleCommunicator, v: &mut [f32], scratch: &mut Vec<f32>, serve: &mut dyn FnMut()) {
+    scratch.clear();
+    scratch.extend_from_slice(v);
+    deadline::enter();
+    let send: &[f32] = scratch;
+    mpi::request::scope(|sc| {
+        deadline::wait_serving(comm.immediate_all_reduce_into(sc, send, v, SystemOperation::sum()), "an allreduce", serve)
+    });
+}
+
 /// Element-wise maximum over all ranks, in place.
 pub fn max_f64(comm: &SimpleCommunicator, v: &mut [f64]) {
     let send = v.to_vec();

@@ -144,7 +144,14 @@ pub fn enter() {
 
 /// Polls `req` until it completes; past the deadline aborts the job naming the ranks that hold
 /// it up (see the module comment for when it waits longer). `what` names the collective.
-pub fn wait<'a, D: ?Sized, S: Scope<'a>>(mut req: Request<'a, D, S>, what: &str) {
+pub fn wait<'a, D: ?Sized, S: Scope<'a>>(req: Request<'a, D, S>, what: &str) {
+    wait_serving(req, what, &mut || {});
+}
+
+/// [`wait`], calling `serve` between polls: a caller whose peers may be waiting for something
+/// only this rank can hand over meanwhile (gaia's paced mirror data, held until the emulated
+/// link would have carried it) keeps handing it over while the collective is in flight.
+pub fn wait_serving<'a, D: ?Sized, S: Scope<'a>>(mut req: Request<'a, D, S>, what: &str, serve: &mut dyn FnMut()) {
     let timeout = ARMED.with(|a| a.borrow().as_ref().map(|a| a.timeout)).unwrap_or(Duration::MAX);
     let start = Instant::now();
     let mut deadline = timeout;
@@ -156,6 +163,7 @@ pub fn wait<'a, D: ?Sized, S: Scope<'a>>(mut req: Request<'a, D, S>, what: &str)
             Ok(_) => return,
             Err(r) => req = r,
         }
+        serve();
         beat();
         if start.elapsed() > deadline {
             let verdict = diagnose(what, start.elapsed());

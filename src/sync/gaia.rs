@@ -585,7 +585,7 @@ impl Gaia {
     /// result into the average (1/n after a sum, 1 after the stochastic reduce).
     fn group_average(&mut self, params: &mut [f32], t: u64) -> anyhow::Result<f32> {
         let Some(r) = self.inner.as_mut() else {
-            self.group_allreduce(params);
+            self.group_allreduce(params)?;
             return Ok(1.0 / self.local.size() as f32);
         };
         let before = r.stats().clone();
@@ -625,10 +625,10 @@ impl Gaia {
     /// replica of the group becomes base + that sum; the mirror servers accumulate the sum. All
     /// in f32 and exact: the deltas and counts are integers, and the LDA driver checks that no
     /// count reaches 2^24. Returns the mirror shard's non-zero updates.
-    fn sum_group_deltas(&mut self, params: &mut [f32]) -> u64 {
+    fn sum_group_deltas(&mut self, params: &mut [f32]) -> anyhow::Result<u64> {
         let mut d = std::mem::take(&mut self.sum);
         d.iter_mut().zip(params.iter().zip(&self.base)).for_each(|(d, (w, b))| *d = w - b);
-        self.group_allreduce(&mut d);
+        self.group_allreduce(&mut d)?;
         let shard = self.mirror.as_ref().map_or(0..0, |m| m.shard.clone());
         let mut updates = 0;
         for (j, ((w, b), &u)) in params.iter_mut().zip(&self.base).zip(&d).enumerate() {
@@ -640,15 +640,31 @@ impl Gaia {
             }
         }
         self.sum = d;
-        updates
+        Ok(updates)
     }
 
-    fn group_allreduce(&mut self, v: &mut [f32]) {
-        collectives::sum_f32(&self.local, v, &mut self.scratch);
+    /// The group's sum, in place. While it is in flight this rank keeps releasing its paced
+    /// mirror data as they come due: a receiver may be blocked on them (a selective barrier
+    /// announces a clock newer than the mirror clock guarantees) while its group's other ranks
+    /// wait for it in their own collective. Released only at this rank's next exchange, that
+    /// was a deadlock: 8 ranks, 2 groups, MLR, a clock = 29 steps of 9.16 ms, 10 Mbit/s and
+    /// 500 ms one way, hung at clock 5 with ranks 1-3 in this allreduce behind rank 0, which
+    /// waited for rank 4's data, rank 4 in its group's allreduce behind ranks 5-7, which waited
+    /// for ranks 1-3's announced values (tests/gaia.rs: `paced_data_flow_during_group_allreduce`).
+    fn group_allreduce(&mut self, v: &mut [f32]) -> anyhow::Result<()> {
+        let mut failed = None;
+        let mirror = &mut self.mirror;
+        let mut serve = || {
+            if let (None, Some(m)) = (&failed, mirror.as_mut()) {
+                failed = release_due(m).err();
+            }
+        };
+        collectives::sum_f32_serving(&self.local, v, &mut self.scratch, &mut serve);
         let b = ring_allreduce_bytes(self.local.size() as usize, v.len());
         self.counts.lan_bytes += b;
         self.stats.bytes_sent += b;
         self.stats.bytes_received += b;
+        failed.map_or(Ok(()), Err)
     }
 
     /// The mirror server's side of clock `t`: filter with `thr` and send (None: send nothing),
@@ -669,8 +685,25 @@ impl Gaia {
             let tc = Instant::now();
             release_due(m)?;
             // Backlogged link: the values of this clock will be late; announce their indexes
-            // first, ahead of the queued data (a control message is never paced).
-            let backlogged = !m.held.is_empty() || m.postbox.progress_sends()? > 0;
+            // first, ahead of the queued data (a control message is never paced). Backlog is
+            // data still queued for the link's rate (its last byte not yet out), not data
+            // whose last byte is out and that only travels the latency: for those a barrier
+            // arrives no earlier than the values would on the real link, and it blocked the
+            // receiver at every clock >= the announced one, which undid the mirror clock's DS.
+            // Measured (benches/claim-gaia.md): 8 ranks, 2 groups, MLR, a clock 27.5 ms, 100
+            // Mbit/s and 50 ms, dilated x10: barriers at 221 of 296 rank-clocks while the WAN
+            // carried 3.8 MB in 17.3 s (under 18 % of one rank's link), 0.47 s a clock against
+            // 0.29 s for allreduce on a LAN.
+            // With --emulate-bandwidth the pacer is the link: MPI moves a message only once the
+            // emulated link has delivered it, so an MPI send still pending then (a rendezvous
+            // waiting for the receiver to poll) is no WAN backlog. On a real link (netlab) the
+            // pending MPI sends are the backlog.
+            let now = Instant::now();
+            let pending = m.postbox.progress_sends()?;
+            let backlogged = match m.pacer.as_ref() {
+                Some(p) => m.held.iter().any(|h| h.0 > now + p.latency()),
+                None => pending > 0,
+            };
             // §4.4's soft threshold: an idle link also carries what passes S / sqrt(t).
             let soft = thr.map_or(0.0, |h| h * self.opts.soft_significance / self.opts.significance.max(f64::MIN_POSITIVE));
             if !backlogged && soft > 0.0 {
@@ -815,7 +848,7 @@ impl Gaia {
             m.incoming.iter_mut().for_each(|x| *x = 0.0);
         }
         let mut sum = std::mem::take(&mut self.sum);
-        self.group_allreduce(&mut sum);
+        self.group_allreduce(&mut sum)?;
         params.iter_mut().zip(&sum).for_each(|(w, d)| *w += d);
         self.sum = sum;
         self.base.copy_from_slice(params);
@@ -1010,7 +1043,7 @@ impl SyncMode for Gaia {
             }
         }
         // (1) the group's update (its average's, or for counts its summed deltas).
-        self.counts.updates += if self.sums { self.sum_group_deltas(params) } else { self.average_group(params, t)? };
+        self.counts.updates += if self.sums { self.sum_group_deltas(params)? } else { self.average_group(params, t)? };
         self.stats.comm_seconds += tc.elapsed().as_secs_f64();
         // (2)-(3) filter, send, wait for the mirror clock.
         let thr = threshold(self.opts.significance, decay_step(t, self.decay_every));
