@@ -32,7 +32,7 @@ mkdir -p "$OUTDIR"
 source benches/priority.sh
 BIN=${BIN:-target/release/asap-train}
 NICE=${NICE:--20}
-QUICK=${QUICK:-}
+QUICK=$([ "${QUICK:-0}" = 1 ] && echo 1 || true)  # "1" or empty: QUICK=0, as report/run.sh passes it, is the full run
 if [ -n "$QUICK" ]; then REPS=1; EPOCHS=${EPOCHS:-3}; PLAIN_EPOCHS=3; else REPS=${REPS:-3}; EPOCHS=${EPOCHS:-24}; PLAIN_EPOCHS=16; fi
 TARGET=${TARGET:-0.96}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1

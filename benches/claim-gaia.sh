@@ -37,7 +37,7 @@ OUTDIR=$(cd "$OUTDIR" && pwd)
 source benches/priority.sh
 BIN=${BIN:-target/release/asap-train}
 NICE=${NICE:--20}
-QUICK=${QUICK:-}
+QUICK=$([ "${QUICK:-0}" = 1 ] && echo 1 || true)  # "1" or empty: QUICK=0, as report/run.sh passes it, is the full run
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 D=10
 if [ -n "$QUICK" ]; then REPS=1; CLOCKS=4; else REPS=${REPS:-3}; CLOCKS=37; fi

@@ -23,6 +23,7 @@
 # LR_AVG, ONLY (a regex: run only the rows whose name matches, keeping the other rows' runs
 # already in OUTDIR: the tables and verdicts cover every row there).
 set -euo pipefail
+QUICK=$([ "${QUICK:-0}" = 1 ] && echo 1 || true)  # "1" or empty: QUICK=0, as report/run.sh passes it, is the full run
 cd "$(dirname "$0")/.."
 OUTDIR=${1:?usage: benches/claim-hetero.sh OUTDIR}
 mkdir -p "$OUTDIR"
