@@ -115,7 +115,7 @@ report: build
 		echo "installing Debian packages:" $$missing; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
-	cp $(BIN) runs/asap-train-report 2>/dev/null || { mkdir -p runs && cp $(BIN) runs/asap-train-report; }
+	mkdir -p runs && cp $(BIN) runs/asap-train-report.new && mv -f runs/asap-train-report.new runs/asap-train-report
 	BIN=$$PWD/runs/asap-train-report PEERS=$(PEERS) nice -n 10 report/run.sh $(SECTIONS)
 
 clean:
