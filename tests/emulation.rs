@@ -126,20 +126,29 @@ fn a_slow_receiver_link_is_shared_by_its_senders() {
 /// every 1 s window (+ one message), and no message read torn.
 #[test]
 fn many_in_neighbours_share_the_receiver_link_under_asap() {
-    let dir = scratch("emulate-ingress-asap");
-    let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
-    let args = ["train", "--data", &t10k(), "--sync", "asap", "--graph", "star", "--epochs", "1", "--max-rounds", "30",
+    let sm = star_receiver_link_holds("emulate-ingress-asap", &[]);
+    assert_eq!(sm["sync_metrics"]["torn"], 0.0);
+}
+
+/// 4 ranks of asap on the star with `extra` options, rank 0 behind 8 Mbit/s: rank 0 took in one
+/// message per round from each of its 3 in-neighbours, within its rate over every 1 s window
+/// (+ one message), so 90 messages of 31 kB at 1e6 bytes/s give at least 2.7 s of training.
+/// Returns the run's summary.
+fn star_receiver_link_holds(name: &str, extra: &[&str]) -> serde_json::Value {
+    let dir = scratch(name);
+    let (m, log, data) = (dir.join("m.jsonl"), dir.join("sends"), t10k());
+    let mut args = vec!["train", "--data", &data, "--sync", "asap", "--graph", "star", "--epochs", "1", "--max-rounds", "30",
         "--emulate-bandwidth", "80,0:8", "--metrics", s(&m), "--send-log", s(&log)];
+    args.extend_from_slice(extra);
     mpirun(4, &args, 240).expect_ok();
     let l = read_log(&dir.join("sends.receives.rank0.csv"));
     assert_eq!(l.len(), 90, "rank 0 took in one message per round from each of its 3 in-neighbours");
     let msg = l.iter().map(|x| x.1).max().unwrap() as f64;
     let peak = asap_train::comm::pace::peak_rate(&l, 1.0);
     assert!(peak <= 1e6 + msg, "rank 0 took in {peak} bytes in one second over its 8 Mbit/s link");
-    // 90 messages of 31 kB one after another at 1e6 bytes/s: at least 2.7 s of training.
     let sm = summary(&m);
-    assert_eq!(sm["sync_metrics"]["torn"], 0.0);
     assert!(sm["train_seconds"].as_f64().unwrap() >= 2.7, "{}", sm["train_seconds"]);
+    sm
 }
 
 /// The same under asap's BSP variant (`--notify barrier`), whose puts are read without a NOTIFY:
@@ -149,18 +158,7 @@ fn many_in_neighbours_share_the_receiver_link_under_asap() {
 /// done, and rank 0's link logged nothing.
 #[test]
 fn barrier_rounds_wait_for_the_receiver_link() {
-    let dir = scratch("emulate-ingress-barrier");
-    let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
-    let args = ["train", "--data", &t10k(), "--sync", "asap", "--notify", "barrier", "--graph", "star", "--epochs", "1",
-        "--max-rounds", "30", "--emulate-bandwidth", "80,0:8", "--metrics", s(&m), "--send-log", s(&log)];
-    mpirun(4, &args, 240).expect_ok();
-    let l = read_log(&dir.join("sends.receives.rank0.csv"));
-    assert_eq!(l.len(), 90, "rank 0 took in one message per round from each of its 3 in-neighbours");
-    let msg = l.iter().map(|x| x.1).max().unwrap() as f64;
-    let peak = asap_train::comm::pace::peak_rate(&l, 1.0);
-    assert!(peak <= 1e6 + msg, "rank 0 took in {peak} bytes in one second over its 8 Mbit/s link");
-    let sm = summary(&m);
-    assert!(sm["train_seconds"].as_f64().unwrap() >= 2.7, "{}", sm["train_seconds"]);
+    star_receiver_link_holds("emulate-ingress-barrier", &["--notify", "barrier"]);
 }
 
 /// The deadline variant of NOTIFY-ACK never reads a torn message, reduces at most what was sent,
