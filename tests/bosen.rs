@@ -197,10 +197,13 @@ fn emulated_link_paces_allreduce_and_asap() {
 fn asap_edge_budget_holds_and_every_row_arrives() {
     let dir = scratch("asap-budget");
     let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
-    // 8 Mbit/s = 1e6 bytes/s per rank; a full MLR message is 31 kB per edge and round, about
-    // 6 ms of budget, while a round computes for about 2 ms (10x slowed steps on 2,500 examples
-    // per rank): the budget, not the compute, decides what goes out.
-    let args = ["train", "--data", &t10k(), "--sync", "asap", "--graph", "ring", "--bandwidth-mbps", "8", "--priority", "relative",
+    // 2 Mbit/s = 250 kB/s per rank; a full MLR message is 31 kB per edge and round, about
+    // 125 ms of budget, while a round takes about 1.1 ms (10x slowed steps on 2,500 examples per
+    // rank; 1,580 rounds in 1.8 s): the budget, not the compute, decides what goes out. Measured
+    // on 2 cores at load 2: 62,708 row-rounds held against 492 rows sent, so rounds may be 100x
+    // slower (a busy machine) before the budget stops binding. At 8 Mbit/s the margin was 25x,
+    // and one suite run beside 32-rank benchmarks at load ~24 broke it.
+    let args = ["train", "--data", &t10k(), "--sync", "asap", "--graph", "ring", "--bandwidth-mbps", "2", "--priority", "relative",
         "--epochs", "20", "--straggler", "0-3:10", "--metrics", s(&m), "--send-log", s(&log)];
     mpirun(4, &args, 180).expect_ok();
     for r in 0..4 {
@@ -208,8 +211,8 @@ fn asap_edge_budget_holds_and_every_row_arrives() {
         let span = l.last().unwrap().0 - l[0].0;
         assert!(span > 1.5, "rank {r}: the run must last a few windows to test them ({span:.2} s)");
         let peak = peak_per_second(&l);
-        assert!(peak <= 1.05e6, "rank {r}: {peak} bytes in one second against a budget of 1e6");
-        assert!(peak >= 0.5e6, "rank {r}: only {peak} bytes/s: the budget should be spent");
+        assert!(peak <= 1.05 * 250e3, "rank {r}: {peak} bytes in one second against a budget of 250 kB");
+        assert!(peak >= 0.5 * 250e3, "rank {r}: only {peak} bytes/s: the budget should be spent");
     }
     let sm = summary(&m);
     let sync = &sm["sync_metrics"];
@@ -226,8 +229,9 @@ fn asap_edge_budget_holds_and_every_row_arrives() {
     assert!(f("rows_held") > f("rows_sent"), "the budget must hold rows back: {sync}");
     let pushes = sync["row_pushes"].as_array().unwrap();
     assert_eq!(pushes.len(), 10);
-    // 4 out-edges in all, 20 epochs: every row reached every neighbour many times.
-    assert!(pushes.iter().all(|x| x.as_f64().unwrap() >= 80.0), "every row keeps going out: {pushes:?}");
+    // 4 out-edges in all, 20 epochs: every row reached every neighbour many times (relative
+    // priority starves no row). Measured: 29 to 75 per row in 1.8 s; a slower run sends more.
+    assert!(pushes.iter().all(|x| x.as_f64().unwrap() >= 10.0), "every row keeps going out: {pushes:?}");
     // Per row: counts of how many neighbours' rows came in this round, over (reduce, row) pairs.
     let rows: f64 = sync["row_consistency_histogram"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).sum();
     assert_eq!(rows, 4.0 * rounds * 10.0, "{sync}");
