@@ -74,16 +74,7 @@ fn budget_holds_over_every_one_second_window() {
 #[test]
 fn early_sends_spend_the_budget_during_a_clock() {
     let dir = scratch("bosen-fill");
-    // 50 users x 50 items, 2,000 ratings from a fixed generator (the test's own data).
-    let mut text = String::new();
-    let mut x: u64 = 12345;
-    for _ in 0..2000 {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let (u, i, r) = ((x >> 33) % 50, (x >> 17) % 50, 1 + (x >> 45) % 5);
-        text.push_str(&format!("{u} {i} {r}\n"));
-    }
-    let data = dir.join("r.ratings");
-    std::fs::write(&data, text).unwrap();
+    let data = fixed_ratings(&dir);
     let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
     // 0.08 Mbit/s = 1e4 bytes/s per rank; 500 ratings per rank in steps of 5 (up to 10 changed
     // rows, ~0.5 kB, a step); a clock is an epoch of 100 steps.
@@ -100,6 +91,52 @@ fn early_sends_spend_the_budget_during_a_clock() {
         assert!(peak <= 1.05e4, "rank {r}: {peak} bytes in one second against a budget of 1e4");
         let rate = total as f64 / span;
         assert!(rate >= 0.8e4, "rank {r}: {rate:.0} bytes/s over the run: spare budget during the clocks must be spent (budget 1e4)");
+    }
+}
+
+/// 50 users x 50 items, 2,000 ratings from a fixed generator (the tests' own data).
+fn fixed_ratings(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut text = String::new();
+    let mut x: u64 = 12345;
+    for _ in 0..2000 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let (u, i, r) = ((x >> 33) % 50, (x >> 17) % 50, 1 + (x >> 45) % 5);
+        text.push_str(&format!("{u} {i} {r}\n"));
+    }
+    let data = dir.join("r.ratings");
+    std::fs::write(&data, text).unwrap();
+    data
+}
+
+/// Every evaluation of a parameter-server run finishes, with one record per epoch:
+/// - at S = 0 with messages held in the process (bosen's budget, an emulated link), where a rank
+///   whose shard was ready went into the evaluation's allreduce still holding another shard's
+///   pushes (the first three hung until --wait-timeout, on MovieLens' first 2,000 ratings too);
+/// - with `--sync-every` above an epoch's 16 steps, where two epochs end at the same round and
+///   the second evaluation waited for a snapshot the first had taken (bosen, ssp, async).
+#[test]
+fn evaluations_finish_with_held_messages_and_rounds_shared_by_epochs() {
+    let dir = scratch("ps-evaluations");
+    let data = fixed_ratings(&dir);
+    let cases: [&[&str]; 6] = [
+        &["--sync", "ssp", "--staleness", "0", "--batch-size", "125", "--emulate-bandwidth", "10"],
+        &["--sync", "bosen", "--bandwidth-mbps", "100", "--batch-size", "125", "--staleness", "0"],
+        // One step an epoch: the default staleness is fitted to 0.
+        &["--sync", "bosen", "--bandwidth-mbps", "100", "--batch-size", "500"],
+        &["--sync", "bosen", "--bandwidth-mbps", "100", "--sync-every", "40", "--staleness", "2"],
+        &["--sync", "ssp", "--sync-every", "40", "--staleness", "2"],
+        &["--sync", "async", "--sync-every", "40", "--barrier", "ssp:2"],
+    ];
+    for (i, extra) in cases.iter().enumerate() {
+        let m = dir.join(format!("m{i}.jsonl"));
+        // --wait-timeout 5: a wait that never ends fails in about a minute (ten extensions
+        // while every rank lives), inside the launch limit.
+        let mut a = vec!["train", "--data", s(&data), "--model", "mf", "--epochs", "3", "--wait-timeout", "5", "--metrics", s(&m)];
+        a.extend(*extra);
+        mpirun(4, &a, 120).expect_ok();
+        let evals: Vec<f64> = metrics(&m).iter().filter(|x| x["event"] == "eval").map(|x| x["epoch"].as_f64().unwrap()).collect();
+        assert_eq!(evals, [1.0, 2.0, 3.0], "{extra:?}");
+        assert!(summary(&m)["final_metric"].as_f64().unwrap().is_finite(), "{extra:?}");
     }
 }
 

@@ -84,23 +84,30 @@ impl WorkerClocks {
     }
 }
 
-/// Evaluation snapshots of a server's model: round -> the model once the slowest clock has
-/// reached the round (None until then).
+/// Evaluation snapshots of a server's model: round -> how many evaluations want it, and the model
+/// once the slowest clock has reached the round (None until then). Two evaluations may want the
+/// same round: with `--sync-every` above an epoch's steps, two epochs can end before a clock
+/// completes (bosen at 16 steps an epoch and `--sync-every 40` marked round 0 twice; the first
+/// take removed it and the second evaluation waited for it until `--wait-timeout`).
 #[derive(Debug, Default)]
 pub struct EvalSnapshots {
-    by_round: BTreeMap<u64, Option<Vec<f32>>>,
+    by_round: BTreeMap<u64, (usize, Option<Vec<f32>>)>,
 }
 
 impl EvalSnapshots {
-    /// The model of `round` is wanted: taken now when the slowest clock `min` has reached it,
-    /// else by [`EvalSnapshots::release`] when it does.
+    /// The model of `round` is wanted (once more): taken now when the slowest clock `min` has
+    /// reached it, else by [`EvalSnapshots::release`] when it does.
     pub fn mark(&mut self, round: u64, min: u64, model: &[f32]) {
-        self.by_round.insert(round, (min >= round).then(|| model.to_vec()));
+        let (wanted, snap) = self.by_round.entry(round).or_insert((0, None));
+        *wanted += 1;
+        if snap.is_none() && min >= round {
+            *snap = Some(model.to_vec());
+        }
     }
 
     /// The slowest clock is now `min`: every wanted round up to it takes `model`.
     pub fn release(&mut self, min: u64, model: &[f32]) {
-        for (&round, snap) in self.by_round.iter_mut() {
+        for (&round, (_, snap)) in self.by_round.iter_mut() {
             if snap.is_none() && round <= min {
                 *snap = Some(model.to_vec());
             }
@@ -109,12 +116,19 @@ impl EvalSnapshots {
 
     /// Whether the model of `round` has been taken.
     pub fn ready(&self, round: u64) -> bool {
-        self.by_round.get(&round).is_some_and(|x| x.is_some())
+        self.by_round.get(&round).is_some_and(|x| x.1.is_some())
     }
 
-    /// The model of `round`, once [`EvalSnapshots::ready`]; forgets it.
+    /// The model of `round`, once [`EvalSnapshots::ready`]; forgets it when no other evaluation
+    /// wants it.
     pub fn take(&mut self, round: u64) -> Option<Vec<f32>> {
-        self.by_round.remove(&round).flatten()
+        let (wanted, snap) = self.by_round.get_mut(&round)?;
+        let model = snap.clone()?;
+        *wanted -= 1;
+        if *wanted == 0 {
+            self.by_round.remove(&round);
+        }
+        Some(model)
     }
 }
 
@@ -138,6 +152,12 @@ mod tests {
         assert!(s.ready(1) && !s.ready(2));
         assert_eq!(s.take(1), Some(vec![1.0]));
         assert_eq!(s.take(1), None, "taken once");
+        // Wanted twice (two epochs ended at the same round): taken twice, then forgotten.
+        s.mark(3, c.min(), &[3.0]);
+        s.mark(3, c.min(), &[3.0]);
+        assert_eq!((s.ready(3), s.take(3)), (false, None), "not before the slowest clock reaches 3");
+        s.release(3, &[4.0]);
+        assert_eq!((s.take(3), s.take(3), s.take(3)), (Some(vec![4.0]), Some(vec![4.0]), None));
         // A snapshot of a round the slowest clock already passed is taken at once.
         s.mark(1, c.min(), &[5.0]);
         assert_eq!(s.take(1), Some(vec![5.0]));
