@@ -15,7 +15,8 @@ the same section, set up as asap-train sets it up (src/train/setup.rs, src/train
 - schedule: eta = lr * decay^epoch (`--lr-schedule decay`, asap-train's default 0.3 and 0.8);
 - batches: every rank does the same number of mini-batches per epoch, the smallest over ranks of
   ceil(shard / batch); each epoch a rank shuffles its shard (own seeded stream) and batch s takes
-  perm[(s b + k) mod shard], as asap-train does (its random stream differs, so the batches do);
+  perm[s b .. min((s + 1) b, shard)], the last one the examples left, as asap-train does (its
+  random stream differs, so the batches do);
 - DDP averages the gradients in every step: with equal replicas this is the model averaging of
   `--sync allreduce --sync-every 1` (w (1 - eta lambda) - eta mean_i g_i either way);
 - evaluation: every EVAL_EVERY steps (a round) and at the end, the model (equal on every rank) on
@@ -138,6 +139,7 @@ def worker(rank, a, init_file):
     dist.barrier()
     clock = 0.0
     step = 0
+    examples = 0
     acc = None
     for epoch in range(a.epochs):
         for g in opt.param_groups:
@@ -145,13 +147,14 @@ def worker(rank, a, init_file):
         perm = torch.from_numpy(rng.permutation(n_local))
         for s in range(steps):
             t0 = time.perf_counter()
-            ids = perm[(torch.arange(s * a.batch_size, (s + 1) * a.batch_size)) % n_local]
+            ids = perm[s * a.batch_size:min((s + 1) * a.batch_size, n_local)]
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(x[ids]), y[ids])
             loss.backward()  # DDP all-reduces (averages) the gradients here
             opt.step()
             clock += time.perf_counter() - t0
             step += 1
+            examples += len(ids)
             if a.eval_every and step % a.eval_every == 0:
                 point(step, epoch + (s + 1) / steps, slowest(clock))
         if not a.eval_every:
@@ -161,7 +164,7 @@ def worker(rank, a, init_file):
     if rank == 0:
         b = ring * step
         lines.append({"event": "summary", "ranks": N, "sync": "ddp-gloo", "epochs": float(a.epochs), "rounds": step,
-                      "train_seconds": train_s, "examples_per_second_per_rank": step * a.batch_size / train_s,
+                      "train_seconds": train_s, "examples_per_second_per_rank": examples / train_s,
                       "final_metric": acc, "objective": obj, "metric": "accuracy", "held_out": True, "load_seconds": load_seconds,
                       "counters": {"bytes_sent": {"mean": b, "max": b}}, "torch": torch.__version__})
         with open(a.metrics, "w") as f:
