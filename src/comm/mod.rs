@@ -165,14 +165,7 @@ pub fn linger_after_finalize() -> Option<std::time::Duration> {
 /// copy the kernel makes for this thread (a CMA put) counts, and time spent descheduled on a
 /// loaded machine does not. For measurements that must hold up next to other jobs.
 pub fn thread_cpu_seconds() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call; the clock id is
-    // a constant every Linux supports.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0.0;
-    }
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    cpu_clock_seconds(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0.0)
 }
 
 /// CPU seconds this process has run, all its threads (`CLOCK_PROCESS_CPUTIME_ID`, nanoseconds),
@@ -181,10 +174,15 @@ pub fn thread_cpu_seconds() -> f64 {
 /// (the emulation block's cpu_seconds, beside two CPU burners), where this clock reads what
 /// they computed.
 pub fn process_cpu_seconds() -> Option<f64> {
+    cpu_clock_seconds(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// One CPU-time clock (`clock_gettime`), in seconds; None where it cannot be read.
+fn cpu_clock_seconds(clock: libc::clockid_t) -> Option<f64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call; the clock id is
-    // a constant every Linux supports.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call; the clock ids
+    // passed here are constants every Linux supports.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     (rc == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
@@ -253,7 +251,22 @@ pub mod window;
 
 #[cfg(test)]
 mod tests {
-    use super::oversubscribed_niceness;
+    use super::{oversubscribed_niceness, process_cpu_seconds};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn cpu_seconds_are_read_and_grow() {
+        let a = process_cpu_seconds().expect("CLOCK_PROCESS_CPUTIME_ID");
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(60) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let b = process_cpu_seconds().unwrap();
+        // Nanosecond resolution: 60 ms of spinning shows even on a loaded machine.
+        assert!(b > a, "{a} {b}");
+    }
 
     #[test]
     fn niceness_grows_with_ranks_per_core_and_stays_in_range() {

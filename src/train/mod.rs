@@ -203,7 +203,7 @@ impl Run<'_> {
             self.step_pacer.stats.broken as f64 / self.step_pacer.stats.steps.max(1) as f64,
             self.step_pacer.stats.late_wakeups as f64,
             self.step_pacer.drift(),
-            emulate::process_cpu_seconds().map_or(0.0, |c| c - self.cpu_start),
+            comm::process_cpu_seconds().map_or(0.0, |c| c - self.cpu_start),
         ]
     }
 
@@ -600,7 +600,7 @@ fn set_up<'a>(cfg: &'a TrainConfig, comm: &'a SimpleCommunicator, shards: setup:
         run_id,
         shards,
         step_pacer,
-        cpu_start: emulate::process_cpu_seconds().unwrap_or(0.0),
+        cpu_start: comm::process_cpu_seconds().unwrap_or(0.0),
         cpu_wall_start: Instant::now(),
         fault_panic,
         started,
