@@ -14,7 +14,8 @@
 #   netlab/wan.sh ping FROM TO [N]        ICMP round trips from host FROM to host TO (JSON)
 #   netlab/wan.sh bulk FROM TO MB         one TCP stream of MB MiB from host FROM to TO (JSON)
 #   netlab/wan.sh stats                   the link's counters (JSON): the kernel's tap counters
-#                                         per group and the relay's frames, bytes and drops
+#                                         per group, the relay's frames, bytes and drops, and
+#                                         each host's TCP/ICMP counters
 #   netlab/wan.sh down                    removes everything `up` made, by name
 #
 # The link: this kernel has no sch_netem (`tc qdisc add ... netem`: "Specified qdisc kind is
@@ -229,7 +230,18 @@ while (tx := counter(f"t{g}", "tx_bytes")) is not None:
     taps.append({"group": g, "out_bytes": tx, "in_bytes": counter(f"t{g}", "rx_bytes")})
     g += 1
 relay = json.load(open(f"{d}/link.json")) if os.path.exists(f"{d}/link.json") else None
-print(json.dumps({"taps": taps, "relay": relay}))
+# Each host's kernel TCP/ICMP counters (its namespace's own, from zero at `up`): what a failed
+# connect() met (refused: TcpAttemptFails with the peer's TcpOutRsts; unreachable: IcmpInDestUnreachs;
+# lost SYNs: TcpExtTCPSynRetrans), since Open MPI 4.1.4 prints a stale errno for it.
+names = ["TcpActiveOpens", "TcpAttemptFails", "TcpOutRsts", "TcpEstabResets", "TcpRetransSegs",
+         "TcpExtTCPSynRetrans", "TcpExtTCPTimeouts", "TcpExtListenDrops", "IcmpInDestUnreachs", "IcmpOutDestUnreachs"]
+hosts = []
+for line in open(f"{d}/hosts"):
+    ip, ns, group = line.split()
+    out = subprocess.run(["ip", "netns", "exec", ns, "nstat", "-azsj", *names], capture_output=True, text=True)
+    kernel = json.loads(out.stdout).get("kernel") if out.returncode == 0 else None
+    hosts.append({"host": ns, "ip": ip, "group": int(group), "kernel": kernel})
+print(json.dumps({"taps": taps, "relay": relay, "hosts": hosts}))
 PY
 }
 
