@@ -44,24 +44,49 @@ fn gaia_over_delayed_shaped_namespaces() {
         return;
     }
     assert!(check.status.success(), "netlab check: {}", String::from_utf8_lossy(&check.stderr));
-    let up = wan(&["up", "2", "1", "100mbit", &format!("{DELAY_MS}ms")]);
-    assert!(up.status.success(), "netlab up: {}", String::from_utf8_lossy(&up.stderr));
-    let ping = wan(&["ping", "0", "1", "5"]);
     let dir = scratch("netlab");
     let m = dir.join("m.jsonl");
     let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
-    let run = Command::new("timeout")
-        .args(["-k", "5", "120", concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"), "run", "4", "train", "--data", &data,
-            "--epochs", "2", "--batch-size", "64", "--sync", "gaia", "--groups", "2", "--significance", "0.01",
-            "--dc-staleness", "0", "--metrics", s(&m)])
-        .env("NETLAB_NAME", "tst")
-        .env("NETLAB_NET", "10.78.0")
-        .env("BIN", bin())
-        .output()
-        .unwrap();
-    let stats = wan(&["stats"]);
-    let down = wan(&["down"]);
-    assert!(run.status.success(), "mpirun across namespaces failed:\n{}", String::from_utf8_lossy(&run.stderr));
+    // One fresh set-up per attempt: up, ping, the run, the counters, down.
+    let attempt = || {
+        let _ = std::fs::remove_file(&m);
+        let up = wan(&["up", "2", "1", "100mbit", &format!("{DELAY_MS}ms")]);
+        assert!(up.status.success(), "netlab up: {}", String::from_utf8_lossy(&up.stderr));
+        let ping = wan(&["ping", "0", "1", "5"]);
+        let run = Command::new("timeout")
+            .args(["-k", "5", "120", concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"), "run", "4", "train", "--data", &data,
+                "--epochs", "2", "--batch-size", "64", "--sync", "gaia", "--groups", "2", "--significance", "0.01",
+                "--dc-staleness", "0", "--metrics", s(&m)])
+            .env("NETLAB_NAME", "tst")
+            .env("NETLAB_NET", "10.78.0")
+            .env("BIN", bin())
+            .output()
+            .unwrap();
+        let stats = wan(&["stats"]);
+        let down = wan(&["down"]);
+        (ping, run, stats, down)
+    };
+    // Open MPI 4.1.4's TCP transport between two namespace hosts failed to connect twice in 7
+    // whole-suite runs beside two CPU burners ("failed to TCP connect to a peer MPI process ...
+    // connect() to 10.78.0.11:1024 failed") before the first epoch ended, and the job then
+    // hung until the timeout. It never failed in the runs of this test alone (notes of issue 27).
+    // 4.1.4 prints a stale errno there ("Operation now in progress (115)"; fixed after 4.1.4 by
+    // open-mpi/ompi#13110), so the link's and the hosts' kernel counters are printed with it: they
+    // say whether the connect was refused, unreachable or lost its SYNs. That failure, and only
+    // that one, gets one more launch on a fresh set-up; everything asserted below is about the run
+    // that succeeded, and a second failure fails the test.
+    let mut tries = attempt();
+    let connect_failed = |run: &std::process::Output| {
+        !run.status.success() && String::from_utf8_lossy(&run.stderr).contains("failed to TCP connect to a peer MPI process")
+    };
+    if connect_failed(&tries.1) {
+        eprintln!("NOTE: Open MPI's TCP connect failed ({}); launching once more.\n{}\nnetlab stats: {}", tries.1.status,
+            String::from_utf8_lossy(&tries.1.stderr), String::from_utf8_lossy(&tries.2.stdout));
+        tries = attempt();
+    }
+    let (ping, run, stats, down) = tries;
+    assert!(run.status.success(), "mpirun across namespaces failed ({}):\n{}\nnetlab stats: {}", run.status,
+        String::from_utf8_lossy(&run.stderr), String::from_utf8_lossy(&stats.stdout));
     assert!(down.status.success(), "netlab down: {}", String::from_utf8_lossy(&down.stderr));
     let names = Command::new("ip").args(["netns", "list"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&names.stdout).contains("gaia-tst-"), "namespaces left behind");
