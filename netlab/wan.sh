@@ -232,7 +232,7 @@ while (tx := counter(f"t{g}", "tx_bytes")) is not None:
 relay = json.load(open(f"{d}/link.json")) if os.path.exists(f"{d}/link.json") else None
 # Each host's kernel TCP/ICMP counters (its namespace's own, from zero at `up`): what a failed
 # connect() met (refused: TcpAttemptFails with the peer's TcpOutRsts; unreachable: IcmpInDestUnreachs;
-# lost SYNs: TcpExtTCPSynRetrans), since Open MPI 4.1.4 prints a stale errno for it.
+# SYNs sent again: TcpExtTCPSynRetrans), since Open MPI 4.1.4 prints a stale errno for it.
 names = ["TcpActiveOpens", "TcpAttemptFails", "TcpOutRsts", "TcpEstabResets", "TcpRetransSegs",
          "TcpExtTCPSynRetrans", "TcpExtTCPTimeouts", "TcpExtListenDrops", "IcmpInDestUnreachs", "IcmpOutDestUnreachs"]
 hosts = []

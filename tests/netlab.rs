@@ -72,7 +72,9 @@ fn gaia_over_delayed_shaped_namespaces() {
     // hung until the timeout. It never failed in the runs of this test alone (notes of issue 27).
     // 4.1.4 prints a stale errno there ("Operation now in progress (115)"; fixed after 4.1.4 by
     // open-mpi/ompi#13110), so the link's and the hosts' kernel counters are printed with it: they
-    // say whether the connect was refused, unreachable or lost its SYNs. That failure, and only
+    // say whether the connect was refused (TcpAttemptFails with the peer's TcpOutRsts) or found
+    // its peer unreachable (IcmpInDestUnreachs); SYNs that are only dropped make no such warning,
+    // they hang (both checked by hand with `ip rule` at the BTL ports). That failure, and only
     // that one, gets one more launch on a fresh set-up; everything asserted below is about the run
     // that succeeded, and a second failure fails the test.
     let mut tries = attempt();
