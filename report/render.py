@@ -3,11 +3,13 @@ it; `python3 report/render.py --runs runs/report --out report --bin target/relea
 re-renders without running anything). Every number comes from the metrics files and logs of the
 runs; every table from one section run, with that run's load average."""
 import argparse
+import glob
 import json
 import math
 import os
 import re
 import subprocess
+import sys
 
 # Held-out accuracy each training table times to: ~98 % of allreduce's final accuracy in the
 # section's runs (MLR reaches 84 % after 3 epochs at 8 ranks, ~83 % at 32), so the target is met
@@ -450,9 +452,12 @@ def section(args, name):
         md, rows = [], []
         for n in names:
             r = Run(d, n)
-            log = open(f"{d}/{n}.log").read()
-            rss = [int(x) / 1024 for x in re.findall(r"PEAK_RSS_KB (\d+)", log)]
             s = r.summary
+            rss_files = sorted(glob.glob(f"{d}/{n}.rss.*"))
+            if len(rss_files) != s["ranks"]:
+                sys.exit(f"{d}/{n}.rss.*: {len(rss_files)} peak-RSS files for {s['ranks']} ranks "
+                         "(each rank's /usr/bin/time -o writes one): re-run `report/run.sh sparse`")
+            rss = [int(open(x).read().split()[-1]) / 1024 for x in rss_files]
             row = {"ranks": s["ranks"], "examples_per_second_per_rank": s["examples_per_second_per_rank"],
                    "peak_rss_mb_max": max(rss), "peak_rss_mb_mean": sum(rss) / len(rss),
                    "load_seconds": r.start["load_seconds"], "train_examples": r.start["train_examples"],
