@@ -387,7 +387,16 @@ impl ShardServer {
                 at += n;
             }
             let st = &mut self.dyn_state;
-            let v = stamp.unwrap_or(st.version[m]);
+            // A worker's stamp can fall below V(m): it restarts from the newest answer's cmax,
+            // and an answer composed before this worker's last pushes were applied carries a
+            // cmax that does not count them. Taken as sent, such a stamp put a second update of
+            // the worker into a version it had already stamped, or, where every V had passed
+            // that version, into a freed one restarting at S = 1: weight 1, eight times the
+            // averaged step at 8 ranks (MovieLens MF, ssp S = 3, 8 ranks: 168-177 such pushes
+            // per run, and held-out RMSE spikes to 1.86 that ended 3 of 3 runs beside two
+            // CPU burners above the quick report's floor). V(m) only grows, as in the paper's
+            // Algorithm 2 (line 9, and line 18 reads cmax >= V(m)).
+            let v = stamp.map_or(st.version[m], |s| s.max(st.version[m]));
             let len = self.rows.len();
             let (s_v, u_v) = st.updates.entry(v).or_insert_with(|| (1, vec![0.0; len]));
             // Delta u = (u - u(PS, v)) / S(v): this update weighted 1/d, and the d-1 earlier
@@ -406,8 +415,7 @@ impl ShardServer {
                 }
             }
             *s_v += 1;
-            // V(m) + 1: the least version worker m can stamp next (its stamps only grow: an
-            // answer carries cmax, which counts this worker's clocks too).
+            // V(m) + 1: the least version worker m's next update goes into.
             st.version[m] = v + 1;
             st.cmax = st.cmax.max(clock + 1);
             let oldest = *st.version.iter().min().expect("workers");
@@ -1469,6 +1477,29 @@ mod tests {
         // Workers 1..3 are at version 1 now, worker 0 at 2: version 0 is freed.
         assert!(!s.dyn_state.updates.contains_key(&0));
         assert_eq!(s.clocks.min(), 1);
+    }
+
+    /// A stamp below V(m) (the worker's newest answer predates its last pushes) goes into
+    /// version V(m): a worker adds at most one update to a version, and a freed version never
+    /// comes back at S = 1. Checked against the sum every version contributes, its mean.
+    #[test]
+    fn dynsgd_never_stamps_a_worker_back_into_a_version_it_passed() {
+        let mut s = server(ApplyRule::Dynsgd, 2, 3);
+        let push = |s: &mut ShardServer, m: usize, c: u64, stamp: u64, u: f32| {
+            s.stamps.insert((c, m), stamp);
+            s.queued.insert((c, m), block(vec![0], vec![u]));
+            s.apply_queued().unwrap();
+        };
+        push(&mut s, 0, 0, 0, 4.0);
+        push(&mut s, 1, 0, 0, 8.0); // version 0: (4 + 8) / 2; both V = 1, version 0 freed
+        assert!(!s.dyn_state.updates.contains_key(&0));
+        push(&mut s, 0, 1, 1, 2.0); // version 1
+        push(&mut s, 0, 2, 0, 10.0); // stale stamp 0: version 2, not a fresh version 0
+        assert!(!s.dyn_state.updates.contains_key(&0));
+        push(&mut s, 1, 1, 1, 6.0); // version 1: (2 + 6) / 2
+        push(&mut s, 1, 2, 2, 30.0); // version 2: (10 + 30) / 2
+        assert_eq!(s.rows[0], 6.0 + 4.0 + 20.0);
+        assert_eq!(s.dyn_state.version, vec![3, 3]);
     }
 
     /// An answer carries only the rows that changed since the worker's previous answer.
