@@ -197,6 +197,26 @@ run() {
     # memory by the kernel's boot id, not the host name: left to itself it put ASAP's windows
     # across "hosts" through /dev/shm (measured: 20 rounds of 0.81 MB puts over a 100 Mbit/s
     # link in 0.31 s, 4x faster than the link can carry). UCX_TLS=tcp,self keeps it on eth0.
+    # A launch that hangs is killed by its caller's timeout, and its sockets go with it (issue 27:
+    # Open MPI's TCP connect between two namespace hosts refused, 3 times in 10 whole-suite runs
+    # beside two CPU burners, each host counting one refused connect more than in a run that
+    # works). So every NETLAB_SOCKETS_S seconds (default 30) while the job runs, each host's TCP
+    # sockets with their owners (`ss -tanp`) replace $DIR/sockets.txt, which `stats` prints: the
+    # listeners a hung job's ranks hold, and the state of the connect that failed.
+    # (The watcher must not hold the caller's stdout or stderr, or a caller that reads them to
+    # the end waits for it: a first version hung the test for 10 minutes. It ends with the job,
+    # by the EXIT trap when the caller's timeout kills this script (`watcher` is global for it),
+    # or at its next wake-up once `down` removed $DIR.)
+    local every=${NETLAB_SOCKETS_S:-30} rc=0
+    (
+        while sleep "$every"; do
+            [[ -d $DIR ]] || exit 0
+            { date -u +%T; while read -r ip ns _; do echo "== $ns ($ip)"; ip netns exec "$ns" ss -tanp; done < "$DIR/hosts"; } \
+                > "$DIR/sockets.tmp" 2>&1 && mv -f "$DIR/sockets.tmp" "$DIR/sockets.txt"
+        done
+    ) > /dev/null 2>&1 < /dev/null &
+    watcher=$!
+    trap 'kill "$watcher" 2>/dev/null' EXIT
     ip netns exec "$h0" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$h0" \
         mpirun --hostfile "$DIR/hostfile" -n "$np" --map-by slot \
         --mca plm_rsh_agent "$HERE/nsexec" --mca plm_rsh_no_tree_spawn 1 \
@@ -205,7 +225,9 @@ run() {
         --mca btl_tcp_eager_limit "$EAGER" --mca btl_tcp_rndv_eager_limit "$EAGER" --mca btl_tcp_max_send_size "$EAGER" \
         -x OMPI_MCA_mpi_yield_when_idle=1 -x PATH \
         -x UCX_TLS="${NETLAB_UCX_TLS:-tcp,self}" -x UCX_NET_DEVICES=eth0 \
-        "$BIN" "$@"
+        "$BIN" "$@" || rc=$?
+    kill "$watcher" 2>/dev/null
+    return "$rc"
 }
 
 stats() {
@@ -241,7 +263,9 @@ for line in open(f"{d}/hosts"):
     out = subprocess.run(["ip", "netns", "exec", ns, "nstat", "-azsj", *names], capture_output=True, text=True)
     kernel = json.loads(out.stdout).get("kernel") if out.returncode == 0 else None
     hosts.append({"host": ns, "ip": ip, "group": int(group), "kernel": kernel})
-print(json.dumps({"taps": taps, "relay": relay, "hosts": hosts}))
+# The hosts' TCP sockets, as `run` last saw them (every NETLAB_SOCKETS_S s while its job ran).
+sockets = open(f"{d}/sockets.txt").read().splitlines() if os.path.exists(f"{d}/sockets.txt") else None
+print(json.dumps({"taps": taps, "relay": relay, "hosts": hosts, "sockets": sockets}))
 PY
 }
 
