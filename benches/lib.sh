@@ -3,6 +3,11 @@
 # its time in the sync layer (transfer + waiting), the final model's assembly apart.
 # Needs: BIN, out (a fresh directory), rows=() declared by the caller.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# Prefix for mpirun's program so that each rank runs under /usr/bin/time and writes its peak RSS
+# in KB to PREFIX.RANK: through mpirun's merged stderr the ranks' lines interleave ("PEAK_RSS_KB
+# PEAK_RSS_KB 293652293456" in one 4-rank run; CI's quick report at stop 36 found no whole line).
+#   mpirun -n N "${PEAK_RSS[@]}" PREFIX PROGRAM ARGS...
+PEAK_RSS=(sh -c 'exec /usr/bin/time -o "$0.${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}" -f "%M" "$@"')
 # RANK_NICE (optional): the ranks' niceness, for runs in the emulated cluster beside other jobs
 # (docs/emulation.md: at nice -20 their steps wake on time).
 run() { # run NAME NP ARGS...

@@ -36,8 +36,8 @@ done
 [ -x "$after" ] || { echo "no binary at $after: cargo build --release first" >&2; exit 1; }
 [ -z "$before" ] || [ -x "$before" ] || { echo "--before $before is not an executable" >&2; exit 1; }
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+. "$here/benches/lib.sh"   # PEAK_RSS and the mpirun environment (its run() is redefined below)
+export OMPI_MCA_mpi_yield_when_idle=1
 
 mkdir -p "$dir"
 data="$dir/synth-$rows.$format"
@@ -50,11 +50,9 @@ echo "data: $data ($(du -h "$data" | cut -f1))"
 run() { # binary label ranks
     local bin=$1 label=$2 n=$3 log
     log="$dir/$label-$n.log"
-    # Each rank's /usr/bin/time writes its own file: through mpirun's merged stderr the ranks'
-    # lines interleaved ("PEAK_RSS_KB PEAK_RSS_KB 293652293456" in one 4-rank run).
+    # Each rank's peak RSS in its own file (lib.sh's PEAK_RSS).
     rm -f "$dir/$label-$n.rss."*
-    mpirun -n "$n" sh -c 'exec /usr/bin/time -o "$0.${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}" -f "%M" "$@"' \
-        "$dir/$label-$n.rss" "$bin" --data "$data" --model svm --epochs 1 \
+    mpirun -n "$n" "${PEAK_RSS[@]}" "$dir/$label-$n.rss" "$bin" --data "$data" --model svm --epochs 1 \
         --max-rounds 1 >"$log" 2>&1 || { echo "$label at $n ranks failed, see $log" >&2; return 0; }
     local load rss
     load=$(sed -n 's/.*= load \([0-9.]*\) s.*/\1/p' "$log" | head -1)

@@ -324,11 +324,8 @@ sparse() {
     [ -f "$data" ] || "$BIN" data synth "$data" --rows "$nrows" --seed 1 >&2
     meta data="$data" data_mb="$(( $(stat -c %s "$data") / 1000000 ))"
     for np in 1 4 8; do
-        # Each rank's /usr/bin/time writes its own file (sparse-NP.rss.RANK, peak RSS in KB): through
-        # mpirun's merged stderr the ranks' lines interleave ("PEAK_RSS_KB PEAK_RSS_KB 293652293456"
-        # in benches/shard-memory.sh; CI's quick report at stop 36 found no whole line at all).
-        mpirun -n "$np" sh -c 'exec /usr/bin/time -o "$0.${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}" -f "%M" "$@"' \
-            "$out/sparse-$np.rss" "$BIN" train --data "$data" --model svm --epochs 1 \
+        # Peak RSS per rank in sparse-NP.rss.RANK (benches/lib.sh's PEAK_RSS).
+        mpirun -n "$np" "${PEAK_RSS[@]}" "$out/sparse-$np.rss" "$BIN" train --data "$data" --model svm --epochs 1 \
             --sync allreduce --eval-every 0 --metrics "$out/sparse-$np.jsonl" > "$out/sparse-$np.log" 2>&1 \
             || { echo "sparse run at $np ranks failed: see $out/sparse-$np.log" >&2; exit 1; }
         rows+=("sparse-$np")

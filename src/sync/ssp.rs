@@ -396,7 +396,7 @@ impl ShardServer {
             // per run, and held-out RMSE spikes to 1.86 that ended 3 of 3 runs beside two
             // CPU burners above the quick report's floor). V(m) only grows, as in the paper's
             // Algorithm 2 (line 9, and line 18 reads cmax >= V(m)).
-            let v = stamp.map_or(st.version[m], |s| s.max(st.version[m]));
+            let v = stamp.unwrap_or(0).max(st.version[m]);
             let len = self.rows.len();
             let (s_v, u_v) = st.updates.entry(v).or_insert_with(|| (1, vec![0.0; len]));
             // Delta u = (u - u(PS, v)) / S(v): this update weighted 1/d, and the d-1 earlier
