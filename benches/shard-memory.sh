@@ -55,7 +55,7 @@ run() { # binary label ranks
     mpirun -n "$n" "${PEAK_RSS[@]}" "$dir/$label-$n.rss" "$bin" --data "$data" --model svm --epochs 1 \
         --max-rounds 1 >"$log" 2>&1 || { echo "$label at $n ranks failed, see $log" >&2; return 0; }
     local load rss
-    load=$(sed -n 's/.*= load \([0-9.]*\) s.*/\1/p' "$log" | head -1)
+    load=$(sed -n "s/^time by phase:.*, load \([0-9.]*\) s,.*/\1/p" "$log" | head -1)
     rss=$(cat "$dir/$label-$n.rss."* | awk '{s += $1; if ($1 + 0 > m + 0) m = $1; n++} END {printf "%8.0f %8.0f", m / 1024, s / n / 1024}')
     printf "%-7s %5d %8s %s\n" "$label" "$n" "$load" "$rss"
 }
