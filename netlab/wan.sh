@@ -216,7 +216,9 @@ run() {
         done
     ) > /dev/null 2>&1 < /dev/null &
     watcher=$!
-    trap 'kill "$watcher" 2>/dev/null' EXIT
+    # `|| true`: under set -e a kill that finds the watcher already reaped fails the script
+    # (exit 1 after a job that succeeded, in 1 of 2 runs before this).
+    trap 'kill "$watcher" 2>/dev/null || true' EXIT
     ip netns exec "$h0" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$h0" \
         mpirun --hostfile "$DIR/hostfile" -n "$np" --map-by slot \
         --mca plm_rsh_agent "$HERE/nsexec" --mca plm_rsh_no_tree_spawn 1 \
@@ -226,7 +228,7 @@ run() {
         -x OMPI_MCA_mpi_yield_when_idle=1 -x PATH \
         -x UCX_TLS="${NETLAB_UCX_TLS:-tcp,self}" -x UCX_NET_DEVICES=eth0 \
         "$BIN" "$@" || rc=$?
-    kill "$watcher" 2>/dev/null
+    kill "$watcher" 2>/dev/null || true
     return "$rc"
 }
 
