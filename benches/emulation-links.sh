@@ -31,7 +31,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 mb=${RATE%mbit} ms=${DELAY%ms}
 out=runs/emulation-links-$(date +%H%M%S)
 mkdir -p "$out"
-trap 'netlab/wan.sh down >/dev/null 2>&1 || true; rm -f "$BIN"' EXIT
+trap 'netlab/wan.sh down >/dev/null 2>&1 || true; rm -f "$BIN"; priority_restore' EXIT
 datasets/prepare.sh >/dev/null
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg); $RATE, $DELAY one way, $MODEL (hidden $HIDDEN), $ROUNDS rounds, tcp_slow_start_after_idle ${NETLAB_IDLE_RESTART:-1}, relay queue ${NETLAB_QUEUE_MS:-default} ms, $COMPUTE ms declared steps"
 if [[ $MODEL == mlp ]]; then M=(--model mlp --hidden "$HIDDEN"); else M=(--model "$MODEL"); fi
