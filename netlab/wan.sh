@@ -98,7 +98,24 @@ down() {
             for _ in $(seq 50); do [[ -d /proc/$pid ]] || break; sleep 0.1; done
         fi
     fi
-    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$P-(h[0-9]+|sw|probe)$" || true); do
+    # Processes still inside a host: a job its caller's timeout killed leaves Open MPI's daemon
+    # on every other host running (it opens its own session, out of the timeout's reach) with
+    # its ranks, which then spin on a link that is gone, for good (measured: 2 daemons and 4
+    # ranks left from 2 timed-out jobs, 4 min later still running). TERM, then KILL.
+    local nss pids sig
+    nss=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$P-(h[0-9]+|sw|probe)$" || true)
+    for sig in TERM KILL; do
+        pids=$(for ns in $nss; do ip netns pids "$ns" 2>/dev/null; done)
+        [[ -n $pids ]] || break
+        [[ $sig == KILL ]] && echo "netlab: killing what ignored TERM in $NAME's hosts: $pids" >&2
+        kill -"$sig" $pids 2>/dev/null || true
+        for _ in $(seq 30); do
+            pids=$(for ns in $nss; do ip netns pids "$ns" 2>/dev/null; done)
+            [[ -n $pids ]] || break
+            sleep 0.1
+        done
+    done
+    for ns in $nss; do
         ip netns del "$ns"
     done
     rm -rf "$DIR"
@@ -207,6 +224,16 @@ run() {
     # the end waits for it: a first version hung the test for 10 minutes. It ends with the job,
     # by the EXIT trap when the caller's timeout kills this script (`watcher` is global for it),
     # or at its next wake-up once `down` removed $DIR.)
+    # Host 0's ranks run in this session; Open MPI's daemon on every other host opens its own
+    # session, and where the kernel groups processes by session (autogroups), sessions share
+    # the CPU by their group's nice, not the processes'. A caller whose group is raised (e.g.
+    # a shell that ran benches/priority.sh before it restored it) starves the other hosts:
+    # at -20 beside four burners, the other host's ranks got 0 s of CPU in 80 s (issue 27).
+    local ag
+    ag=$(cat /proc/self/autogroup 2>/dev/null) || ag=
+    if [[ -n $ag && ${ag##* } != 0 && $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null) == 1 ]]; then
+        echo "netlab: warning: this session's autogroup is at nice ${ag##* }, the other hosts' daemons and ranks at 0 (their own sessions): the hosts do not get equal CPU. Run from a session at 0 (e.g. under setsid)." >&2
+    fi
     local every=${NETLAB_SOCKETS_S:-30} rc=0
     (
         while sleep "$every"; do
