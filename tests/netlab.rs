@@ -47,46 +47,30 @@ fn gaia_over_delayed_shaped_namespaces() {
     let dir = scratch("netlab");
     let m = dir.join("m.jsonl");
     let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
-    // One fresh set-up per attempt: up, ping, the run, the counters, down.
-    let attempt = || {
-        let _ = std::fs::remove_file(&m);
-        let up = wan(&["up", "2", "1", "100mbit", &format!("{DELAY_MS}ms")]);
-        assert!(up.status.success(), "netlab up: {}", String::from_utf8_lossy(&up.stderr));
-        let ping = wan(&["ping", "0", "1", "5"]);
-        let run = Command::new("timeout")
-            .args(["-k", "5", "120", concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"), "run", "4", "train", "--data", &data,
-                "--epochs", "2", "--batch-size", "64", "--sync", "gaia", "--groups", "2", "--significance", "0.01",
-                "--dc-staleness", "0", "--metrics", s(&m)])
-            .env("NETLAB_NAME", "tst")
-            .env("NETLAB_NET", "10.78.0")
-            .env("BIN", bin())
-            .output()
-            .unwrap();
-        let stats = wan(&["stats"]);
-        let down = wan(&["down"]);
-        (ping, run, stats, down)
-    };
-    // Open MPI 4.1.4's TCP transport between two namespace hosts failed to connect twice in 7
-    // whole-suite runs beside two CPU burners ("failed to TCP connect to a peer MPI process ...
-    // connect() to 10.78.0.11:1024 failed") before the first epoch ended, and the job then
-    // hung until the timeout. It never failed in the runs of this test alone (notes of issue 27).
-    // 4.1.4 prints a stale errno there ("Operation now in progress (115)"; fixed after 4.1.4 by
-    // open-mpi/ompi#13110), so the link's and the hosts' kernel counters are printed with it: they
-    // say whether the connect was refused (TcpAttemptFails with the peer's TcpOutRsts) or found
-    // its peer unreachable (IcmpInDestUnreachs); SYNs that are only dropped make no such warning,
-    // they hang (both checked by hand with `ip rule` at the BTL ports). That failure, and only
-    // that one, gets one more launch on a fresh set-up; everything asserted below is about the run
-    // that succeeded, and a second failure fails the test.
-    let mut tries = attempt();
-    let connect_failed = |run: &std::process::Output| {
-        !run.status.success() && String::from_utf8_lossy(&run.stderr).contains("failed to TCP connect to a peer MPI process")
-    };
-    if connect_failed(&tries.1) {
-        eprintln!("NOTE: Open MPI's TCP connect failed ({}); launching once more.\n{}\nnetlab stats: {}", tries.1.status,
-            String::from_utf8_lossy(&tries.1.stderr), String::from_utf8_lossy(&tries.2.stdout));
-        tries = attempt();
-    }
-    let (ping, run, stats, down) = tries;
+    // up, ping, the run, the counters, down.
+    let _ = std::fs::remove_file(&m);
+    let up = wan(&["up", "2", "1", "100mbit", &format!("{DELAY_MS}ms")]);
+    assert!(up.status.success(), "netlab up: {}", String::from_utf8_lossy(&up.stderr));
+    let ping = wan(&["ping", "0", "1", "5"]);
+    let run = Command::new("timeout")
+        .args(["-k", "5", "120", concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"), "run", "4", "train", "--data", &data,
+            "--epochs", "2", "--batch-size", "64", "--sync", "gaia", "--groups", "2", "--significance", "0.01",
+            "--dc-staleness", "0", "--metrics", s(&m)])
+        .env("NETLAB_NAME", "tst")
+        .env("NETLAB_NET", "10.78.0")
+        .env("BIN", bin())
+        .output()
+        .unwrap();
+    // On failure the link's and the hosts' kernel counters and sockets go with the message. This
+    // test once failed in 3 of 10 whole-suite runs beside two CPU burners, all second runs of a
+    // session ("failed to TCP connect to a peer MPI process", then a hang to the timeout), and
+    // got a second launch for it. The cause (issue 27): the report test, earlier in the first run,
+    // left the session's autogroup at nice -20 (benches/priority.sh, now fixed), so in the next
+    // run host 0's ranks out-weighed host 1's, which Open MPI's daemon starts in a session of
+    // its own at nice 0: they got no CPU. The second launch is gone with the cause; `wan.sh run`
+    // warns when the caller's group is not at 0.
+    let stats = wan(&["stats"]);
+    let down = wan(&["down"]);
     assert!(run.status.success(), "mpirun across namespaces failed ({}):\n{}\nnetlab stats: {}", run.status,
         String::from_utf8_lossy(&run.stderr), String::from_utf8_lossy(&stats.stdout));
     assert!(down.status.success(), "netlab down: {}", String::from_utf8_lossy(&down.stderr));
