@@ -217,7 +217,8 @@ run() {
     # A launch that hangs is killed by its caller's timeout, and its sockets go with it (issue 27:
     # Open MPI's TCP connect between two namespace hosts refused, 3 times in 10 whole-suite runs
     # beside two CPU burners, each host counting one refused connect more than in a run that
-    # works; the cause was host 1 starved of CPU, see the autogroup warning below). So every NETLAB_SOCKETS_S seconds (default 30) while the job runs, each host's TCP
+    # works; the cause was host 1 starved of CPU, see the autogroup warning below). So every
+    # NETLAB_SOCKETS_S seconds (default 30) while the job runs, each host's TCP
     # sockets with their owners (`ss -tanp`) replace $DIR/sockets.txt, which `stats` prints: the
     # listeners a hung job's ranks hold, and the state of the connect that failed.
     # (The watcher must not hold the caller's stdout or stderr, or a caller that reads them to
