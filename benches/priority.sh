@@ -11,11 +11,12 @@
 # with its own EXIT trap calls it there). Left raised, it broke the next job in that session
 # (issue 27): after `report/run.sh` (the report test) a whole-suite run's session stayed at
 # -20, and in the next suite run the netlab test's ranks on its second "host" (started by
-# Open MPI's daemon, which opens its own session at nice 0) got ~1 % of the CPU against the
-# suite and the burners: the job hung in start-up until its 120 s timeout, 3 second runs of
-# 3 failed. Reproduced outside the suite: the netlab test's job from a session at -20 beside
-# four burners timed out 2 of 2 (the same 4.5 MB one way, 0.1 MB back as in the suite), where
-# at nice 0 it passed 12 of 12.
+# Open MPI's daemon, which opens its own session at nice 0) weighed 1024 against the suite's
+# and the burners' 88761: the job hung in start-up until its 120 s timeout (the 3 netlab
+# failures in 10 whole-suite runs beside burners were all second runs of a session).
+# Reproduced outside the suite: the netlab test's job from a session at -20 timed out 2 of 2
+# beside four burners and 1 of 1 beside two (the same 4.5 MB one way, 0.1 MB back as in the
+# suite; host 1's ranks had 0 s of CPU after 80 s), where at nice 0 it passed 13 of 13.
 PRIORITY_AUTOGROUP_WAS=
 priority_restore() {
     if [[ -n $PRIORITY_AUTOGROUP_WAS ]]; then

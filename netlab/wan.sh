@@ -229,7 +229,7 @@ run() {
     # session, and where the kernel groups processes by session (autogroups), sessions share
     # the CPU by their group's nice, not the processes'. A caller whose group is raised (e.g.
     # a shell that ran benches/priority.sh before it restored it) starves the other hosts:
-    # at -20 beside four burners, the other host's ranks got 0 s of CPU in 80 s (issue 27).
+    # at -20 beside two burners, the other host's ranks had 0 s of CPU after 80 s (issue 27).
     local ag
     ag=$(cat /proc/self/autogroup 2>/dev/null) || ag=
     if [[ -n $ag && ${ag##* } != 0 && $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null) == 1 ]]; then
