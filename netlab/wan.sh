@@ -104,14 +104,14 @@ down() {
     # ranks left from 2 timed-out jobs, 4 min later still running). TERM, then KILL.
     local nss pids sig
     nss=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$P-(h[0-9]+|sw|probe)$" || true)
+    inside() { for ns in $nss; do ip netns pids "$ns" 2>/dev/null; done; }
     for sig in TERM KILL; do
-        pids=$(for ns in $nss; do ip netns pids "$ns" 2>/dev/null; done)
+        pids=$(inside)
         [[ -n $pids ]] || break
         [[ $sig == KILL ]] && echo "netlab: killing what ignored TERM in $NAME's hosts: $pids" >&2
         kill -"$sig" $pids 2>/dev/null || true
         for _ in $(seq 30); do
-            pids=$(for ns in $nss; do ip netns pids "$ns" 2>/dev/null; done)
-            [[ -n $pids ]] || break
+            [[ -n $(inside) ]] || break
             sleep 0.1
         done
     done

@@ -70,7 +70,8 @@ fn quick_report_runs_every_section_and_its_numbers_hold() {
     assert_eq!(ml.len(), 3, "allreduce, asap, ssp: {ml:?}");
     for row in ml {
         let name = row["run"].as_str().unwrap();
-        let sm = common::summary(&dir.join("movielens").join(format!("{name}.jsonl")));
+        let jsonl = dir.join("movielens").join(format!("{name}.jsonl"));
+        let sm = common::summary(&jsonl);
         assert_eq!(row["final_metric"], sm["final_metric"], "movielens/{name}");
         let rmse = sm["final_metric"].as_f64().unwrap();
         if name != "ssp-S3-dynsgd" {
@@ -90,7 +91,7 @@ fn quick_report_runs_every_section_and_its_numbers_hold() {
         let hist = sync["staleness_histogram"].as_array().unwrap();
         assert_eq!(hist.len(), 5, "buckets 0..=3 and beyond the bound: {sync}");
         assert_eq!(hist[4], 0.0, "movielens/{name}: reads beyond the bound: {sync}");
-        let marks: Vec<f64> = common::metrics(&dir.join("movielens").join(format!("{name}.jsonl")))
+        let marks: Vec<f64> = common::metrics(&jsonl)
             .iter()
             .filter_map(|v| v["test_metric"].as_f64())
             .collect();
