@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use anyhow::Context;
 
 use crate::comm::pace::LinkSpec;
-use crate::config::TrainConfig;
 use crate::model::ModelKind;
 
 /// A cluster profile as written in its TOML file.
@@ -60,31 +59,48 @@ impl Profile {
         Ok(p)
     }
 
-    /// The key of the step time of `cfg`'s model and mini-batch size.
-    pub fn compute_key(cfg: &TrainConfig) -> String {
-        let model = format!("{:?}", cfg.model).to_lowercase();
-        match cfg.model {
-            ModelKind::Mlp => format!("mlp-{}:{}", cfg.hidden.iter().map(|h| h.to_string()).collect::<Vec<_>>().join("-"), cfg.batch_size),
-            _ => format!("{model}:{}", cfg.batch_size),
+    /// The key of the step time of a model with `hidden` widths (an MLP's) at mini-batch `batch`.
+    pub fn compute_key(model: ModelKind, hidden: &[usize], batch: usize) -> String {
+        match model {
+            ModelKind::Mlp => format!("mlp-{}:{batch}", hidden.iter().map(|h| h.to_string()).collect::<Vec<_>>().join("-")),
+            _ => format!("{}:{batch}", format!("{model:?}").to_lowercase()),
         }
     }
+}
+
+/// What a profile fills: the run's emulation options (each left as it is where the command line
+/// or the config file set it) and what picks the step time. The configuration hands its own fields
+/// in, so a profile is one more source of values under the configuration, which this file does not
+/// know.
+pub struct Emulation<'a> {
+    pub model: ModelKind,
+    pub hidden: &'a [usize],
+    pub batch_size: usize,
+    /// `--dilation`: replaces the profile's.
+    pub dilation: Option<f64>,
+    /// `--emulate-compute` (ms per step).
+    pub compute_ms: &'a mut Option<f64>,
+    /// `--emulate-bandwidth`.
+    pub bandwidth: &'a mut Option<LinkSpec>,
+    /// `--emulate-latency` (unset: 0 for every rank).
+    pub latency: &'a mut LinkSpec,
+    /// `--straggler`.
+    pub straggler: &'a mut Option<String>,
 }
 
 fn one() -> f64 {
     1.0
 }
 
-/// Fills the emulation options `cfg` leaves unset from its `--cluster` profile (no-op without
-/// one). A profile without a step time for the run's model and batch size is an error listing
-/// the ones it has.
-pub fn apply(cfg: &mut TrainConfig) -> anyhow::Result<()> {
-    let Some(path) = cfg.cluster.clone() else { return Ok(()) };
-    let mut p = Profile::load(&path)?;
-    if let Some(d) = cfg.dilation {
+/// Fills the emulation options `e` leaves unset from the profile at `path`. A profile without a
+/// step time for the run's model and batch size is an error listing the ones it has.
+pub fn apply(path: &str, e: Emulation) -> anyhow::Result<()> {
+    let mut p = Profile::load(path)?;
+    if let Some(d) = e.dilation {
         p.dilation = d;
     }
-    if cfg.emulate_compute.is_none() {
-        let key = Profile::compute_key(cfg);
+    if e.compute_ms.is_none() {
+        let key = Profile::compute_key(e.model, e.hidden, e.batch_size);
         let ms = p.compute.get(&key).copied().ok_or_else(|| {
             anyhow::anyhow!(
                 "{path}: cluster {:?} declares no step time for {key:?} (--model and --batch-size); it has {:?}. Add the line `\"{key}\" = MS` to its [compute] table (asap-train bench --write-profile measures it), or give --emulate-compute MS",
@@ -92,18 +108,18 @@ pub fn apply(cfg: &mut TrainConfig) -> anyhow::Result<()> {
                 p.compute.keys().collect::<Vec<_>>()
             )
         })?;
-        cfg.emulate_compute = Some(ms * p.dilation);
+        *e.compute_ms = Some(ms * p.dilation);
     }
-    if cfg.emulate_bandwidth.is_none() {
-        cfg.emulate_bandwidth = p.bandwidth_mbps.as_ref().map(|b| b.scaled(1.0 / p.dilation));
+    if e.bandwidth.is_none() {
+        *e.bandwidth = p.bandwidth_mbps.as_ref().map(|b| b.scaled(1.0 / p.dilation));
     }
-    if cfg.emulate_latency.default == 0.0 && cfg.emulate_latency.overrides.is_empty() {
+    if e.latency.default == 0.0 && e.latency.overrides.is_empty() {
         if let Some(l) = &p.latency_ms {
-            cfg.emulate_latency = l.scaled(p.dilation);
+            *e.latency = l.scaled(p.dilation);
         }
     }
-    if cfg.straggler.is_none() {
-        cfg.straggler = p.straggler.clone();
+    if e.straggler.is_none() {
+        *e.straggler = p.straggler.clone();
     }
     Ok(())
 }
@@ -111,6 +127,13 @@ pub fn apply(cfg: &mut TrainConfig) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::TrainConfig;
+
+    /// What the configuration's merge does with a run's `--cluster`.
+    fn apply_to(cfg: &mut TrainConfig) -> anyhow::Result<()> {
+        let path = cfg.cluster.clone().expect("a profile");
+        apply(&path, cfg.emulation())
+    }
 
     #[test]
     fn a_profile_fills_what_is_unset_and_names_what_it_lacks() {
@@ -118,7 +141,7 @@ mod tests {
         let path = dir.path().join("c.toml");
         std::fs::write(&path, "name = \"t\"\ndilation = 2\nbandwidth_mbps = \"1000,0-1:100\"\nlatency_ms = 0.1\n[compute]\n\"mlr:256\" = 10\n\"mlp-1024:64\" = 40.25\n").unwrap();
         let mut cfg = TrainConfig { cluster: Some(path.to_string_lossy().into()), batch_size: 256, ..TrainConfig::default() };
-        apply(&mut cfg).unwrap();
+        apply_to(&mut cfg).unwrap();
         assert_eq!(cfg.emulate_compute, Some(20.0));
         // Dilated 2x: times doubled, rates halved.
         assert_eq!(cfg.emulate_bandwidth.as_ref().unwrap().resolve(3, "x").unwrap(), vec![50.0, 50.0, 500.0]);
@@ -126,18 +149,18 @@ mod tests {
         assert_eq!(cfg.emulate_latency.default, 0.2);
         // An explicit option wins.
         let mut cfg2 = TrainConfig { cluster: cfg.cluster.clone(), batch_size: 256, emulate_compute: Some(5.0), ..TrainConfig::default() };
-        apply(&mut cfg2).unwrap();
+        apply_to(&mut cfg2).unwrap();
         assert_eq!(cfg2.emulate_compute, Some(5.0));
         let mut mlp = TrainConfig { cluster: cfg.cluster.clone(), model: ModelKind::Mlp, hidden: vec![1024], batch_size: 64, ..TrainConfig::default() };
-        apply(&mut mlp).unwrap();
+        apply_to(&mut mlp).unwrap();
         assert_eq!(mlp.emulate_compute, Some(80.5));
         let mut missing = TrainConfig { cluster: cfg.cluster.clone(), batch_size: 32, ..TrainConfig::default() };
-        let e = apply(&mut missing).unwrap_err().to_string();
+        let e = apply_to(&mut missing).unwrap_err().to_string();
         assert!(e.contains("\"mlr:32\"") && e.contains("mlr:256"), "{e}");
         std::fs::write(&path, "name = \"t\"\n[compute]\n\"mlr:256\" = -1\n").unwrap();
-        assert!(apply(&mut cfg.clone()).unwrap_err().to_string().contains("positive"));
+        assert!(apply_to(&mut cfg.clone()).unwrap_err().to_string().contains("positive"));
         std::fs::write(&path, "name = \"t\"\nbandwith_mbps = 5\n").unwrap();
-        assert!(apply(&mut cfg.clone()).unwrap_err().to_string().contains("not a cluster profile"));
+        assert!(apply_to(&mut cfg.clone()).unwrap_err().to_string().contains("not a cluster profile"));
     }
 
     #[test]

@@ -439,9 +439,25 @@ impl TrainConfig {
         cfg.lr_decay_given = on_command_line("lr_decay") || file_keys.iter().any(|k| k == "lr_decay");
         cfg.lr_given = on_command_line("lr") || file_keys.iter().any(|k| k == "lr");
         cfg.check_applicable(&given)?;
-        crate::cluster::apply(&mut cfg)?;
+        if let Some(path) = cfg.cluster.clone() {
+            crate::cluster::apply(&path, cfg.emulation())?;
+        }
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// The emulation options a `--cluster` profile fills where they are unset.
+    pub fn emulation(&mut self) -> crate::cluster::Emulation<'_> {
+        crate::cluster::Emulation {
+            model: self.model,
+            hidden: &self.hidden,
+            batch_size: self.batch_size,
+            dilation: self.dilation,
+            compute_ms: &mut self.emulate_compute,
+            bandwidth: &mut self.emulate_bandwidth,
+            latency: &mut self.emulate_latency,
+            straggler: &mut self.straggler,
+        }
     }
 
     /// Refuses an option given explicitly (`given`: its key and where it was given) that belongs
