@@ -7,7 +7,7 @@
 //!   waits for the ACK of its previous message before overwriting the slot;
 //! - `barrier`: BSP: put, MPI_Barrier, reduce the slots that hold this round intact;
 //! - `none`: fully asynchronous: put, reduce whatever intact buffers are there, never block;
-//! - `push-sum`: asynchronous push-sum ([`super::push_sum`]): push (share of x, share of w) as
+//! - `push-sum`: asynchronous push-sum ([`push_sum`]): push (share of x, share of w) as
 //!   running totals, fold in what arrived, never block; mass is conserved;
 //! - `deadline`: NOTIFY-ACK that waits for new messages only until a deadline.
 //!
@@ -15,7 +15,7 @@
 //!
 //! With `--bandwidth-mbps` (NOTIFY-ACK only) each message carries only the rows that fit the
 //! rank's budget, most significant first, and the rest stays in per-edge residuals: see
-//! [`super::edge_budget`].
+//! [`edge_budget`].
 //!
 //! Layout, after Bluefog's split of topology, communication primitive and algorithm: the graph
 //! comes from [`crate::graph`]; the transport every variant shares is `Neighbourhood` (the
@@ -28,9 +28,9 @@
 //! | notify-ack `--overlap` | `Overlap` | asap/notify_ack.rs |
 //! | notify-ack, `--graph one-peer-exponential` | `OnePeer` | asap/notify_ack.rs |
 //! | notify-ack `--staleness S` | `BoundedStaleness` | asap/bounded.rs |
-//! | notify-ack `--bandwidth-mbps` | `BudgetedEdges` | edge_budget.rs |
+//! | notify-ack `--bandwidth-mbps` | `BudgetedEdges` | asap/edge_budget.rs |
 //! | barrier, none | `Barrier`, `Unsynchronised` | asap/unacked.rs |
-//! | push-sum | `PushSumGossip` | push_sum.rs |
+//! | push-sum | `PushSumGossip` | asap/push_sum.rs |
 //! | deadline | `Deadline` | asap/deadline.rs |
 //!
 //! [`StochasticReduce`] is the mode: it picks the variant from the options (`gossip_for`),
@@ -39,8 +39,10 @@
 
 mod bounded;
 mod deadline;
+pub mod edge_budget;
 mod neighbourhood;
 mod notify_ack;
+pub mod push_sum;
 mod unacked;
 
 use std::time::{Duration, Instant};
@@ -48,11 +50,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-use super::edge_budget::{BudgetedEdges, EdgeBudgetOptions};
-use super::push_sum::PushSumGossip;
 use super::{average_replicas, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::mailbox::Mailboxes;
+use edge_budget::{BudgetedEdges, EdgeBudgetOptions};
 pub(in crate::sync) use neighbourhood::Neighbourhood;
+use push_sum::PushSumGossip;
 
 /// Options of `--sync asap`.
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -505,7 +507,7 @@ fn validate_asap(run: &super::RunSpec) -> anyhow::Result<()> {
 
 fn build_asap(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> super::Built {
     let o = run.opts;
-    let budget = o.bosen.bandwidth_mbps.map(|mbps| super::edge_budget::EdgeBudgetOptions { mbps, priority: o.bosen.priority });
+    let budget = o.bosen.bandwidth_mbps.map(|mbps| EdgeBudgetOptions { mbps, priority: o.bosen.priority });
     let (mode, info) = StochasticReduce::build(ctx, &o.asap, init, budget, o.ssp.staleness.unwrap_or(0))?;
     Ok((Box::new(mode), info))
 }
