@@ -30,7 +30,8 @@ use anyhow::{bail, ensure, Context};
 use mpi::topology::Communicator;
 
 use super::neighbourhood::{Inbox, Message, Outbox, Slot};
-use super::{Gossip, Neighbourhood};
+use super::gossip::Gossip;
+use super::neighbourhood::Neighbourhood;
 use crate::sync::bosen::{pick, Picker, Priority};
 use crate::sync::{Aggregate, ModeMetric, ModeState, SyncContext};
 use crate::comm::mailbox::{Mailboxes, WORD};

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-use super::AsapConfig;
 use crate::comm::mailbox::{Mailboxes, SlotRead};
 use crate::sync::CommStats;
 
@@ -96,17 +95,24 @@ pub(in crate::sync) struct Neighbourhood {
 }
 
 impl Neighbourhood {
-    /// Wraps `mail`, set up over `comm` for `cfg`'s graph, for a model of `n_params` values.
-    pub(in crate::sync) fn new(comm: &SimpleCommunicator, cfg: &AsapConfig, n_params: usize, mail: Mailboxes) -> anyhow::Result<Self> {
-        if cfg.wait_timeout.is_zero() {
+    /// Wraps `mail`, set up over `comm` for the graph, for a model of `n_params` values, with
+    /// the run's `--wait-timeout` and fault injection (see `AsapConfig`).
+    pub(in crate::sync) fn new(
+        comm: &SimpleCommunicator,
+        wait_timeout: Duration,
+        stop_sending_after: Option<(usize, u64)>,
+        n_params: usize,
+        mail: Mailboxes,
+    ) -> anyhow::Result<Self> {
+        if wait_timeout.is_zero() {
             bail!("--wait-timeout must be positive");
         }
         Ok(Neighbourhood {
             comm: comm.duplicate(),
             rank: comm.rank() as usize,
             n_params,
-            wait_timeout: cfg.wait_timeout,
-            stop_sending_after: cfg.stop_sending_after,
+            wait_timeout,
+            stop_sending_after,
             stats: CommStats::default(),
             histogram: vec![0; mail.in_neighbours().len() + 1],
             torn: 0,

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use anyhow::bail;
 
-use super::{Gossip, Neighbourhood};
+use super::gossip::Gossip;
+use super::neighbourhood::Neighbourhood;
 use crate::comm::mailbox::SlotRead;
 
 /// `--notify notify-ack`: send to every out-neighbour, wait for every in-neighbour's NOTIFY,

@@ -25,7 +25,8 @@ use std::time::Instant;
 use anyhow::ensure;
 use mpi::topology::Communicator;
 
-use super::{Gossip, Neighbourhood};
+use super::gossip::Gossip;
+use super::neighbourhood::Neighbourhood;
 use crate::sync::{Aggregate, ModeMetric, ModeState};
 use crate::comm::mailbox::SlotRead;
 
