@@ -29,9 +29,8 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context};
 use mpi::topology::Communicator;
 
-use super::neighbourhood::{Inbox, Message, Outbox, Slot};
 use super::gossip::Gossip;
-use super::neighbourhood::Neighbourhood;
+use super::neighbourhood::{Inbox, Message, Neighbourhood, Outbox, Slot};
 use crate::sync::bosen::{pick, Picker, Priority};
 use crate::sync::{Aggregate, ModeMetric, ModeState, SyncContext};
 use crate::comm::mailbox::{Mailboxes, WORD};

@@ -10,8 +10,9 @@
 //! encoded ([`Message::Bytes`], the budgeted edges' rows), through the [`Outbox`] and [`Inbox`]
 //! hooks: the outbox composes each out-edge's message once that edge's ACK came (the budgeted
 //! edges size it by the token bucket's allowance at that moment) and hears what the put cost.
-//! No variant touches `mail` for these steps, so a second transport (point-to-point links, in a
-//! later issue) fits under this same `Neighbourhood` by changing only this file.
+//! No NOTIFY-ACK variant touches `mail` for these steps (bounded staleness reads the newest of
+//! several slots and ACKs up to it, its own protocol), so a second transport (point-to-point
+//! links, in a later issue) can fit under this same `Neighbourhood`, the variants unchanged.
 
 use std::time::{Duration, Instant};
 
@@ -90,7 +91,8 @@ pub(in crate::sync) struct Neighbourhood {
     /// Reads skipped as older than the round needed (or empty, under barrier).
     pub(in crate::sync) stale: u64,
     pub(in crate::sync) last_round: u64,
-    /// Seconds inside [`Mailboxes::send_to`] (see `StochasticReduce::transfer_seconds`).
+    /// Seconds from each ACK to the end of the put that follows it (the message's composing,
+    /// data, flush and NOTIFY; see `StochasticReduce::transfer_seconds`).
     pub(in crate::sync) transfer_seconds: f64,
 }
 
@@ -238,30 +240,47 @@ impl Neighbourhood {
         Ok(t2)
     }
 
-    /// Reads every in-neighbour's notified message of `round` into `inbox`, in order; an
-    /// inconsistent one is an error (and counted as torn).
+    /// Reads every in-neighbour's notified message of `round` into `inbox`, in order.
     fn read_notified(&mut self, round: u64, inbox: &mut (impl Inbox + ?Sized)) -> anyhow::Result<()> {
         for i in 0..self.in_degree() {
-            let read = match inbox.slot() {
-                Slot::Sum(acc) => self.mail.add_notified_slot(i, acc)?,
-                Slot::Bytes(body) => self.mail.read_bytes(i, body)?,
-            };
-            if read != SlotRead::Consistent(round) {
-                self.torn += 1;
-                bail!(
-                    "rank {}: round {round}: the buffer from rank {} was inconsistent after its \
-                     NOTIFY ({read:?}); NOTIFY-ACK must never see this, so the MPI one-sided \
-                     transport does not order the data before the notification (try another \
-                     osc component, e.g. OMPI_MCA_osc=ucx)",
-                    self.rank,
-                    self.mail.in_neighbours()[i]
-                );
-            }
-            inbox
-                .received(i, round)
-                .with_context(|| format!("rank {}: round {round}: message from rank {}", self.rank, self.mail.in_neighbours()[i]))?;
+            self.read_one(i, round, inbox)?;
         }
         Ok(())
+    }
+
+    /// Reads in-neighbour `i`'s notified message of `round` into `inbox`; an inconsistent one is
+    /// an error (and counted as torn).
+    fn read_one(&mut self, i: usize, round: u64, inbox: &mut (impl Inbox + ?Sized)) -> anyhow::Result<()> {
+        let read = match inbox.slot() {
+            Slot::Sum(acc) => self.mail.add_notified_slot(i, acc)?,
+            Slot::Bytes(body) => self.mail.read_bytes(i, body)?,
+        };
+        if read != SlotRead::Consistent(round) {
+            self.torn += 1;
+            bail!(
+                "rank {}: round {round}: the buffer from rank {} was inconsistent after its \
+                 NOTIFY ({read:?}); NOTIFY-ACK must never see this, so the MPI one-sided \
+                 transport does not order the data before the notification (try another \
+                 osc component, e.g. OMPI_MCA_osc=ucx)",
+                self.rank,
+                self.mail.in_neighbours()[i]
+            );
+        }
+        inbox
+            .received(i, round)
+            .with_context(|| format!("rank {}: round {round}: message from rank {}", self.rank, self.mail.in_neighbours()[i]))
+    }
+
+    /// Time-varying graphs: waits for the NOTIFY of `round` from in-neighbour `i` alone and
+    /// adds its model to `acc` (see [`Neighbourhood::add_round`]). Returns when the waiting ended.
+    pub(in crate::sync) fn add_one(&mut self, i: usize, round: u64, acc: &mut [f32]) -> anyhow::Result<Instant> {
+        let t = Instant::now();
+        self.emulated_latency();
+        self.mail.wait_one(i, round, self.wait_timeout)?;
+        let t2 = Instant::now();
+        self.stats.wait_seconds += (t2 - t).as_secs_f64();
+        self.read_one(i, round, acc)?;
+        Ok(t2)
     }
 
     /// ACKs every in-neighbour's message of the round whose reduce began at `t2`.
@@ -270,8 +289,20 @@ impl Neighbourhood {
     }
 
     /// [`Neighbourhood::ack_round`], calling `after_ack` with the moment each ACK went out.
-    pub(in crate::sync) fn ack_round_then(&mut self, t2: Instant, mut after_ack: impl FnMut(Instant)) -> anyhow::Result<()> {
-        for i in 0..self.in_degree() {
+    pub(in crate::sync) fn ack_round_then(&mut self, t2: Instant, after_ack: impl FnMut(Instant)) -> anyhow::Result<()> {
+        self.ack(0..self.in_degree(), t2, after_ack)
+    }
+
+    /// ACKs in-neighbour `i`'s message of the round whose reduce began at `t2` (time-varying
+    /// graphs: the round's only in-neighbour).
+    pub(in crate::sync) fn ack_one(&mut self, i: usize, t2: Instant) -> anyhow::Result<()> {
+        self.ack(i..i + 1, t2, |_| ())
+    }
+
+    /// ACKs the messages of in-neighbours `ins`, then the emulated latency of the way back; the
+    /// time since `t2` counts as communication.
+    fn ack(&mut self, ins: std::ops::Range<usize>, t2: Instant, mut after_ack: impl FnMut(Instant)) -> anyhow::Result<()> {
+        for i in ins {
             self.mail.ack(i)?;
             after_ack(Instant::now());
         }
