@@ -7,7 +7,7 @@
 //!   waits for the ACK of its previous message before overwriting the slot;
 //! - `barrier`: BSP: put, MPI_Barrier, reduce the slots that hold this round intact;
 //! - `none`: fully asynchronous: put, reduce whatever intact buffers are there, never block;
-//! - `push-sum`: asynchronous push-sum ([`super::push_sum`]): push (share of x, share of w) as
+//! - `push-sum`: asynchronous push-sum ([`push_sum`]): push (share of x, share of w) as
 //!   running totals, fold in what arrived, never block; mass is conserved;
 //! - `deadline`: NOTIFY-ACK that waits for new messages only until a deadline.
 //!
@@ -15,12 +15,14 @@
 //!
 //! With `--bandwidth-mbps` (NOTIFY-ACK only) each message carries only the rows that fit the
 //! rank's budget, most significant first, and the rest stays in per-edge residuals: see
-//! [`super::edge_budget`].
+//! [`edge_budget`].
 //!
 //! Layout, after Bluefog's split of topology, communication primitive and algorithm: the graph
-//! comes from [`crate::graph`]; the transport every variant shares is `Neighbourhood` (the
-//! mailboxes, the pacing, the fault injection and the counters every variant reports); each
-//! variant is one type implementing `Gossip` that holds only its own state:
+//! comes from [`crate::graph`]; the transport every variant shares is `Neighbourhood`
+//! (asap/neighbourhood.rs: the mailboxes, the pacing, the fault injection, the counters every
+//! variant reports, and the one NOTIFY-ACK, for f32 models and byte messages alike); each
+//! variant is one type implementing `Gossip` (asap/gossip.rs) that holds only its own state.
+//! The variants import `Gossip` and `Neighbourhood` from their files, never this one:
 //!
 //! | variant | type | file |
 //! | --- | --- | --- |
@@ -28,9 +30,9 @@
 //! | notify-ack `--overlap` | `Overlap` | asap/notify_ack.rs |
 //! | notify-ack, `--graph one-peer-exponential` | `OnePeer` | asap/notify_ack.rs |
 //! | notify-ack `--staleness S` | `BoundedStaleness` | asap/bounded.rs |
-//! | notify-ack `--bandwidth-mbps` | `BudgetedEdges` | edge_budget.rs |
+//! | notify-ack `--bandwidth-mbps` | `BudgetedEdges` | asap/edge_budget.rs |
 //! | barrier, none | `Barrier`, `Unsynchronised` | asap/unacked.rs |
-//! | push-sum | `PushSumGossip` | push_sum.rs |
+//! | push-sum | `PushSumGossip` | asap/push_sum.rs |
 //! | deadline | `Deadline` | asap/deadline.rs |
 //!
 //! [`StochasticReduce`] is the mode: it picks the variant from the options (`gossip_for`),
@@ -39,8 +41,11 @@
 
 mod bounded;
 mod deadline;
+pub mod edge_budget;
+mod gossip;
 mod neighbourhood;
 mod notify_ack;
+pub mod push_sum;
 mod unacked;
 
 use std::time::{Duration, Instant};
@@ -48,11 +53,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-use super::edge_budget::{BudgetedEdges, EdgeBudgetOptions};
-use super::push_sum::PushSumGossip;
-use super::{average_replicas, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
+use super::{Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::mailbox::Mailboxes;
-pub(in crate::sync) use neighbourhood::Neighbourhood;
+use edge_budget::{BudgetedEdges, EdgeBudgetOptions};
+use gossip::Gossip;
+use neighbourhood::Neighbourhood;
+use push_sum::PushSumGossip;
 
 /// Options of `--sync asap`.
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -140,76 +146,6 @@ pub struct AsapConfig {
     pub deadline: Duration,
 }
 
-
-/// One gossip variant over the shared [`Neighbourhood`]: what it does each round and at the ends
-/// of a run, with only its own state. [`StochasticReduce`] calls it and keeps the byte and round
-/// counts, so a variant never counts them itself (apart from what [`Gossip::drain`] receives).
-pub(in crate::sync) trait Gossip {
-    /// One round: send this rank's model, take in-neighbours' models, reduce into `params`.
-    fn round(&mut self, net: &mut Neighbourhood, params: &mut [f32], round: u64) -> anyhow::Result<()>;
-
-    /// Whether every round makes every rank wait for every other (see [`SyncMode::lockstep`]).
-    fn lockstep(&self) -> bool {
-        false
-    }
-
-    /// Rounds a rank may run ahead of what its receivers have read (see [`SyncMode::round_lead`]).
-    fn round_lead(&self) -> u64 {
-        0
-    }
-
-    /// At the end, before anything is counted: a check that sends outside the byte counts (the
-    /// budgeted edges' mirror check).
-    fn verify(&mut self, _net: &mut Neighbourhood) -> anyhow::Result<()> {
-        Ok(())
-    }
-
-    /// Completes a round left open between syncs (`--overlap`), at the end or at a cut.
-    fn settle(&mut self, _net: &mut Neighbourhood, _params: &mut [f32]) -> anyhow::Result<()> {
-        Ok(())
-    }
-
-    /// A consistent cut before a checkpoint (see [`SyncMode::quiesce`]).
-    fn quiesce(&mut self, net: &mut Neighbourhood, params: &mut [f32]) -> anyhow::Result<()> {
-        self.settle(net, params)
-    }
-
-    /// At the end, before the window's last flush and barrier: consumes what the variant's
-    /// protocol still owes (NOTIFY-ACK's last ACKs; the deadline's messages on emulated links).
-    fn drain(&mut self, _net: &mut Neighbourhood) -> anyhow::Result<()> {
-        Ok(())
-    }
-
-    /// The final model, every rank the same: the average of the replicas unless the variant
-    /// defines it otherwise.
-    fn final_model(&mut self, net: &mut Neighbourhood, params: &mut [f32]) -> anyhow::Result<()> {
-        average_replicas(&net.comm, params, &mut net.stats);
-        Ok(())
-    }
-
-    /// The variant's state for a checkpoint (see [`SyncMode::save_state`]).
-    fn save_state(&self) -> ModeState {
-        Vec::new()
-    }
-
-    /// Restores what [`Gossip::save_state`] wrote for a model of `n_params` values.
-    fn restore_state(&mut self, state: ModeState, _n_params: usize) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            state.is_empty(),
-            "the checkpoint holds per-edge state of a budgeted asap run: resume with its --bandwidth-mbps"
-        );
-        Ok(())
-    }
-
-    /// Appends the variant's own metrics to the ones every variant reports.
-    fn metrics(&self, _out: &mut Vec<ModeMetric>) {}
-
-    /// The paced sends of this rank (see [`SyncMode::send_log`]).
-    fn send_log(&self, net: &Neighbourhood) -> Vec<(f64, u64)> {
-        net.mail.pacer().map_or(Vec::new(), |p| p.log().to_vec())
-    }
-}
-
 /// The variant `cfg` asks for, for a rank with `in_degree` in-neighbours and a model of
 /// `n_params` values (the budgeted one is built by [`StochasticReduce::build`], which owns its
 /// mailboxes). `--staleness` comes first, then the one-peer graph, then `--overlap`: the same
@@ -293,7 +229,7 @@ impl StochasticReduce {
                 }
                 let (mail, edges) = BudgetedEdges::build(ctx, &cfg.in_neighbours, init, &b)?;
                 info["budget"] = edges.info(&b);
-                let net = Neighbourhood::new(ctx.comm, &cfg, ctx.n_params(), mail)?;
+                let net = Neighbourhood::new(ctx.comm, cfg.wait_timeout, cfg.stop_sending_after, ctx.n_params(), mail)?;
                 StochasticReduce { net, gossip: Box::new(edges) }
             }
         };
@@ -315,7 +251,7 @@ impl StochasticReduce {
         let slot_len = if cfg.notify == NotifyMode::PushSum { PushSumGossip::slot_len(n_params) } else { n_params };
         let mail = Mailboxes::with_depth(comm, &cfg.in_neighbours, slot_len, depth)
             .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
-        let net = Neighbourhood::new(comm, &cfg, n_params, mail)?;
+        let net = Neighbourhood::new(comm, cfg.wait_timeout, cfg.stop_sending_after, n_params, mail)?;
         let gossip = gossip_for(&cfg, net.in_degree(), n_params);
         Ok(StochasticReduce { net, gossip })
     }
@@ -505,7 +441,7 @@ fn validate_asap(run: &super::RunSpec) -> anyhow::Result<()> {
 
 fn build_asap(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> super::Built {
     let o = run.opts;
-    let budget = o.bosen.bandwidth_mbps.map(|mbps| super::edge_budget::EdgeBudgetOptions { mbps, priority: o.bosen.priority });
+    let budget = o.bosen.bandwidth_mbps.map(|mbps| EdgeBudgetOptions { mbps, priority: o.bosen.priority });
     let (mode, info) = StochasticReduce::build(ctx, &o.asap, init, budget, o.ssp.staleness.unwrap_or(0))?;
     Ok((Box::new(mode), info))
 }

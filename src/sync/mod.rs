@@ -26,9 +26,7 @@ pub use registry::{Built, ModeSpec, RunSpec, Uses};
 
 // Shared machinery of the modes (the modes' own files are declared by the registry below).
 pub mod delta_sum;
-pub mod edge_budget;
 pub mod ps;
-pub mod push_sum;
 
 // The registry: one line per mode, `Variant: file { field: OptionsType }` (the options part only
 // for a mode with an option group of its own). Each line declares the mode's module (its file in

@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use anyhow::bail;
 
-use super::{Gossip, Neighbourhood};
+use super::gossip::Gossip;
+use super::neighbourhood::Neighbourhood;
 use crate::comm::mailbox::SlotRead;
 use crate::sync::{Aggregate, ModeMetric};
 

@@ -2,15 +2,76 @@
 //! one-sided window of `comm::mailbox`, with its pacing and emulated links), the fault injection,
 //! and what every variant counts and reports (bytes, rounds, the consistency histogram, torn and
 //! stale reads). The NOTIFY-ACK steps that several variants share live here too.
+//!
+//! NOTIFY-ACK is written once, here: wait for the ACK of the previous message on an out-edge,
+//! put the message and NOTIFY; wait for the in-neighbours' notifications, read each message (an
+//! inconsistent one is the single torn-message error); ACK. A message is a model of f32 values
+//! ([`Message::Model`], added straight from the window into the reduce) or bytes a variant
+//! encoded ([`Message::Bytes`], the budgeted edges' rows), through the [`Outbox`] and [`Inbox`]
+//! hooks: the outbox composes each out-edge's message once that edge's ACK came (the budgeted
+//! edges size it by the token bucket's allowance at that moment) and hears what the put cost.
+//! No NOTIFY-ACK variant touches `mail` for these steps (bounded staleness reads the newest of
+//! several slots and ACKs up to it, its own protocol), so a second transport (point-to-point
+//! links, in a later issue) can fit under this same `Neighbourhood`, the variants unchanged.
 
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
-use super::AsapConfig;
 use crate::comm::mailbox::{Mailboxes, SlotRead};
 use crate::sync::CommStats;
+
+/// What one NOTIFY-ACK message carries.
+pub(in crate::sync) enum Message<'a> {
+    /// A model's f32 values (a fixed-size slot).
+    Model(&'a [f32]),
+    /// A variable-length body a variant encoded (mailboxes made with `Mailboxes::for_bytes`).
+    Bytes(&'a [u8]),
+}
+
+/// Where the messages of a NOTIFY-ACK round are read to.
+pub(in crate::sync) enum Slot<'a> {
+    /// Added into a sum of models.
+    Sum(&'a mut [f32]),
+    /// Copied out as bytes, each handed to [`Inbox::received`] before the next is read.
+    Bytes(&'a mut Vec<u8>),
+}
+
+/// The sending side of a NOTIFY-ACK round: the message of each out-edge.
+pub(in crate::sync) trait Outbox {
+    /// Out-edge `j`'s message of `round`, composed once the ACK of its previous message came
+    /// (at `acked`): the slot at the receiver is free from then on.
+    fn message(&mut self, j: usize, round: u64, acked: Instant) -> Message<'_>;
+
+    /// After the message went out: `bytes` put (NOTIFY included), at `put_end`.
+    fn sent(&mut self, _bytes: u64, _put_end: Instant) {}
+}
+
+/// A model sends itself on every out-edge.
+impl Outbox for &[f32] {
+    fn message(&mut self, _j: usize, _round: u64, _acked: Instant) -> Message<'_> {
+        Message::Model(self)
+    }
+}
+
+/// The receiving side of a NOTIFY-ACK round.
+pub(in crate::sync) trait Inbox {
+    /// Where the next message is read to.
+    fn slot(&mut self) -> Slot<'_>;
+
+    /// After in-neighbour `i`'s consistent message of `round` was read into the slot.
+    fn received(&mut self, _i: usize, _round: u64) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// A sum of models: every message is added into it.
+impl Inbox for [f32] {
+    fn slot(&mut self) -> Slot<'_> {
+        Slot::Sum(self)
+    }
+}
 
 /// One rank's end of the graph: its mailboxes and the counters of every variant.
 pub(in crate::sync) struct Neighbourhood {
@@ -30,22 +91,30 @@ pub(in crate::sync) struct Neighbourhood {
     /// Reads skipped as older than the round needed (or empty, under barrier).
     pub(in crate::sync) stale: u64,
     pub(in crate::sync) last_round: u64,
-    /// Seconds inside [`Mailboxes::send_to`] (see `StochasticReduce::transfer_seconds`).
+    /// Seconds from each ACK to the end of the put that follows it (the message's composing,
+    /// data, flush and NOTIFY; see `StochasticReduce::transfer_seconds`).
     pub(in crate::sync) transfer_seconds: f64,
 }
 
 impl Neighbourhood {
-    /// Wraps `mail`, set up over `comm` for `cfg`'s graph, for a model of `n_params` values.
-    pub(in crate::sync) fn new(comm: &SimpleCommunicator, cfg: &AsapConfig, n_params: usize, mail: Mailboxes) -> anyhow::Result<Self> {
-        if cfg.wait_timeout.is_zero() {
+    /// Wraps `mail`, set up over `comm` for the graph, for a model of `n_params` values, with
+    /// the run's `--wait-timeout` and fault injection (see `AsapConfig`).
+    pub(in crate::sync) fn new(
+        comm: &SimpleCommunicator,
+        wait_timeout: Duration,
+        stop_sending_after: Option<(usize, u64)>,
+        n_params: usize,
+        mail: Mailboxes,
+    ) -> anyhow::Result<Self> {
+        if wait_timeout.is_zero() {
             bail!("--wait-timeout must be positive");
         }
         Ok(Neighbourhood {
             comm: comm.duplicate(),
             rank: comm.rank() as usize,
             n_params,
-            wait_timeout: cfg.wait_timeout,
-            stop_sending_after: cfg.stop_sending_after,
+            wait_timeout,
+            stop_sending_after,
             stats: CommStats::default(),
             histogram: vec![0; mail.in_neighbours().len() + 1],
             torn: 0,
@@ -105,22 +174,48 @@ impl Neighbourhood {
 
     /// Sends this round's model to out-neighbour `j` once its ACK frees the slot there.
     pub(in crate::sync) fn send_one(&mut self, j: usize, params: &[f32], round: u64) -> anyhow::Result<()> {
+        self.send_message(j, round, &mut { params })
+    }
+
+    /// Sends `out`'s message of this round to out-neighbour `j` once its ACK frees the slot
+    /// there: the wait counts as waiting, the composing and the put as communication.
+    pub(in crate::sync) fn send_message(&mut self, j: usize, round: u64, out: &mut impl Outbox) -> anyhow::Result<()> {
         let t = Instant::now();
-        self.mail.wait_ack(j, round, self.wait_timeout)?;
-        let t2 = Instant::now();
+        let t2 = self.put_when_acked(j, round, out)?;
         self.stats.wait_seconds += (t2 - t).as_secs_f64();
-        self.mail.send_to(j, round, params)?;
         let put = t2.elapsed().as_secs_f64();
         self.stats.comm_seconds += put;
         self.transfer_seconds += put;
         Ok(())
     }
 
+    /// NOTIFY-ACK's send on out-edge `j`: waits for the ACK of the previous message, then puts
+    /// `out`'s message and NOTIFY. Returns when the ACK came.
+    fn put_when_acked(&mut self, j: usize, round: u64, out: &mut impl Outbox) -> anyhow::Result<Instant> {
+        self.mail.wait_ack(j, round, self.wait_timeout)?;
+        let acked = Instant::now();
+        let before = self.mail.bytes_sent();
+        match out.message(j, round, acked) {
+            Message::Model(values) => self.mail.send_to(j, round, values)?,
+            Message::Bytes(body) => {
+                self.mail.send_bytes_to(j, round, body)?;
+            }
+        }
+        out.sent(self.mail.bytes_sent() - before, Instant::now());
+        Ok(acked)
+    }
+
     /// Sends this round's model to every out-neighbour (unless a fault injection stopped us).
     pub(in crate::sync) fn send_all(&mut self, params: &[f32], round: u64) -> anyhow::Result<()> {
+        self.send_each(round, &mut { params })
+    }
+
+    /// Sends `out`'s message to every out-neighbour, in order (unless a fault injection stopped
+    /// us).
+    pub(in crate::sync) fn send_each(&mut self, round: u64, out: &mut impl Outbox) -> anyhow::Result<()> {
         if self.sending(round) {
             for j in 0..self.mail.out_neighbours().len() {
-                self.send_one(j, params, round)?;
+                self.send_message(j, round, out)?;
             }
         }
         Ok(())
@@ -130,35 +225,104 @@ impl Neighbourhood {
     /// from the window (between NOTIFY and ACK nobody writes a slot); an inconsistent slot is an
     /// error. Returns when the waiting ended (for the transfer time).
     pub(in crate::sync) fn add_round(&mut self, round: u64, acc: &mut [f32]) -> anyhow::Result<Instant> {
+        self.receive_round(round, acc)
+    }
+
+    /// Waits for every in-neighbour's NOTIFY of `round` and reads their messages into `inbox`
+    /// (see [`Neighbourhood::add_round`]). Returns when the waiting ended.
+    pub(in crate::sync) fn receive_round(&mut self, round: u64, inbox: &mut (impl Inbox + ?Sized)) -> anyhow::Result<Instant> {
         let t = Instant::now();
         self.emulated_latency();
         self.mail.wait_notifications(round, self.wait_timeout)?;
         let t2 = Instant::now();
         self.stats.wait_seconds += (t2 - t).as_secs_f64();
+        self.read_notified(round, inbox)?;
+        Ok(t2)
+    }
+
+    /// Reads every in-neighbour's notified message of `round` into `inbox`, in order.
+    fn read_notified(&mut self, round: u64, inbox: &mut (impl Inbox + ?Sized)) -> anyhow::Result<()> {
         for i in 0..self.in_degree() {
-            let read = self.mail.add_notified_slot(i, acc)?;
-            if read != SlotRead::Consistent(round) {
-                self.torn += 1;
-                bail!(
-                    "rank {}: round {round}: the buffer from rank {} was inconsistent after its \
-                     NOTIFY ({read:?}); NOTIFY-ACK must never see this, so the MPI one-sided \
-                     transport does not order the data before the notification (try another \
-                     osc component, e.g. OMPI_MCA_osc=ucx)",
-                    self.rank,
-                    self.mail.in_neighbours()[i]
-                );
-            }
+            self.read_one(i, round, inbox)?;
         }
+        Ok(())
+    }
+
+    /// Reads in-neighbour `i`'s notified message of `round` into `inbox`; an inconsistent one is
+    /// an error (and counted as torn).
+    fn read_one(&mut self, i: usize, round: u64, inbox: &mut (impl Inbox + ?Sized)) -> anyhow::Result<()> {
+        let read = match inbox.slot() {
+            Slot::Sum(acc) => self.mail.add_notified_slot(i, acc)?,
+            Slot::Bytes(body) => self.mail.read_bytes(i, body)?,
+        };
+        if read != SlotRead::Consistent(round) {
+            self.torn += 1;
+            bail!(
+                "rank {}: round {round}: the buffer from rank {} was inconsistent after its \
+                 NOTIFY ({read:?}); NOTIFY-ACK must never see this, so the MPI one-sided \
+                 transport does not order the data before the notification (try another \
+                 osc component, e.g. OMPI_MCA_osc=ucx)",
+                self.rank,
+                self.mail.in_neighbours()[i]
+            );
+        }
+        inbox
+            .received(i, round)
+            .with_context(|| format!("rank {}: round {round}: message from rank {}", self.rank, self.mail.in_neighbours()[i]))
+    }
+
+    /// Time-varying graphs: waits for the NOTIFY of `round` from in-neighbour `i` alone and
+    /// adds its model to `acc` (see [`Neighbourhood::add_round`]). Returns when the waiting ended.
+    pub(in crate::sync) fn add_one(&mut self, i: usize, round: u64, acc: &mut [f32]) -> anyhow::Result<Instant> {
+        let t = Instant::now();
+        self.emulated_latency();
+        self.mail.wait_one(i, round, self.wait_timeout)?;
+        let t2 = Instant::now();
+        self.stats.wait_seconds += (t2 - t).as_secs_f64();
+        self.read_one(i, round, acc)?;
         Ok(t2)
     }
 
     /// ACKs every in-neighbour's message of the round whose reduce began at `t2`.
     pub(in crate::sync) fn ack_round(&mut self, t2: Instant) -> anyhow::Result<()> {
-        for i in 0..self.in_degree() {
+        self.ack_round_then(t2, |_| ())
+    }
+
+    /// [`Neighbourhood::ack_round`], calling `after_ack` with the moment each ACK went out.
+    pub(in crate::sync) fn ack_round_then(&mut self, t2: Instant, after_ack: impl FnMut(Instant)) -> anyhow::Result<()> {
+        self.ack(0..self.in_degree(), t2, after_ack)
+    }
+
+    /// ACKs in-neighbour `i`'s message of the round whose reduce began at `t2` (time-varying
+    /// graphs: the round's only in-neighbour).
+    pub(in crate::sync) fn ack_one(&mut self, i: usize, t2: Instant) -> anyhow::Result<()> {
+        self.ack(i..i + 1, t2, |_| ())
+    }
+
+    /// ACKs the messages of in-neighbours `ins`, then the emulated latency of the way back; the
+    /// time since `t2` counts as communication.
+    fn ack(&mut self, ins: std::ops::Range<usize>, t2: Instant, mut after_ack: impl FnMut(Instant)) -> anyhow::Result<()> {
+        for i in ins {
             self.mail.ack(i)?;
+            after_ack(Instant::now());
         }
         self.emulated_latency();
         self.stats.comm_seconds += t2.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// One NOTIFY-ACK round of `round` outside the training's timings and pacing (the budgeted
+    /// edges' end-of-run mirror check): `exchange`'s message to every out-neighbour, then every
+    /// in-neighbour's into it, then the ACKs.
+    pub(in crate::sync) fn exchange_untimed(&mut self, round: u64, exchange: &mut (impl Outbox + Inbox)) -> anyhow::Result<()> {
+        for j in 0..self.mail.out_neighbours().len() {
+            self.put_when_acked(j, round, exchange)?;
+        }
+        self.mail.wait_notifications(round, self.wait_timeout)?;
+        self.read_notified(round, exchange)?;
+        for i in 0..self.in_degree() {
+            self.mail.ack(i)?;
+        }
         Ok(())
     }
 

@@ -2,12 +2,8 @@
 //! graph: every round reduces every in-neighbour's message of that round, so a run is
 //! deterministic for a given seed and number of ranks.
 
-use std::time::Instant;
-
-use anyhow::bail;
-
-use super::{Gossip, Neighbourhood};
-use crate::comm::mailbox::SlotRead;
+use super::gossip::Gossip;
+use super::neighbourhood::Neighbourhood;
 
 /// `--notify notify-ack`: send to every out-neighbour, wait for every in-neighbour's NOTIFY,
 /// reduce all, ACK. No state of its own.
@@ -111,22 +107,10 @@ impl Gossip for OnePeer {
         if net.sending(round) {
             net.send_one(j, params, round)?;
         }
-        let t = Instant::now();
-        net.emulated_latency();
-        net.mail.wait_one(i, round, net.wait_timeout)?;
-        let t2 = Instant::now();
-        net.stats.wait_seconds += (t2 - t).as_secs_f64();
         // In place, as in `NotifyAck::round`.
-        let read = net.mail.add_notified_slot(i, params)?;
-        if read != SlotRead::Consistent(round) {
-            net.torn += 1;
-            bail!("rank {}: round {round}: the message from rank {from} was {read:?} after its NOTIFY", net.rank);
-        }
+        let t2 = net.add_one(i, round, params)?;
         net.divide(params, 1);
-        net.mail.ack(i)?;
-        net.emulated_latency();
-        net.stats.comm_seconds += t2.elapsed().as_secs_f64();
-        Ok(())
+        net.ack_one(i, t2)
     }
 
     fn drain(&mut self, net: &mut Neighbourhood) -> anyhow::Result<()> {

@@ -5,7 +5,8 @@
 
 use std::time::Instant;
 
-use super::{Gossip, Neighbourhood};
+use super::gossip::Gossip;
+use super::neighbourhood::Neighbourhood;
 use crate::comm::mailbox::SlotRead;
 
 /// Verdict on a consistent buffer's round.

@@ -25,8 +25,9 @@ use std::time::Instant;
 use anyhow::ensure;
 use mpi::topology::Communicator;
 
-use super::asap::{Gossip, Neighbourhood};
-use super::{Aggregate, ModeMetric, ModeState};
+use super::gossip::Gossip;
+use super::neighbourhood::Neighbourhood;
+use crate::sync::{Aggregate, ModeMetric, ModeState};
 use crate::comm::mailbox::SlotRead;
 
 /// One rank's push-sum state.
@@ -266,7 +267,7 @@ impl Gossip for PushSumGossip {
             *q = (x / w) as f32;
         }
         self.weight_sum = w;
-        net.stats.final_bytes += super::ring_allreduce_bytes(net.comm.size() as usize, 2 * sums.len());
+        net.stats.final_bytes += crate::sync::ring_allreduce_bytes(net.comm.size() as usize, 2 * sums.len());
         net.stats.final_seconds += t.elapsed().as_secs_f64();
         Ok(())
     }

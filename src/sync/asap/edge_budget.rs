@@ -12,7 +12,7 @@
 //! cache hold the same bits, because a row travels as values, not as a difference.
 //!
 //! Significance is the row's residual (L1 norm) for `absolute`, relative to the row's L1 norm for
-//! `relative` (Bosen's priorities, [`super::bosen::pick`]), multiplied by `1 + age`, age being the
+//! `relative` (Bosen's priorities, [`crate::sync::bosen::pick`]), multiplied by `1 + age`, age being the
 //! rounds since the row last went out on that edge: a row whose residual is small but not zero is
 //! still sent within a bounded number of rounds instead of starving behind rows that keep
 //! changing. `random` and `round-robin` need no ageing.
@@ -29,10 +29,11 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context};
 use mpi::topology::Communicator;
 
-use super::asap::{Gossip, Neighbourhood};
-use super::bosen::{pick, Picker, Priority};
-use super::{Aggregate, ModeMetric, ModeState, SyncContext};
-use crate::comm::mailbox::{Mailboxes, SlotRead, WORD};
+use super::gossip::Gossip;
+use super::neighbourhood::{Inbox, Message, Neighbourhood, Outbox, Slot};
+use crate::sync::bosen::{pick, Picker, Priority};
+use crate::sync::{Aggregate, ModeMetric, ModeState, SyncContext};
+use crate::comm::mailbox::{Mailboxes, WORD};
 use crate::comm::pace::TokenBucket;
 use crate::model::RowLayout;
 
@@ -328,85 +329,84 @@ impl BudgetedEdges {
         serde_json::json!({"mbps": b.mbps, "priority": b.priority, "bucket_bytes": self.capacity})
     }
 
-    /// Each out-edge gets an equal share of what the bucket holds when its turn comes, and its
-    /// message carries the rows that fit.
-    fn send(&mut self, net: &mut Neighbourhood, params: &[f32], round: u64) -> anyhow::Result<()> {
-        let d_out = net.mail.out_neighbours().len();
-        for j in 0..d_out {
-            let t = Instant::now();
-            net.mail.wait_ack(j, round, net.wait_timeout)?;
-            let t2 = Instant::now();
-            net.stats.wait_seconds += (t2 - t).as_secs_f64();
-            let share = self.bucket.available_at(t2) / (d_out - j) as u64;
-            self.edges.compose(j, round, params, share, &mut self.body);
-            let bytes = net.mail.send_bytes_to(j, round, &self.body)?;
-            self.bucket.spend_at(bytes, Instant::now());
-            net.stats.comm_seconds += t2.elapsed().as_secs_f64();
-        }
+}
+
+/// One round's sending side of the budgeted edges: each out-edge gets an equal share of what the
+/// bucket holds when its turn comes (once its ACK came), and its message carries the rows that
+/// fit; what the put cost is spent from the bucket.
+struct BudgetedSend<'a> {
+    edges: &'a mut BudgetedEdges,
+    params: &'a [f32],
+    out_degree: usize,
+}
+
+impl Outbox for BudgetedSend<'_> {
+    fn message(&mut self, j: usize, round: u64, acked: Instant) -> Message<'_> {
+        let e = &mut *self.edges;
+        let share = e.bucket.available_at(acked) / (self.out_degree - j) as u64;
+        e.edges.compose(j, round, self.params, share, &mut e.body);
+        Message::Bytes(&e.body)
+    }
+
+    fn sent(&mut self, bytes: u64, put_end: Instant) {
+        self.edges.bucket.spend_at(bytes, put_end);
+    }
+}
+
+/// The receiving side: each message's rows go into the sender's cache.
+impl Inbox for BudgetedEdges {
+    fn slot(&mut self) -> Slot<'_> {
+        Slot::Bytes(&mut self.body)
+    }
+
+    fn received(&mut self, i: usize, round: u64) -> anyhow::Result<()> {
+        self.edges.absorb(i, round, &self.body)
+    }
+}
+
+/// The end-of-run mirror check's round: each out-neighbour gets our mirror of it, and each
+/// in-neighbour's mirror of us is set against our cache of it.
+struct MirrorCheck<'a>(&'a mut BudgetedEdges);
+
+impl Outbox for MirrorCheck<'_> {
+    fn message(&mut self, j: usize, _round: u64, _acked: Instant) -> Message<'_> {
+        self.0.edges.mirror_message(j, &mut self.0.body);
+        Message::Bytes(&self.0.body)
+    }
+}
+
+impl Inbox for MirrorCheck<'_> {
+    fn slot(&mut self) -> Slot<'_> {
+        Slot::Bytes(&mut self.0.body)
+    }
+
+    fn received(&mut self, i: usize, _round: u64) -> anyhow::Result<()> {
+        let e = &mut self.0.edges;
+        e.mismatched += e.mismatched_rows(i, &self.0.body)?;
         Ok(())
     }
 }
 
 impl Gossip for BudgetedEdges {
-    /// Sends (see `send`), then the reduce uses every in-neighbour's cached model, fresh rows and
-    /// old ones.
+    /// Sends (see [`BudgetedSend`]), then the reduce uses every in-neighbour's cached model,
+    /// fresh rows and old ones. Every ACK word is spent from the bucket as it goes out.
     fn round(&mut self, net: &mut Neighbourhood, params: &mut [f32], round: u64) -> anyhow::Result<()> {
-        if net.sending(round) {
-            self.send(net, params, round)?;
-        }
-        let t = Instant::now();
-        net.emulated_latency();
-        net.mail.wait_notifications(round, net.wait_timeout)?;
-        let t2 = Instant::now();
-        net.stats.wait_seconds += (t2 - t).as_secs_f64();
+        let out_degree = net.mail.out_neighbours().len();
+        net.send_each(round, &mut BudgetedSend { edges: self, params, out_degree })?;
+        let t2 = net.receive_round(round, self)?;
         let d = net.in_degree();
-        for i in 0..d {
-            let read = net.mail.read_bytes(i, &mut self.body)?;
-            if read != SlotRead::Consistent(round) {
-                net.torn += 1;
-                bail!(
-                    "rank {}: round {round}: the message from rank {} was inconsistent after its \
-                     NOTIFY ({read:?}); NOTIFY-ACK must never see this (try another osc component, \
-                     e.g. OMPI_MCA_osc=ucx)",
-                    net.rank,
-                    net.mail.in_neighbours()[i]
-                );
-            }
-            self.edges.absorb(i, round, &self.body).with_context(|| {
-                format!("rank {}: round {round}: message from rank {}", net.rank, net.mail.in_neighbours()[i])
-            })?;
-        }
         self.acc.copy_from_slice(params);
         self.edges.add_caches(&mut self.acc, round);
         net.reduce_into(params, &self.acc, d);
-        for i in 0..d {
-            net.mail.ack(i)?;
-            self.bucket.spend_at(WORD, Instant::now());
-        }
-        net.emulated_latency();
-        net.stats.comm_seconds += t2.elapsed().as_secs_f64();
-        Ok(())
+        net.ack_round_then(t2, |at| self.bucket.spend_at(WORD, at))
     }
 
     /// One more NOTIFY-ACK round after training, outside the budget and the byte counts: each
     /// rank sends every out-neighbour its mirror, and each receiver counts the rows in which its
     /// cache differs (`edge_mismatched_rows`, 0 unless the protocol lost an update).
     fn verify(&mut self, net: &mut Neighbourhood) -> anyhow::Result<()> {
-        let timeout = net.wait_timeout;
         let round = net.last_round + 1;
-        for j in 0..net.mail.out_neighbours().len() {
-            net.mail.wait_ack(j, round, timeout)?;
-            self.edges.mirror_message(j, &mut self.body);
-            net.mail.send_bytes_to(j, round, &self.body)?;
-        }
-        net.mail.wait_notifications(round, timeout)?;
-        for i in 0..net.in_degree() {
-            let read = net.mail.read_bytes(i, &mut self.body)?;
-            ensure!(read == SlotRead::Consistent(round), "rank {}: the mirror check message from rank {} was {read:?}", net.rank, net.mail.in_neighbours()[i]);
-            self.edges.mismatched += self.edges.mismatched_rows(i, &self.body)?;
-            net.mail.ack(i)?;
-        }
-        Ok(())
+        net.exchange_untimed(round, &mut MirrorCheck(self)).context("the budgeted edges' end-of-run mirror check")
     }
 
     fn drain(&mut self, net: &mut Neighbourhood) -> anyhow::Result<()> {
