@@ -7,8 +7,11 @@
 # REF_BIN is the binary of the commit to compare with (e.g. main's, copied aside before a
 # refactor); NEW_BIN the one under test. Without JOB names every job below runs. Each job is a
 # deterministic setting of its mode (the ones tests/preempt.rs holds to bit-identical resumes):
-# - ssp and bosen at staleness 0 (a bosen budget no clock exhausts, and one with fp16 pushes and
-#   AdaRevision);
+# - ssp and bosen at staleness 0 (a bosen budget no clock exhausts, with and without AdaRevision).
+#   Not bosen --fp16: a value's rounding error waits in the buffer for a later push, early ones
+#   included, whose timing varies; main's binary against itself differed in 2,465-2,539 of 7,850
+#   values (7,647-7,691 with AdaRevision) in 6 of 6 runs on a loaded machine (it matched once,
+#   idle). The fp16 bits themselves are checked by src/sync/codec/fp16.rs's tests;
 # - asap's edge budget at 1 Mbit/s: every step lasts 60 ms (--emulate-compute), longer than the
 #   40 ms the token bucket takes to refill, so every round's allowance is the full bucket and the
 #   rows each message carries do not depend on timing;
@@ -27,13 +30,13 @@ declare -A jobs=(
     [ssp-dynsgd]="2 --sync ssp --staleness 0 --apply dynsgd"
     [ssp-plain]="3 --sync ssp --staleness 0 --apply plain"
     [bosen]="2 --sync bosen --staleness 0 --bandwidth-mbps 1e7"
-    [bosen-fp16-adarevision]="2 --sync bosen --staleness 0 --bandwidth-mbps 1e7 --fp16 --lr-schedule adarevision --lr 0.05"
+    [bosen-adarevision]="2 --sync bosen --staleness 0 --bandwidth-mbps 1e7 --lr-schedule adarevision --lr 0.05"
     [asap-edge-budget]="2 --sync asap --graph ring --bandwidth-mbps 1 --emulate-compute 60 --epochs 1"
     [asap-edge-budget-absolute]="3 --sync asap --graph ring --bandwidth-mbps 1 --priority absolute --emulate-compute 60 --epochs 1"
     [gaia]="4 --sync gaia --groups 2 --significance 0.02 --dc-staleness 0"
 )
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(ssp ssp-dynsgd ssp-plain bosen bosen-fp16-adarevision asap-edge-budget asap-edge-budget-absolute gaia)
+[ ${#names[@]} -gt 0 ] || names=(ssp ssp-dynsgd ssp-plain bosen bosen-adarevision asap-edge-budget asap-edge-budget-absolute gaia)
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
