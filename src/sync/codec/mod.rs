@@ -6,6 +6,10 @@
 //!   value codec.
 //! - Value codecs ([`ValueCodec`]: every value of a run carried): [`single`] (IEEE binary32,
 //!   exact) and [`fp16`] (binary16, nearest with ties to even, saturating; Bösen's `--fp16`).
+//! - Sparsifiers ([`Sparsifier`]: which entries of an accumulated update go out, the rest kept as
+//!   the residual): [`significance`], Gaia's filter.
+//! - [`sparse`]: (index, value) entries of a vector, or the vector dense when that is shorter,
+//!   after a stamp word (gaia's mirror data, forwards and selective barriers).
 //!
 //! Every codec says how many bytes it produces (`encoded_len`), and its tests check that against
 //! the bytes it wrote and that a round trip gives back the input: exactly for [`single`], and for
@@ -18,11 +22,15 @@
 //! - a lossy encoding of every value (int8 with a per-block scale) implements [`ValueCodec`]:
 //!   `encoded_len(n)`, `encode` with an optional residual for error feedback (the error left by
 //!   the previous send is added in, and what this send loses is left in it for the next), and
-//!   `decode`; [`rows`] or a mode's dense exchange then takes it where it now takes [`fp16`].
+//!   `decode`; [`rows`] or a mode's dense exchange then takes it where it now takes [`fp16`];
+//! - a choice of entries (top-k) implements [`Sparsifier`] over the accumulated update, whose
+//!   unsent entries are the residual, and sends what it chose as a [`sparse`] message.
 
 pub mod fp16;
 pub mod rows;
+pub mod significance;
 pub mod single;
+pub mod sparse;
 
 /// An encoding of a run of f32 values that carries every value, exactly or rounded.
 pub trait ValueCodec {
@@ -35,6 +43,14 @@ pub trait ValueCodec {
     /// Appends to `into` the `n` values `bytes` encodes (which must be exactly
     /// [`ValueCodec::encoded_len`] bytes).
     fn decode(&self, bytes: &[u8], n: usize, into: &mut Vec<f32>) -> anyhow::Result<()>;
+}
+
+/// A choice of the entries of an accumulated update that go out now.
+pub trait Sparsifier {
+    /// Moves the chosen entries of `acc` into `out` as (index, value) and zeroes them in `acc`;
+    /// what stays in `acc` is the residual, sent by a later choice, so that `acc` before ==
+    /// the entries + `acc` after, exactly.
+    fn select(&self, acc: &mut [f32], out: &mut Vec<(u32, f32)>);
 }
 
 /// Checks that `bytes` has the `want` bytes of `n` values in the `what` encoding.
