@@ -16,7 +16,9 @@
 //! the lossy ones input = decoded + residual, exactly (no mass lost).
 //!
 //! asap's budgeted rows (`edge_budget`) still write their own `[count u32][row u32 ...][values
-//! f32 ...]` bodies; [`rows`] with a 4-byte count would carry them.
+//! f32 ...]` bodies (native-endian, little on every machine we run): [`rows`] without versions
+//! but with a 4-byte count. Moving them here needs that count width as an option of [`rows`]
+//! (its 8-byte count would spend 4 more bytes of each budgeted message, changing which rows fit).
 //!
 //! A new codec plugs in as one more file here:
 //! - a lossy encoding of every value (int8 with a per-block scale) implements [`ValueCodec`]:

@@ -84,7 +84,7 @@ pub fn add(b: &[u8], into: &mut [f32]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A message's stamp and its second word (the count, with [`DENSE`] set on a dense message).
+/// A message's stamp and its second word (the count, with the top bit set on a dense message).
 pub fn header(b: &[u8]) -> anyhow::Result<(u64, usize)> {
     anyhow::ensure!(b.len() >= 16, "a gaia message of {} bytes is too short", b.len());
     let clock = u64::from_le_bytes(b[0..8].try_into().expect("8 bytes"));
