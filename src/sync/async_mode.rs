@@ -38,7 +38,8 @@ use anyhow::bail;
 use mpi::topology::Communicator;
 
 use super::ps::clocks::{EvalSnapshots, WorkerClocks};
-use super::ps::{self, rows::{decode_rows, encode_rows}};
+use super::codec::rows::{decode_rows, encode_rows};
+use super::ps;
 use super::{Aggregate, CommStats, HistoryDelta, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::backoff::Backoff;
 use crate::comm::postbox::Postbox;

@@ -4,7 +4,7 @@
 //! as plain data and arithmetic the SSP engine calls:
 //! - the options ([`BosenOptions`]);
 //! - which buffered rows go first when spare bandwidth allows a send ([`Priority`], [`pick`]);
-//! - half-precision pushes of updates (encoded by the row codec, [`super::ps::rows::f16_bits`]),
+//! - half-precision pushes of updates (encoded by the row codec, [`super::codec::fp16::f16_bits`]),
 //!   whose rounding error stays in the client's buffer;
 //! - AdaRevision's per-coordinate step ([`AdaRevision`]), run by the shard servers.
 //!

@@ -14,8 +14,9 @@
 //!   s u with s = (ranks of the group) / (all ranks), so with every update exchanged the model is
 //!   exactly what allreduce over all ranks computes (the tests check that at `--significance 0`);
 //!   (2) each mirror server adds s u to its shard's accumulated update and sends the other groups
-//!   only the entries whose significance |acc / value| exceeds V / sqrt(t) ([`filter`]); the rest
-//!   stays accumulated (residuals), so nothing is lost; (3) it waits (serving) until every other
+//!   only the entries whose significance |acc / value| exceeds V / sqrt(t) (the codec's
+//!   [`Significance`] filter, sent as a [`sparse`] message); the rest stays accumulated
+//!   (residuals), so nothing is lost; (3) it waits (serving) until every other
 //!   group's updates of clocks <= t - DS have arrived (the mirror clock, [`MirrorClocks`]) and
 //!   until the data of every selective barrier it has received are there; (4) the group sums what
 //!   its mirror servers received into the model (a second allreduce over the group).
@@ -58,6 +59,8 @@ use anyhow::Context;
 use mpi::topology::{Color, Communicator, Key, SimpleCommunicator};
 
 use super::asap::{AsapOptions, NotifyMode, StochasticReduce};
+use super::codec::significance::Significance;
+use super::codec::{sparse, Sparsifier};
 use super::ps;
 use super::{average_replicas, ring_allreduce_bytes, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::collectives;
@@ -145,18 +148,6 @@ pub fn threshold(v: f64, t: u64) -> f64 {
 /// clocks: 1 + (clock - 1) / every.
 pub fn decay_step(clock: u64, every: u64) -> u64 {
     1 + clock.saturating_sub(1) / every.max(1)
-}
-
-/// The significance filter: moves every entry of `acc` whose relative magnitude |acc / value|
-/// exceeds `thr` into `out` as (index, value) and zeroes it there; the rest stays accumulated.
-/// Where the value is 0 any non-zero update is significant. `thr = 0` sends every non-zero entry.
-pub fn filter(acc: &mut [f32], values: &[f32], thr: f64, out: &mut Vec<(u32, f32)>) {
-    for (j, (a, &w)) in acc.iter_mut().zip(values).enumerate() {
-        if *a != 0.0 && (*a as f64).abs() > thr * (w as f64).abs() {
-            out.push((j as u32, *a));
-            *a = 0.0;
-        }
-    }
 }
 
 /// Why a group may not start its next clock yet.
@@ -276,13 +267,11 @@ pub fn parse_groups(spec: &str, nranks: usize, hosts: &[String]) -> anyhow::Resu
     }
 }
 
-/// Mirror data: `[clock u64][n u64]` + n x (`index u32`, `value f32`), indexes within the shard;
-/// or, when that would be longer than the shard itself, `[clock u64][len | DENSE]` + `len` x
-/// `f32` (zero where nothing is sent).
+/// Mirror data: the significant entries of the shard's accumulated update, a [`sparse`] message
+/// stamped with its clock (indexes within the shard).
 const TAG_DATA: i32 = 21;
-/// Marks a dense data message.
-const DENSE: u64 = 1 << 63;
-/// Selective barrier: `[clock u64][n u64]` + n x `index u32`.
+/// Selective barrier: the indexes of a clock's significant entries, a [`sparse`] index-only
+/// message stamped with the clock.
 const TAG_BARRIER: i32 = 22;
 /// `--gaia-inner asap`: what a mirror server received, forwarded to its group's other ranks; a
 /// data message whose clock is the sender's count of merges.
@@ -308,9 +297,9 @@ impl Forwards {
     fn take(&mut self, params: &mut [f32], base: &mut [f32]) -> anyhow::Result<()> {
         while let Some((src, b)) = self.postbox.try_receive(TAG_FORWARD) {
             let sh = self.shards.get(src).cloned().ok_or_else(|| anyhow::anyhow!("gaia: a forward from group rank {src}, which mirrors no shard"))?;
-            check_data(&b, sh.len()).with_context(|| format!("a gaia forward from group rank {src}"))?;
-            add_data(&b, &mut params[sh.clone()])?;
-            add_data(&b, &mut base[sh])?;
+            sparse::check(&b, sh.len()).with_context(|| format!("a gaia forward from group rank {src}"))?;
+            sparse::add(&b, &mut params[sh.clone()])?;
+            sparse::add(&b, &mut base[sh])?;
             self.received[src] += 1;
         }
         self.postbox.progress_sends()?;
@@ -321,64 +310,6 @@ impl Forwards {
     fn missing(&self, me: usize) -> Vec<usize> {
         (0..self.shards.len()).filter(|&k| k != me && self.received[k] < self.merges).collect()
     }
-}
-
-/// A message: the header, then `n` entries written by `entry`.
-fn encode(clock: u64, n: usize, width: usize, mut entry: impl FnMut(usize, &mut Vec<u8>)) -> Vec<u8> {
-    let mut b = Vec::with_capacity(16 + n * width);
-    b.extend_from_slice(&clock.to_le_bytes());
-    b.extend_from_slice(&(n as u64).to_le_bytes());
-    (0..n).for_each(|i| entry(i, &mut b));
-    b
-}
-
-/// A data message of `clock` carrying the (index, value) entries `sig` of a shard of `len`
-/// values: sparse, or dense when that is shorter.
-fn encode_data(clock: u64, sig: &[(u32, f32)], len: usize) -> Vec<u8> {
-    if 2 * sig.len() > len {
-        let mut dense = vec![0f32; len];
-        sig.iter().for_each(|&(j, v)| dense[j as usize] = v);
-        let mut b = encode(clock, len, 4, |i, b| b.extend_from_slice(&dense[i].to_le_bytes()));
-        b[8..16].copy_from_slice(&(len as u64 | DENSE).to_le_bytes());
-        b
-    } else {
-        encode(clock, sig.len(), 8, |i, b| {
-            b.extend_from_slice(&sig[i].0.to_le_bytes());
-            b.extend_from_slice(&sig[i].1.to_le_bytes());
-        })
-    }
-}
-
-/// Checks that a data message for a shard of `len` values has the length its header says.
-fn check_data(b: &[u8], len: usize) -> anyhow::Result<()> {
-    let (_, n) = header(b)?;
-    let want = if n as u64 & DENSE != 0 { 16 + 4 * len } else { 16 + 8 * (n as u64 & !DENSE) as usize };
-    anyhow::ensure!(b.len() == want, "has {} bytes, expected {want}", b.len());
-    Ok(())
-}
-
-/// Adds the entries of a data message (checked by [`check_data`]) into `into`, the shard.
-fn add_data(b: &[u8], into: &mut [f32]) -> anyhow::Result<()> {
-    if header(b)?.1 as u64 & DENSE != 0 {
-        for (x, e) in into.iter_mut().zip(b[16..].chunks_exact(4)) {
-            *x += f32::from_le_bytes(e.try_into().expect("4 bytes"));
-        }
-        return Ok(());
-    }
-    for e in b[16..].chunks_exact(8) {
-        let j = u32::from_le_bytes(e[0..4].try_into().expect("4 bytes")) as usize;
-        let v = f32::from_le_bytes(e[4..8].try_into().expect("4 bytes"));
-        anyhow::ensure!(j < into.len(), "names index {j} outside the shard");
-        into[j] += v;
-    }
-    Ok(())
-}
-
-fn header(b: &[u8]) -> anyhow::Result<(u64, usize)> {
-    anyhow::ensure!(b.len() >= 16, "a gaia message of {} bytes is too short", b.len());
-    let clock = u64::from_le_bytes(b[0..8].try_into().expect("8 bytes"));
-    let n = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")) as usize;
-    Ok((clock, n))
 }
 
 /// This rank's part in the exchange between groups (ranks with local index < P).
@@ -677,7 +608,7 @@ impl Gaia {
         let Some(m) = self.mirror.as_mut() else { return Ok(()) };
         let mut sig = Vec::new();
         if let Some(thr) = thr {
-            filter(&mut m.acc, &params[m.shard.clone()], thr, &mut sig);
+            Significance { reference: &params[m.shard.clone()], threshold: thr }.select(&mut m.acc, &mut sig);
             self.counts.significant += sig.len() as u64;
             self.counts.held += m.acc.iter().filter(|a| **a != 0.0).count() as u64;
         }
@@ -708,17 +639,17 @@ impl Gaia {
             let soft = thr.map_or(0.0, |h| h * self.opts.soft_significance / self.opts.significance.max(f64::MIN_POSITIVE));
             if !backlogged && soft > 0.0 {
                 let before = sig.len();
-                filter(&mut m.acc, &params[m.shard.clone()], soft, &mut sig);
+                Significance { reference: &params[m.shard.clone()], threshold: soft }.select(&mut m.acc, &mut sig);
                 self.counts.soft_sent += (sig.len() - before) as u64;
             }
             if barriers && backlogged && !sig.is_empty() {
-                let msg = encode(t, sig.len(), 4, |i, b| b.extend_from_slice(&sig[i].0.to_le_bytes()));
+                let msg = sparse::encode_indexes(t, &sig);
                 for g in (0..groups).filter(|&g| g != me) {
                     m.postbox.send(g, TAG_BARRIER, msg.clone())?;
                 }
                 self.counts.barriers_sent += 1;
             }
-            let data = encode_data(t, &sig, m.acc.len());
+            let data = sparse::encode(t, &sig, m.acc.len());
             for g in (0..groups).filter(|&g| g != me) {
                 match m.pacer.as_mut() {
                     Some(p) => {
@@ -832,7 +763,7 @@ impl Gaia {
                 let sig: Vec<(u32, f32)> =
                     m.incoming.iter().enumerate().filter(|(_, x)| **x != 0.0).map(|(j, &x)| (j as u32, x)).collect();
                 params[m.shard.clone()].iter_mut().zip(&m.incoming).for_each(|(w, d)| *w += d);
-                let msg = encode_data(f.merges, &sig, m.incoming.len());
+                let msg = sparse::encode(f.merges, &sig, m.incoming.len());
                 for j in (0..self.local.size() as usize).filter(|&j| j != self.local_index) {
                     self.counts.lan_bytes += msg.len() as u64;
                     f.postbox.send(j, TAG_FORWARD, msg.clone())?;
@@ -991,13 +922,13 @@ fn release_due(m: &mut Mirror) -> anyhow::Result<()> {
 /// `--dc-staleness 0` every group sums the same updates at the same clock).
 fn receive(m: &mut Mirror, counts: &mut Counts, t: u64) -> anyhow::Result<()> {
     while let Some((g, b)) = m.postbox.try_receive(TAG_BARRIER) {
-        let (clock, _) = header(&b)?;
+        let (clock, _) = sparse::header(&b)?;
         m.clocks.barrier(g, clock);
         counts.barriers_received += 1;
     }
     while let Some((g, b)) = m.postbox.try_receive(TAG_DATA) {
-        let (clock, _) = header(&b)?;
-        check_data(&b, m.incoming.len()).with_context(|| format!("a gaia data message from group {g}"))?;
+        let (clock, _) = sparse::header(&b)?;
+        sparse::check(&b, m.incoming.len()).with_context(|| format!("a gaia data message from group {g}"))?;
         m.early.push((clock, g, b));
     }
     // Messages of one group arrive in clock order; apply in that order.
@@ -1008,7 +939,7 @@ fn receive(m: &mut Mirror, counts: &mut Counts, t: u64) -> anyhow::Result<()> {
             continue;
         }
         let (clock, g, b) = m.early.remove(i);
-        add_data(&b, &mut m.incoming).with_context(|| format!("a gaia data message from group {g}"))?;
+        sparse::add(&b, &mut m.incoming).with_context(|| format!("a gaia data message from group {g}"))?;
         m.clocks.data(g, clock);
     }
     Ok(())
@@ -1194,6 +1125,39 @@ impl SyncMode for Gaia {
     }
 }
 
+/// `--sync gaia`'s declaration (see [`super::ModeSpec`]). With `--gaia-inner asap` it also reads
+/// asap's `--graph` (the shared graph group).
+pub const MODE: super::ModeSpec = super::ModeSpec {
+    build_counts: Some(gaia_counts),
+    uses: &[(&[], &["GaiaOptions"]), (&[("gaia_inner", "asap")], &["graph_group"])],
+    validate: validate_gaia,
+    ..super::ModeSpec::new(
+        "gaia",
+        "Groups of ranks as data centres (--groups): allreduce inside a group (or, --gaia-inner asap, ASAP's stochastic reduce), only significant updates between groups (--significance), bounded by the mirror clock (--dc-staleness)",
+        |ctx, run, init| {
+            let (mode, info) = Gaia::build(ctx, &run.opts.gaia, &run.opts.asap, init)?;
+            Ok((Box::new(mode), info))
+        },
+    )
+};
+
+/// `--model lda`: groups sum count deltas (see [`Gaia::for_counts`]).
+fn gaia_counts(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
+    Ok(Box::new(Gaia::for_counts(ctx, &run.opts.gaia, &run.opts.asap, init)?))
+}
+
+fn validate_gaia(run: &super::RunSpec) -> anyhow::Result<()> {
+    let o = &run.opts.gaia;
+    anyhow::ensure!(o.dc_staleness <= 1_000_000, "--dc-staleness must be at most 1000000 clocks, got {}", o.dc_staleness);
+    anyhow::ensure!(
+        o.soft_significance == 0.0 || (o.soft_significance > 0.0 && o.soft_significance < o.significance),
+        "--soft-significance must be 0 (off) or between 0 and --significance ({}), got {}",
+        o.significance,
+        o.soft_significance
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1211,55 +1175,6 @@ mod tests {
         assert_eq!([1, 2, 3].map(|c| decay_step(c, 1)), [1, 2, 3]);
         assert_eq!(decay_step(0, 5), 1);
         assert!((threshold(0.01, decay_step(31, 10)) - 0.005).abs() < 1e-15);
-    }
-
-    /// Random updates through the filter: every entry sent passed the threshold, everything
-    /// left is below it, and residual + sent == the sum of the updates (nothing lost).
-    #[test]
-    fn the_filter_sends_only_significant_updates_and_loses_nothing() {
-        let mut rng = crate::rng::Rng::new(5);
-        let n = 200;
-        let values: Vec<f32> = (0..n).map(|i| if i % 17 == 0 { 0.0 } else { rng.normal() as f32 }).collect();
-        let mut acc = vec![0f32; n];
-        let mut total = vec![0f64; n];
-        let mut sent = vec![0f64; n];
-        let (mut checked, mut went) = (0, 0);
-        for t in 1..=50u64 {
-            let thr = threshold(0.05, t);
-            for j in 0..n {
-                let u = (rng.normal() * 1e-3) as f32;
-                acc[j] += u;
-                total[j] += u as f64;
-            }
-            let before = acc.clone();
-            let mut out = Vec::new();
-            filter(&mut acc, &values, thr, &mut out);
-            checked += n;
-            went += out.len();
-            for &(j, v) in &out {
-                let j = j as usize;
-                assert_eq!(v, before[j]);
-                assert!((v as f64).abs() > thr * (values[j] as f64).abs(), "sent an insignificant update");
-                sent[j] += v as f64;
-            }
-            for j in 0..n {
-                if !out.iter().any(|e| e.0 as usize == j) {
-                    assert_eq!(acc[j], before[j]);
-                    assert!((acc[j] as f64).abs() <= thr * (values[j] as f64).abs() || acc[j] == 0.0);
-                }
-            }
-        }
-        for j in 0..n {
-            let err = (acc[j] as f64 + sent[j] - total[j]).abs();
-            assert!(err < 1e-5, "parameter {j}: residual + sent differs from the total by {err}");
-        }
-        assert!(went > 0 && went < checked, "{went} of {checked}");
-        // Threshold 0 sends everything non-zero.
-        let mut acc = vec![1e-9f32, 0.0, -3.0];
-        let mut out = Vec::new();
-        filter(&mut acc, &[1e9, 1.0, 1.0], 0.0, &mut out);
-        assert_eq!(out, vec![(0, 1e-9), (2, -3.0)]);
-        assert_eq!(acc, vec![0.0; 3]);
     }
 
     #[test]
@@ -1319,37 +1234,4 @@ mod tests {
         let e = parse_groups("/no/such/file", 2, &mixed).unwrap_err();
         assert!(format!("{e:#}").contains("--groups \"/no/such/file\""), "{e:#}");
     }
-}
-
-/// `--sync gaia`'s declaration (see [`super::ModeSpec`]). With `--gaia-inner asap` it also reads
-/// asap's `--graph` (the shared graph group).
-pub const MODE: super::ModeSpec = super::ModeSpec {
-    build_counts: Some(gaia_counts),
-    uses: &[(&[], &["GaiaOptions"]), (&[("gaia_inner", "asap")], &["graph_group"])],
-    validate: validate_gaia,
-    ..super::ModeSpec::new(
-        "gaia",
-        "Groups of ranks as data centres (--groups): allreduce inside a group (or, --gaia-inner asap, ASAP's stochastic reduce), only significant updates between groups (--significance), bounded by the mirror clock (--dc-staleness)",
-        |ctx, run, init| {
-            let (mode, info) = Gaia::build(ctx, &run.opts.gaia, &run.opts.asap, init)?;
-            Ok((Box::new(mode), info))
-        },
-    )
-};
-
-/// `--model lda`: groups sum count deltas (see [`Gaia::for_counts`]).
-fn gaia_counts(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
-    Ok(Box::new(Gaia::for_counts(ctx, &run.opts.gaia, &run.opts.asap, init)?))
-}
-
-fn validate_gaia(run: &super::RunSpec) -> anyhow::Result<()> {
-    let o = &run.opts.gaia;
-    anyhow::ensure!(o.dc_staleness <= 1_000_000, "--dc-staleness must be at most 1000000 clocks, got {}", o.dc_staleness);
-    anyhow::ensure!(
-        o.soft_significance == 0.0 || (o.soft_significance > 0.0 && o.soft_significance < o.significance),
-        "--soft-significance must be 0 (off) or between 0 and --significance ({}), got {}",
-        o.significance,
-        o.soft_significance
-    );
-    Ok(())
 }

@@ -25,6 +25,7 @@ mod registry;
 pub use registry::{Built, ModeSpec, RunSpec, Uses};
 
 // Shared machinery of the modes (the modes' own files are declared by the registry below).
+pub mod codec;
 pub mod delta_sum;
 pub mod ps;
 

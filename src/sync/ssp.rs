@@ -39,7 +39,8 @@ use mpi::topology::Communicator;
 
 use super::bosen::{self, AdaRevision, BosenOptions, Picker};
 use super::ps::clocks::{EvalSnapshots, WorkerClocks};
-use super::ps::rows::{decode_rows, encode_rows, word_at, RowBlock, F16_HALF_MIN};
+use super::codec::fp16::F16_HALF_MIN;
+use super::codec::rows::{decode_rows, encode_rows, word_at, RowBlock};
 use super::ps::shards::{shard_ranges, shard_rows};
 use super::ps;
 use super::{Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};

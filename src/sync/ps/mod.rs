@@ -1,6 +1,5 @@
-//! What the parameter-server modes share, apart from any one mode's protocol:
-//! - the row codec ([`rows`]): sparse rows in single or half precision, as ssp, bosen and async
-//!   send them;
+//! What the parameter-server modes share, apart from any one mode's protocol (their row codec,
+//! sparse rows in single or half precision, is [`super::codec::rows`]):
 //! - the shards ([`shards`]): which rows each rank serves (ssp, bosen, lda);
 //! - the serve loop ([`serve_until`]): a rank that waits keeps serving the others (ssp, bosen,
 //!   async, gaia), with one back-off and one timeout.
@@ -8,7 +7,6 @@
 //!   and the evaluation snapshots it releases (ssp and bosen shards, the async coordinator).
 
 pub mod clocks;
-pub mod rows;
 pub mod shards;
 
 use std::time::Duration;
