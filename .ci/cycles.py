@@ -1,141 +1,138 @@
 #!/usr/bin/env python3
-"""Lists the pairs of files of src/ that import each other, and exits 1 when there is one.
+"""Lists the pairs of files of src/ that import each other and exits 1 when there is one.
 
     .ci/cycles.py            # src/
-    .ci/cycles.py --edges    # every file and the files it names
-    .ci/cycles.py DIR        # another checkout's src/
+    .ci/cycles.py --edges    # every file-to-file reference it resolved, with its line
+    .ci/cycles.py DIR        # the src/ of another checkout
 
-A file names another when its `use` declarations (grouped ones too: `use super::{a, b::c}`) or its
-paths (`crate::comm::collectives::agree(..)`, `super::ps::serve_until`) lead into the other's
-module. A parent file (x.rs or x/mod.rs) and its own children (x/y.rs) are not a pair: a child
-using its parent's items (`super::{Gossip, Neighbourhood}`) is how a module is split into files.
-Test items (`#[cfg(test)]`) are skipped, the rest of each file is read (rust_source.py). main.rs
-and src/bin/ are their own crates and use the library by name, so they cannot be in a pair.
+A reference is a `use` path (grouped ones such as `use a::{b, c::d}` expanded) or a
+`crate::`/`super::`/`self::` path in code, or an intra-doc link (`[`super::x`]`) in a doc comment,
+since rustdoc resolves those too. Each is resolved to the file that defines the longest module
+prefix of the path (x.rs or x/mod.rs). Test items (`#[cfg(test)]`, brace matched) are skipped; code
+after them is read. A parent (x.rs or x/mod.rs) and its own child (x/y.rs) are not a pair: children
+use items of their parent (src/sync/asap/*.rs use `super::{Gossip, Neighbourhood}`). lib.rs,
+main.rs and src/bin/ (crate roots) are left out.
 
-The review of issue 39 found seven pairs, among them ssp.rs <-> bosen.rs (two modes' engine
-split across two files) and config.rs <-> cluster.rs; a pair is a layer that points both ways.
+A pair is broken by moving what both use to where the dependency points one way, or into a small
+file of its own.
 """
 import os
 import re
 import sys
 
-from rust_source import blank_tests, rust_files
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rust_source import line_of, without_tests  # noqa: E402
 
-USE = re.compile(r"\buse\s+([^;]+);", re.S)
-PATH = re.compile(r"\b((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+USE = re.compile(r"\buse\s+([^;]+);")
+PATH = re.compile(r"(?<![\w:])((?:crate|super|self)(?:\s*::\s*[A-Za-z_][A-Za-z0-9_]*)+)")
+DOC_LINK = re.compile(r"\[`?((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 
 
 def module_of(rel):
-    """The module path of a file relative to src/ (lib.rs: the crate root, [])."""
+    """Module path of a file relative to src/: a/b.rs -> [a, b], a/mod.rs -> [a]."""
     parts = rel.removesuffix(".rs").split(os.sep)
-    if parts[-1] in ("mod", "lib"):
-        parts = parts[:-1]
-    return tuple(parts)
+    return parts[:-1] if parts[-1] == "mod" else parts
 
 
 def expand(tree):
-    """The paths of a use tree: `super::{a, b::{c, d}}` -> super::a, super::b::c, super::b::d."""
+    """`a::{b, c::{d, self}}` -> [a::b, a::c::d, a::c]."""
     tree = re.sub(r"\s+", "", tree)
-    depth = 0
-    for i, c in enumerate(tree):
-        if c == "{":
-            if depth == 0:
-                prefix, inner = tree[:i], tree[i + 1:tree.rindex("}")]
-                out, depth2, start = [], 0, 0
-                for j, d in enumerate(inner + ","):
-                    if d == "{":
-                        depth2 += 1
-                    elif d == "}":
-                        depth2 -= 1
-                    elif d == "," and depth2 == 0:
-                        if inner[start:j]:
-                            out += [prefix + p for p in expand(inner[start:j])]
-                        start = j + 1
-                return out
-            depth += 1
-    return [re.sub(r"\bas\b.*$", "", tree.replace(" ", ""))]
-
-
-def resolve(path, here, modules, children):
-    """The module (a key of `modules`) that `path`, written in module `here`, leads into."""
-    segs = [s for s in path.split("::") if s and s != "*"]
-    if not segs:
-        return None
-    if segs[0] == "crate":
-        cur, segs = (), segs[1:]
-    elif segs[0] in ("super", "self"):
-        cur = here
-        while segs and segs[0] in ("super", "self"):
-            if segs[0] == "super":
-                cur = cur[:-1]
-            segs = segs[1:]
-    elif segs[0] in children.get(here, ()):
-        cur = here  # a 2018-edition relative path to a child module
-    else:
-        return None  # std, another crate, or a local item
-    for s in segs:
-        nxt = cur + (s,)
-        if nxt not in modules:
+    depth, k = 0, 0
+    for k, ch in enumerate(tree):
+        if ch == "{":
             break
-        cur = nxt
-    return cur
-
-
-def edges(root):
-    modules, texts = {}, {}
-    for path, rel in rust_files(root):
-        if rel == "main.rs" or rel.startswith("bin" + os.sep):
-            continue
-        m = module_of(rel)
-        modules[m] = rel
-        texts[m] = blank_tests(open(path, encoding="utf-8").read())
-    children = {}
-    for m in modules:
-        if m:
-            children.setdefault(m[:-1], set()).add(m[-1])
-    found = {}  # (from, to) -> first line
-    for m, text in texts.items():
-        lines = [(i, l) for i, l in enumerate(text.splitlines(), 1) if not l.lstrip().startswith("//")]
-        body = "\n".join(l for _, l in lines)
-        line_of = [i for i, _ in lines]
-        refs = []
-        for u in USE.finditer(body):
-            for p in expand(u.group(1)):
-                refs.append((p, body.count("\n", 0, u.start())))
-        for p in PATH.finditer(body):
-            refs.append((p.group(1), body.count("\n", 0, p.start())))
-        for p, at in refs:
-            target = resolve(p.replace(" ", ""), m, modules, children)
-            if target is None or target == m:
-                continue
-            found.setdefault((m, target), line_of[at])
-    return modules, found
-
-
-def pairs(root):
-    modules, found = edges(root)
+    else:
+        return [re.sub(r"::self$", "", tree)]
+    prefix, inner = tree[:k], tree[k + 1:tree.rfind("}")]
+    items, start = [], 0
+    for j, ch in enumerate(inner):
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            items.append(inner[start:j])
+            start = j + 1
+    items.append(inner[start:])
     out = []
-    for (a, b), line in sorted(found.items()):
-        if a < b and (b, a) in found:
-            if a == b[:-1] or b == a[:-1]:
-                continue  # a parent file and its own child
-            out.append(f"src/{modules[a]}:{line} <-> src/{modules[b]}:{found[(b, a)]}")
+    for item in filter(None, items):
+        out += [re.sub(r"::self$", "", prefix + p) if p != "self" else prefix.rstrip(":") for p in expand(item)]
     return out
 
 
+def resolve(module, segments, files):
+    """The module file that `segments` (a path as written in `module`) points into, or None."""
+    if segments[0] == "crate":
+        base, rest = [], segments[1:]
+    elif segments[0] in ("self", "super"):
+        base, rest = list(module), segments
+        while rest and rest[0] in ("self", "super"):
+            if rest[0] == "super":
+                base = base[:-1]
+            rest = rest[1:]
+    elif tuple(module + [segments[0]]) in files:  # `use child::x` of a module's own child
+        base, rest = list(module), segments
+    else:
+        return None  # an external crate or std
+    for n in range(len(rest), -1, -1):
+        target = tuple(base + rest[:n])
+        if target in files:
+            return target
+    return None
+
+
+def references(root):
+    """{(from module, to module): (line, file)} over src/, test items skipped."""
+    src = os.path.join(root, "src")
+    files = {}
+    for dirpath, _, names in os.walk(src):
+        for f in names:
+            rel = os.path.relpath(os.path.join(dirpath, f), src)
+            if f.endswith(".rs") and rel not in ("lib.rs", "main.rs") and not rel.startswith("bin" + os.sep):
+                files[tuple(module_of(rel))] = rel
+    edges = {}
+    for module, rel in sorted(files.items(), key=lambda x: x[1]):
+        text = open(os.path.join(src, rel), encoding="utf-8").read()
+        code, tests = without_tests(text)
+        found = []  # (offset, path segments)
+        for m in USE.finditer(code):
+            body = re.sub(r"^pub(\([^)]*\))?\s+", "", m.group(1).strip())
+            body = re.sub(r"\s+as\s+\w+", "", body)
+            found += [(m.start(), p.split("::")) for p in expand(body) if p]
+        for m in PATH.finditer(code):
+            found.append((m.start(), re.sub(r"\s+", "", m.group(1)).split("::")))
+        for m in DOC_LINK.finditer(text):
+            line_start = text.rfind("\n", 0, m.start()) + 1
+            line = text[line_start:text.find("\n", m.start())]
+            if not re.match(r"\s*//[/!]", line) or any(a <= m.start() < b for a, b in tests):
+                continue
+            found.append((m.start(), m.group(1).split("::")))
+        for offset, segments in found:
+            target = resolve(list(module), segments, files)
+            if target is None or target == module:
+                continue
+            key = (module, target)
+            line = line_of(text, offset)
+            if key not in edges or line < edges[key][0]:
+                edges[key] = (line, rel)
+    return files, edges
+
+
+def parent_and_child(a, b):
+    return a[:-1] == b or b[:-1] == a
+
+
 def main():
-    dirs = [a for a in sys.argv[1:] if not a.startswith("--")]
-    root = dirs[0] if dirs else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    roots = [a for a in sys.argv[1:] if not a.startswith("--")]
+    root = roots[0] if roots else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files, edges = references(root)
     if "--edges" in sys.argv:
-        modules, found = edges(root)
-        for (a, b), line in sorted(found.items()):
-            print(f"src/{modules[a]}:{line} -> src/{modules[b]}")
+        for (a, b), (line, rel) in sorted(edges.items(), key=lambda x: (x[1][1], x[1][0])):
+            print(f"src/{rel}:{line} -> src/{files[b]}")
         return 0
-    found = pairs(root)
-    for p in found:
-        print(f"{p}: these files import each other: move what both need into one of them, or into a file of its own")
-    print(f"{len(found)} pair(s) of files importing each other", file=sys.stderr)
-    return 1 if found else 0
+    pairs = sorted({tuple(sorted((a, b))) for a, b in edges if (b, a) in edges and not parent_and_child(a, b)})
+    for a, b in pairs:
+        print(f"src/{files[a]}:{edges[(a, b)][0]} <-> src/{files[b]}:{edges[(b, a)][0]}")
+    print(f"{len(pairs)} pair(s) of files importing each other", file=sys.stderr)
+    return 1 if pairs else 0
 
 
 if __name__ == "__main__":

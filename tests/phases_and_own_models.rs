@@ -34,7 +34,7 @@ fn own_model_metrics_match_a_single_rank_run_of_the_same_model() {
     assert_eq!(own[0], alone, "rank 0's own model {own:?} against the same model trained alone ({alone})");
     assert!(own.iter().all(|&a| a > 0.6), "{own:?}");
     // The last evaluation point holds the same replicas: its worst and mean are those of the list.
-    let last = metrics(&m2).into_iter().filter(|v| v["event"] == "eval").last().unwrap();
+    let last = metrics(&m2).into_iter().rfind(|v| v["event"] == "eval").unwrap();
     let (worst, mean) = (last["rank_metric"]["worst"].as_f64().unwrap(), last["rank_metric"]["mean"].as_f64().unwrap());
     assert_eq!(worst, own[0].min(own[1]));
     assert!((mean - (own[0] + own[1]) / 2.0).abs() < 1e-12, "{mean} vs {own:?}");

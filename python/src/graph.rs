@@ -79,11 +79,14 @@ pub fn graph_gap_edges(
     to_dict(py, &r)
 }
 
+/// A graph's directed edges (from, to).
+type EdgeList = Vec<(usize, usize)>;
+
 /// `asap-train graph search --nodes N --out-degree K`: the out-degree-K graph with the largest
 /// spectral gap found. Returns (edges as a list of pairs, its report).
 #[pyfunction]
 #[pyo3(signature = (nodes, out_degree, candidates=500, seed=1))]
-pub fn graph_search(py: Python<'_>, nodes: usize, out_degree: usize, candidates: usize, seed: u64) -> PyResult<(Vec<(usize, usize)>, Py<PyAny>)> {
+pub fn graph_search(py: Python<'_>, nodes: usize, out_degree: usize, candidates: usize, seed: u64) -> PyResult<(EdgeList, Py<PyAny>)> {
     if nodes < 2 {
         return Err(OptionError::new_err(format!("search needs at least 2 nodes, got {nodes}")));
     }

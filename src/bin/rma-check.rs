@@ -722,10 +722,13 @@ mod probe {
         Alternate,
     }
 
+    /// What a raw variant runs between its timed puts (see `raw`).
+    type Between<'a> = &'a mut dyn FnMut(&Window, &mut [f32]);
+
     /// Puts `data` at offset 0 of the next rank's window and flushes, `rounds` times, in
     /// `pattern`. With `between`, the ranks meet in a barrier after every put, run `between`
     /// (untimed: a peer's put is complete by then), and meet again.
-    fn raw(world: &SimpleCommunicator, win: &Window, data: &mut [f32], rounds: u64, pattern: Pattern, mut between: Option<&mut dyn FnMut(&Window, &mut [f32])>) -> anyhow::Result<Times> {
+    fn raw(world: &SimpleCommunicator, win: &Window, data: &mut [f32], rounds: u64, pattern: Pattern, mut between: Option<Between>) -> anyhow::Result<Times> {
         let (me, n) = (world.rank(), world.size());
         let next = (me + 1) % n;
         let mut t = Times { rounds, ..Times::default() };

@@ -1,6 +1,7 @@
 //! Deadlines for collectives: once armed (for a training run), every collective of
-//! [`super::collectives`] is started non-blocking and polled, and if it does not complete within
-//! the timeout the job is aborted with a message naming the ranks that never reached it.
+//! collectives.rs (named, not linked: that file uses this one, and the link would make a circle) is
+//! started non-blocking and polled, and if it does not complete within the timeout the job is
+//! aborted with a message naming the ranks that never reached it.
 //!
 //! Naming them needs no answer from them: each rank keeps, in its own words of a small one-sided
 //! window (local stores, no MPI call), the number of collectives it has entered, a heartbeat it

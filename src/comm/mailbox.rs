@@ -647,9 +647,9 @@ impl Mailboxes {
         let mut ready = vec![false; self.in_nb.len()];
         loop {
             self.win.sync()?;
-            for i in 0..ready.len() {
-                if !ready[i] && self.visible(i) > self.consumed[i] {
-                    ready[i] = true;
+            for (i, is_ready) in ready.iter_mut().enumerate() {
+                if !*is_ready && self.visible(i) > self.consumed[i] {
+                    *is_ready = true;
                     self.bytes_received += WORD;
                 }
             }
@@ -997,7 +997,7 @@ mod tests {
         assert_eq!(lay.slot(0, 0), 64, "5 words padded to a cache line");
         // 64 to the payload + 28 payload bytes padded to 32 + 8 footer = 104, rounded to 128.
         assert_eq!((lay.payload_bytes, lay.slot_stride, lay.message_bytes()), (32, 128, 48));
-        assert!((0..=3).all(|i| lay.slot(i, 0) % 64 == 0 && lay.payload(lay.slot(i, 0)) % 64 == 0));
+        assert!((0..=3).all(|i| lay.slot(i, 0).is_multiple_of(64) && lay.payload(lay.slot(i, 0)).is_multiple_of(64)));
         assert!(lay.payload(0) + lay.payload_bytes <= lay.footer(0) && lay.footer(0) + 8 == lay.slot_stride);
         assert_eq!(lay.bytes(), lay.slot(3, 0));
         // Depth 3: message m of in-neighbour i lands in slot (m - 1) mod 3, slots back to back.

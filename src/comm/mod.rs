@@ -183,7 +183,7 @@ fn cpu_clock_seconds(clock: libc::clockid_t) -> Option<f64> {
     // SAFETY: `ts` is a valid, writable timespec for the duration of the call; the clock ids
     // passed here are constants every Linux supports.
     let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    (rc == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+    (rc == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
 extern "C" {

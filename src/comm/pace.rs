@@ -8,8 +8,9 @@
 //! it is empty). Optionally every message also arrives `latency` after it left.
 //!
 //! The bucket only computes times; callers either sleep until then (blocking sends: collectives,
-//! one-sided puts) or hold the message back until then ([`super::postbox::Postbox`]). Every send
-//! can be logged (time since start, bytes) for checking the rate afterwards.
+//! one-sided puts) or hold the message back until then (`Postbox` in postbox.rs, which uses this
+//! module, so it is named, not linked). Every send can be logged (time since start, bytes) for
+//! checking the rate afterwards.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

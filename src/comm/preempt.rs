@@ -71,7 +71,7 @@ impl StopVote {
     /// need to make progress (the async coordinator) keeps answering them, so it need not be
     /// kept from running ahead into a vote.
     pub fn stop_after_serving(&mut self, round: u64, serve: &mut dyn FnMut() -> anyhow::Result<()>) -> anyhow::Result<bool> {
-        if round % self.period != 0 {
+        if !round.is_multiple_of(self.period) {
             return Ok(false);
         }
         let stop = match self.pending.take() {

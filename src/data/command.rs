@@ -163,7 +163,7 @@ pub fn run(args: &DataArgs) -> anyhow::Result<()> {
                 *hist.entry(format!("{y}")).or_default() += 1;
             }
             let mut top: Vec<_> = hist.into_iter().collect();
-            top.sort_by(|a, b| b.1.cmp(&a.1));
+            top.sort_by_key(|&(_, count)| std::cmp::Reverse(count));
             let shown: Vec<String> = top.iter().take(10).map(|(k, v)| format!("{k}: {v}")).collect();
             println!("labels      {} distinct; {}", top.len(), shown.join(", "));
             println!("memory      {:.1} MB in this program", d.heap_bytes() as f64 / 1e6);

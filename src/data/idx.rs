@@ -138,9 +138,12 @@ pub fn pair_dims(path: &str, labels: Option<&str>) -> Result<(Vec<usize>, Vec<us
     Ok((dims, ldims))
 }
 
+/// An images file read whole: (image bytes, dims, label bytes).
+pub type RawImages = (Vec<u8>, Vec<usize>, Vec<u8>);
+
 /// Every row of an images file and its labels, raw (one rank reading for all; see
-/// `train::setup`): (image bytes, dims, label bytes).
-pub fn read_all_raw(path: &str, labels: Option<&str>) -> Result<(Vec<u8>, Vec<usize>, Vec<u8>), DataError> {
+/// `train::setup`).
+pub fn read_all_raw(path: &str, labels: Option<&str>) -> Result<RawImages, DataError> {
     let labels_path = labels_for(path, labels)?;
     let (x, dims, _) = rows(path, 0, 1)?;
     let (y, ldims, _) = rows(&labels_path, 0, 1)?;

@@ -66,7 +66,7 @@ pub fn class_shares(p: Partition, classes: usize, ranks: usize, seed: u64) -> Re
 
 /// The rank example `global` (its position in the file) of class `class` goes to.
 pub fn destination(shares: &[Vec<f64>], class: usize, global: u64, seed: u64) -> usize {
-    let u = Rng::new(seed ^ global.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5eed_0f_da7a).next_f64();
+    let u = Rng::new(seed ^ global.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5e_ed0f_da7a).next_f64();
     let row = &shares[class];
     row.partition_point(|&s| s <= u).min(row.len() - 1)
 }

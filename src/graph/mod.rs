@@ -280,7 +280,7 @@ pub fn generate(spec: &str, n: usize, seed: u64) -> anyhow::Result<Graph> {
         }
         "exponential" => return Ok(circulant((0..).map(|k| 1usize << k).take_while(|&s| s < n).collect())),
         "torus" => {
-            let rows = (1..=(n as f64).sqrt() as usize).rev().find(|r| n % r == 0).unwrap_or(1);
+            let rows = (1..=(n as f64).sqrt() as usize).rev().find(|r| n.is_multiple_of(*r)).unwrap_or(1);
             let cols = n / rows;
             let id = |r: usize, c: usize| (r % rows) * cols + (c % cols);
             let edges = (0..n).flat_map(|i| {
@@ -487,7 +487,7 @@ mod tests {
         }
         // A wrong description is refused (the graph falls back to the general methods).
         let g = Graph::from_edges(6, (0..6).map(|i| (i, (i + 1) % 6)), "ring");
-        assert!(Cayley::new(vec![6], [vec![2]]).describes(&g) == false);
+        assert!(!Cayley::new(vec![6], [vec![2]]).describes(&g));
         assert!(Cayley::new(vec![6], [vec![1]]).describes(&g));
         assert!(generate("complete", 8, 1).unwrap().cayley().is_none());
     }

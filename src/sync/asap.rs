@@ -386,28 +386,6 @@ impl SyncMode for StochasticReduce {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::NotifyMode;
-    use clap::ValueEnum;
-
-    #[test]
-    fn notify_mode_names_match_the_command_line_and_config_files() {
-        for (name, mode) in [
-            ("notify-ack", NotifyMode::NotifyAck),
-            ("barrier", NotifyMode::Barrier),
-            ("none", NotifyMode::None),
-        ] {
-            assert_eq!(NotifyMode::from_str(name, false), Ok(mode));
-            assert_eq!(serde_json::to_string(&mode).unwrap(), format!("\"{name}\""));
-            assert_eq!(
-                serde_json::from_str::<NotifyMode>(&format!("\"{name}\"")).unwrap(),
-                mode
-            );
-        }
-    }
-}
-
 /// `--sync asap`'s declaration (see [`super::ModeSpec`]). Besides its own options it reads two
 /// shared groups: `--staleness` (declared in ssp's options) bounds NOTIFY-ACK, and
 /// `--bandwidth-mbps`/`--priority` (declared in bosen's) budget each edge.
@@ -444,4 +422,26 @@ fn build_asap(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> super::B
     let budget = o.bosen.bandwidth_mbps.map(|mbps| EdgeBudgetOptions { mbps, priority: o.bosen.priority });
     let (mode, info) = StochasticReduce::build(ctx, &o.asap, init, budget, o.ssp.staleness.unwrap_or(0))?;
     Ok((Box::new(mode), info))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NotifyMode;
+    use clap::ValueEnum;
+
+    #[test]
+    fn notify_mode_names_match_the_command_line_and_config_files() {
+        for (name, mode) in [
+            ("notify-ack", NotifyMode::NotifyAck),
+            ("barrier", NotifyMode::Barrier),
+            ("none", NotifyMode::None),
+        ] {
+            assert_eq!(NotifyMode::from_str(name, false), Ok(mode));
+            assert_eq!(serde_json::to_string(&mode).unwrap(), format!("\"{name}\""));
+            assert_eq!(
+                serde_json::from_str::<NotifyMode>(&format!("\"{name}\"")).unwrap(),
+                mode
+            );
+        }
+    }
 }

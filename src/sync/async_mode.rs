@@ -967,6 +967,34 @@ impl SyncMode for CoordinatedAsync {
     }
 }
 
+/// `--sync async`'s declaration (see [`super::ModeSpec`]).
+pub const MODE: super::ModeSpec = super::ModeSpec {
+    uses: &[(&[], &["AsyncOptions"])],
+    keeps_history: |o| o.async_mode.optimizer == OptimizerKind::Saga,
+    validate: validate_async,
+    ..super::ModeSpec::new(
+        "async",
+        "A coordinator (rank 0) and workers under a barrier predicate (--barrier); --optimizer saga",
+        |ctx, run, init| {
+            let o = &run.opts.async_mode;
+            let info = serde_json::json!({"barrier": o.barrier, "optimizer": o.optimizer, "coordinator": 0});
+            Ok((Box::new(CoordinatedAsync::new(ctx, o, init)?), info))
+        },
+    )
+};
+
+fn validate_async(run: &super::RunSpec) -> anyhow::Result<()> {
+    use crate::model::ModelKind;
+    if run.opts.async_mode.optimizer == OptimizerKind::Saga {
+        anyhow::ensure!(
+            matches!(run.model, ModelKind::Lsq | ModelKind::Logreg | ModelKind::Svm),
+            "--optimizer saga needs a linear model (--model lsq, logreg or svm: one stored scalar per example), not {:?}",
+            run.model
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1142,32 +1170,4 @@ mod tests {
         c.receive(r).unwrap();
         assert_eq!(c.model, vec![-1.0, -2.0], "w -= step sum * A / M");
     }
-}
-
-/// `--sync async`'s declaration (see [`super::ModeSpec`]).
-pub const MODE: super::ModeSpec = super::ModeSpec {
-    uses: &[(&[], &["AsyncOptions"])],
-    keeps_history: |o| o.async_mode.optimizer == OptimizerKind::Saga,
-    validate: validate_async,
-    ..super::ModeSpec::new(
-        "async",
-        "A coordinator (rank 0) and workers under a barrier predicate (--barrier); --optimizer saga",
-        |ctx, run, init| {
-            let o = &run.opts.async_mode;
-            let info = serde_json::json!({"barrier": o.barrier, "optimizer": o.optimizer, "coordinator": 0});
-            Ok((Box::new(CoordinatedAsync::new(ctx, o, init)?), info))
-        },
-    )
-};
-
-fn validate_async(run: &super::RunSpec) -> anyhow::Result<()> {
-    use crate::model::ModelKind;
-    if run.opts.async_mode.optimizer == OptimizerKind::Saga {
-        anyhow::ensure!(
-            matches!(run.model, ModelKind::Lsq | ModelKind::Logreg | ModelKind::Svm),
-            "--optimizer saga needs a linear model (--model lsq, logreg or svm: one stored scalar per example), not {:?}",
-            run.model
-        );
-    }
-    Ok(())
 }

@@ -1,4 +1,5 @@
-//! HDF5 checkpoints (the final model file is [`super::model_file`]).
+//! HDF5 checkpoints (the final model file is written by model_file.rs, which uses this module's
+//! `write_atomic`, so it is named, not linked).
 //!
 //! A checkpoint holds every rank's replica (`params`, ranks x P), every rank's shuffle RNG state at
 //! the start of the current epoch (`rng`, ranks x 4), the position in training as attributes

@@ -219,7 +219,8 @@ mod tests {
         let p = |x: &Path| x.to_string_lossy().into_owned();
         let missing = dir.path().join("typo");
         let deep = missing.join("a");
-        let set: [(&str, fn(&mut TrainConfig, String)); 4] = [
+        type SetOption = fn(&mut TrainConfig, String);
+        let set: [(&str, SetOption); 4] = [
             ("--metrics", |c, v| c.metrics = Some(v + "/m.jsonl")),
             ("--save-model", |c, v| c.save_model = Some(v + "/m.h5")),
             ("--checkpoint-dir", |c, v| c.checkpoint_dir = Some(v + "/ck")),

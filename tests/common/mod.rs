@@ -181,7 +181,7 @@ pub fn rank_pids(key: &str, value: &str, rank: Option<usize>) -> Vec<u32> {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
         let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
         let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
-        let has = |v: &str| vars.iter().any(|x| *x == v.as_bytes());
+        let has = |v: &str| vars.contains(&v.as_bytes());
         let is_rank = RANK_VARIABLES.iter().any(|k| match rank {
             Some(r) => has(&format!("{k}={r}")),
             None => vars.iter().any(|x| x.starts_with(format!("{k}=").as_bytes())),

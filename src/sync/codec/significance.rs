@@ -1,7 +1,7 @@
 //! Gaia's significance filter (Gaia, Hsieh et al., NSDI'17, §3.3): of an accumulated update, only
 //! the entries that change their parameter by a significant fraction are sent; the rest stays
 //! accumulated (the residuals) and goes out once it has grown past the threshold, or at the end's
-//! flush (threshold 0), so nothing is lost. The entries travel as a [`super::sparse`] message;
+//! flush (threshold 0), so nothing is lost. The entries travel as a sparse message (sparse.rs);
 //! the threshold's decay (V / sqrt(t)) is gaia's, which passes the threshold of the clock.
 
 use super::Sparsifier;
