@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use asap_train::config::{SyncKind, TrainConfig};
 use asap_train::model::RowLayout;
-use asap_train::sync::ssp::{BosenSetup, StaleSynchronous};
 use asap_train::sync::{SyncContext, SyncMode};
 use mpi::topology::SimpleCommunicator;
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods};
@@ -140,14 +139,14 @@ impl Table {
             record_sends: false,
             rounds_per_epoch: 1,
         };
-        let bosen = cfg.sync == SyncKind::Bosen;
-        let info = serde_json::json!({"staleness": cfg.modes.ssp.ssp_staleness(), "apply": cfg.modes.ssp.apply_rule(bosen),
-                                      "bosen": if bosen { serde_json::to_value(&cfg.modes.bosen).unwrap_or_default() } else { serde_json::Value::Null }});
-        let setup = bosen.then_some(BosenSetup { opts: &cfg.modes.bosen, adarevision: false, lr: cfg.lr });
-        let built = StaleSynchronous::new(&ctx, &cfg.modes.ssp, &replica, setup);
-        let mode = agree(&comm, built).map_err(OptionError::new_err)?;
+        // Built by the mode's declaration, as the binary builds it; the table's info keeps what
+        // concerns a table (not the parameters per shard).
+        let built = (cfg.sync.spec().build)(&ctx, &cfg.mode_run(), &replica);
+        let (mode, built_info) = agree(&comm, built).map_err(OptionError::new_err)?;
+        let info = serde_json::json!({"staleness": built_info["staleness"], "apply": built_info["apply"],
+                                      "bosen": built_info.get("bosen").cloned().unwrap_or_default()});
         let slot = MODES.with_borrow_mut(|m| {
-            m.push(Some(Box::new(mode) as Box<dyn SyncMode>));
+            m.push(Some(mode));
             m.len() - 1
         });
         Ok(Table { slot, rows, row_len, replica, clock: 0, info, last: None })

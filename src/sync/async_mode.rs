@@ -39,7 +39,7 @@ use mpi::topology::Communicator;
 
 use super::ps::clocks::{EvalSnapshots, WorkerClocks};
 use super::codec::rows::{decode_rows, encode_rows};
-use super::ps;
+use super::ps::serve::serve_until;
 use super::{Aggregate, CommStats, HistoryDelta, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::backoff::Backoff;
 use crate::comm::postbox::Postbox;
@@ -614,14 +614,14 @@ impl CoordinatedAsync {
     /// `--wait-timeout`, saying which workers hold the release back; other workers after 1.5 x
     /// `--wait-timeout`, so that the coordinator's message (which says what it lacks) usually
     /// comes first. Either names as holding it up only ranks without a sign of life
-    /// ([`ps::serve_until`]): a worker that waits for its release cannot tell a stopped
+    /// ([`serve_until`]): a worker that waits for its release cannot tell a stopped
     /// coordinator from one that waits for a stopped worker.
     fn wait_until(&mut self, what: &str, done: impl Fn(&Self) -> bool) -> anyhow::Result<()> {
         let limit = if self.coordinator.is_some() { self.wait_timeout } else { self.wait_timeout.mul_f64(1.5) };
         // Yield briefly (the answer is usually one step of another rank away), then sleep: with
         // more ranks than cores a waiting rank must leave the CPU to the ones it waits for.
         let backoff = Backoff::with_yield_window(Duration::from_millis(2));
-        let waited = ps::serve_until(self, limit, backoff, Self::serve, done, |s, waited, why| {
+        let waited = serve_until(self, limit, backoff, Self::serve, done, |s, waited, why| {
             let lacks = match &s.coordinator {
                 Some(c) => format!(" (--wait-timeout) for {what}; {}", c.holdup()),
                 None => format!(" (1.5 x --wait-timeout) for {what}"),

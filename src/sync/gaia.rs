@@ -61,7 +61,7 @@ use mpi::topology::{Color, Communicator, Key, SimpleCommunicator};
 use super::asap::{AsapOptions, NotifyMode, StochasticReduce};
 use super::codec::significance::Significance;
 use super::codec::{sparse, Sparsifier};
-use super::ps;
+use super::ps::serve::serve_until;
 use super::{average_replicas, ring_allreduce_bytes, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::collectives;
 use crate::comm::backoff::Backoff;
@@ -798,7 +798,7 @@ impl Gaia {
         }
         let limit = self.wait_timeout;
         let serve = |g: &mut Gaia| g.forwards.as_mut().expect("checked above").take(params, &mut g.base);
-        let waited = ps::serve_until(self, limit, Backoff::default(), serve, |g| forwards(g).missing(g.local_index).is_empty(), |g, waited, why| {
+        let waited = serve_until(self, limit, Backoff::default(), serve, |g| forwards(g).missing(g.local_index).is_empty(), |g, waited, why| {
             let missing = forwards(g).missing(g.local_index);
             anyhow::anyhow!(
                 "gaia: waited {:.1} s (--wait-timeout) for the forwarded updates of merge {} from the group's mirror servers {:?} (ranks {:?}): {why}",

@@ -12,7 +12,7 @@
 //! cache hold the same bits, because a row travels as values, not as a difference.
 //!
 //! Significance is the row's residual (L1 norm) for `absolute`, relative to the row's L1 norm for
-//! `relative` (Bosen's priorities, [`crate::sync::bosen::pick`]), multiplied by `1 + age`, age being the
+//! `relative` (Bosen's priorities, [`crate::sync::ps::managed::pick`]), multiplied by `1 + age`, age being the
 //! rounds since the row last went out on that edge: a row whose residual is small but not zero is
 //! still sent within a bounded number of rounds instead of starving behind rows that keep
 //! changing. `random` and `round-robin` need no ageing.
@@ -31,7 +31,7 @@ use mpi::topology::Communicator;
 
 use super::gossip::Gossip;
 use super::neighbourhood::{Inbox, Message, Neighbourhood, Outbox, Slot};
-use crate::sync::bosen::{pick, Picker, Priority};
+use crate::sync::ps::managed::{pick, Picker, Priority};
 use crate::sync::{Aggregate, ModeMetric, ModeState, SyncContext};
 use crate::comm::mailbox::{Mailboxes, WORD};
 use crate::comm::pace::TokenBucket;
