@@ -333,7 +333,7 @@ mod tests {
         use clap::FromArgMatches;
         let cmd = TrainConfig::augment_args(clap::Command::new("x").no_binary_name(true));
         let m = cmd.try_get_matches_from(args).unwrap();
-        TrainConfig::merge(None, TrainConfig::from_arg_matches(&m).unwrap(), Some(&m)).unwrap()
+        TrainConfig::merge(None, TrainConfig::from_arg_matches(&m).unwrap(), Some(&m)).unwrap().options
     }
 
     fn id(args: &[&str]) -> String {
