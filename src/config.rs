@@ -362,7 +362,7 @@ pub fn groups_used() -> Vec<GroupUse> {
 
 /// Options that do not change the trajectory of a run (its models, round by round), left out of
 /// the checkpoints' run identity (`train::checkpoint::RunIdentity`), which hashes every other
-/// option as resolved by [`TrainConfig::resolved`]: a new option is part of the identity unless
+/// option as resolved by `train::plan::with_mode_defaults`: a new option is part of the identity unless
 /// it is added here. Each entry says why the models do not depend on it.
 pub const TRAJECTORY_FREE: &[(&str, &str)] = &[
     ("metrics", "where the metrics are written"),
@@ -511,14 +511,6 @@ impl TrainConfig {
             );
         }
         Ok(())
-    }
-
-    /// The options as the run uses them: defaults that depend on the mode filled in, so that a
-    /// default and the same value given explicitly are the same run (see [`TRAJECTORY_FREE`]).
-    pub fn resolved(&self) -> TrainConfig {
-        let mut c = self.clone();
-        (self.sync.spec().resolve)(&mut c.modes);
-        c
     }
 
     /// What the chosen mode's declaration reads of this configuration.

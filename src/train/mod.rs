@@ -502,7 +502,13 @@ fn resume_point(cfg: &TrainConfig, comm: &SimpleCommunicator, run_id: &checkpoin
 
 /// Set-up (collective): the model and its first replica, the optimizer, the resume point, the
 /// sync mode and the metrics file; writes the metrics' start line.
-fn set_up<'a>(plan: &'a plan::RunPlan, comm: &'a SimpleCommunicator, shards: setup::Shards, spec: &crate::model::ModelSpec, started: Instant) -> anyhow::Result<(Run<'a>, Replica)> {
+fn set_up<'a>(
+    plan: &'a plan::RunPlan,
+    comm: &'a SimpleCommunicator,
+    shards: setup::Shards,
+    spec: &crate::model::ModelSpec,
+    started: Instant,
+) -> anyhow::Result<(Run<'a>, Replica)> {
     let cfg = &plan.cfg;
     let load_seconds = started.elapsed().as_secs_f64();
     let setup_start = Instant::now();
@@ -520,7 +526,7 @@ fn set_up<'a>(plan: &'a plan::RunPlan, comm: &'a SimpleCommunicator, shards: set
     let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
 
     let mut pos = Position { epoch: 0, step_in_epoch: 0, global_step: 0, round: 0, train_seconds: 0.0 };
-    let run_id = checkpoint::RunIdentity::new(cfg, n);
+    let run_id = checkpoint::RunIdentity::new(&plan.resolved, n);
     let restored = resume_point(cfg, comm, &run_id, p)?;
     let resumed_from = restored.map(|r| {
         params = r.params;

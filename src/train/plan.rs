@@ -8,11 +8,12 @@
 //! 3. on the rounds of an epoch: the mode's `fit_to_epoch` (ssp and bosen bound their default
 //!    staleness: [`crate::sync::ssp::SspOptions::fit_to_epoch`] says why).
 //!
-//! Rank 0 says what each one changed. Every later phase reads [`RunPlan::cfg`], which nothing
-//! changes afterwards. The binary's training loop (SGD and LDA) and Python's `Reducer` plan the
-//! same way; LDA and Python have no training data here, so only the first step applies to them.
-//! The mode's own defaults (its `resolve`) are filled where the run's identity is hashed
-//! (checkpoint.rs, through `TrainConfig::resolved`).
+//! Rank 0 says what each one changed. Last, the mode's own defaults (its declaration's `resolve`)
+//! fill a copy, [`RunPlan::resolved`], which the checkpoints' run identity hashes; the run itself
+//! (and its start line and checkpoints) records the options as in [`RunPlan::cfg`]. Every later
+//! phase reads the plan, which nothing changes afterwards. The binary's training loop (SGD and
+//! LDA) and Python's `Reducer` plan the same way; LDA and Python have no training data here, so
+//! only the rank count's defaults apply to them.
 
 use std::time::Duration;
 
@@ -31,13 +32,16 @@ use super::step_search;
 #[derive(Clone, Debug)]
 pub struct RunPlan {
     pub cfg: TrainConfig,
+    /// `cfg` with the mode's own defaults filled in ([`with_mode_defaults`]): what the
+    /// checkpoints' run identity hashes (`checkpoint::RunIdentity::new`).
+    pub resolved: TrainConfig,
 }
 
 impl RunPlan {
     /// Fills the defaults that depend on the run (module doc) into the merged options, where they
     /// were not given; `training` is the model and this rank's shards, None where there are none
     /// (LDA, Python). Collective: every rank calls it.
-    pub fn resolve(merged: Merged, comm: &SimpleCommunicator, training: Option<(&Shards, &ModelSpec)>) -> anyhow::Result<RunPlan> {
+    pub fn resolve(merged: Merged, comm: &SimpleCommunicator, training: Option<(&Shards, &ModelSpec)>) -> anyhow::Result<Self> {
         let Merged { options: mut cfg, given } = merged;
         let rank0 = comm.rank() == 0;
         if let Some(why) = fit_to_ranks(&mut cfg, given, comm.size() as usize) {
@@ -45,13 +49,14 @@ impl RunPlan {
                 log::info!("{why}");
             }
         }
-        let Some((shards, spec)) = training else { return Ok(RunPlan { cfg }) };
+        let Some((shards, spec)) = training else { return Ok(Self { resolved: with_mode_defaults(&cfg), cfg }) };
         // --lr not given: the step is chosen for this model and data (step_search.rs).
         if !given.lr {
             if let Some(lr) = step_search::default_lr(&cfg, shards, spec, comm)? {
                 cfg.lr = lr;
                 if rank0 {
-                    eprintln!("asap-train: --lr not given: step size {lr} chosen for this model and data (a search on a sample; --lr sets it)");
+                    let how = "a search on a sample; --lr sets it";
+                    eprintln!("asap-train: --lr not given: step size {lr} chosen for this model and data ({how})");
                 }
             }
         }
@@ -62,12 +67,17 @@ impl RunPlan {
                 eprintln!("asap-train: {why}");
             }
         }
-        Ok(RunPlan { cfg })
+        Ok(Self { resolved: with_mode_defaults(&cfg), cfg })
     }
 
     /// What every sync mode is built from: the model's `layout` on `comm`, with `rounds_per_epoch`
     /// (the training loop's, LDA's clocks per sweep, 1 for Python), and the plan's options.
-    pub fn sync_context<'a>(&self, comm: &'a SimpleCommunicator, layout: RowLayout, rounds_per_epoch: u64) -> anyhow::Result<SyncContext<'a>> {
+    pub fn sync_context<'a>(
+        &self,
+        comm: &'a SimpleCommunicator,
+        layout: RowLayout,
+        rounds_per_epoch: u64,
+    ) -> anyhow::Result<SyncContext<'a>> {
         let cfg = &self.cfg;
         let (rank, n) = (comm.rank() as usize, comm.size() as usize);
         let stop_sending_after = cfg
@@ -88,6 +98,15 @@ impl RunPlan {
             rounds_per_epoch,
         })
     }
+}
+
+/// The options as the run uses them: defaults that depend on the mode filled in (its declaration's
+/// `resolve`), so that a default and the same value given explicitly are the same run (see
+/// [`crate::config::TRAJECTORY_FREE`]).
+pub fn with_mode_defaults(cfg: &TrainConfig) -> TrainConfig {
+    let mut c = cfg.clone();
+    (cfg.sync.spec().resolve)(&mut c.modes);
+    c
 }
 
 /// Every rank's emulated link of `cfg` over `n` ranks (`--emulate-bandwidth`, `--emulate-latency`),
