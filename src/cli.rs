@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{ArgMatches, Args, Parser, Subcommand};
 
-use crate::config::TrainConfig;
+use crate::config::{Merged, TrainConfig};
 
 /// Data-parallel SGD over MPI. Launch with `mpirun -n N asap-train ...` or `srun`; every rank
 /// trains a replica on its shard of the data and exchanges models as --sync says. With no
@@ -48,8 +48,9 @@ pub struct TrainArgs {
     /// TOML (.toml) or JSON config file with any of the options below; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Print the effective configuration (defaults, config file and flags resolved) as JSON at
-    /// the start. It is always stored in the metrics' start line, checkpoints and saved models.
+    /// Print the effective configuration (defaults, config file and flags resolved, and the
+    /// defaults that depend on the run filled in: the run plan, src/train/plan.rs) as JSON at
+    /// the start, once the data is loaded. It is always stored in the metrics' start line, checkpoints and saved models.
     #[arg(long)]
     pub print_config: bool,
     #[command(flatten)]
@@ -59,7 +60,7 @@ pub struct TrainArgs {
 impl TrainArgs {
     /// Defaults, then the config file, then the flags given on the command line (`matches` are
     /// the parsed arguments these options came from; they tell flags from defaults).
-    pub fn effective_config(&self, matches: &ArgMatches) -> anyhow::Result<TrainConfig> {
+    pub fn effective_config(&self, matches: &ArgMatches) -> anyhow::Result<Merged> {
         TrainConfig::merge(self.config.as_deref(), self.options.clone(), Some(matches))
     }
 }

@@ -165,10 +165,6 @@ pub struct TrainConfig {
     /// start line and the metrics say which); 0.3 for --lr-schedule adarevision's alpha.
     #[arg(long, value_name = "ETA", default_value_t = 0.3, value_parser = finite_f32, help_heading = "Optimisation")]
     pub lr: f32,
-    /// Whether --lr came from the command line or the config file (not stored).
-    #[arg(skip)]
-    #[serde(skip)]
-    pub lr_given: bool,
     /// Step-size schedule: constant, inv-sqrt (eta0/sqrt(1+t), t = mini-batches), bottou
     /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch), adarevision (bosen's
     /// servers choose per-coordinate steps; eta0 is its alpha).
@@ -176,13 +172,9 @@ pub struct TrainConfig {
     pub lr_schedule: LrSchedule,
     /// Per-epoch factor for --lr-schedule decay. When not given and more than 8 ranks share the
     /// data, each epoch decays by 0.8^(8/ranks) instead, i.e. 0.8 per 8-rank epoch's worth of
-    /// examples per rank (see `fit_to_ranks`; the start line says which was used).
+    /// examples per rank (see `train::plan::fit_to_ranks`; the start line says which was used).
     #[arg(long, value_name = "F", default_value_t = 0.8, value_parser = finite_f32, help_heading = "Optimisation")]
     pub lr_decay: f32,
-    /// Whether --lr-decay came from the command line or the config file (not stored).
-    #[arg(skip)]
-    #[serde(skip)]
-    pub lr_decay_given: bool,
     /// Seed for initialisation, shuffling and random graphs (same seed + ranks = same run).
     #[arg(long, default_value_t = 1, help_heading = "Optimisation")]
     pub seed: u64,
@@ -370,7 +362,7 @@ pub fn groups_used() -> Vec<GroupUse> {
 
 /// Options that do not change the trajectory of a run (its models, round by round), left out of
 /// the checkpoints' run identity (`train::checkpoint::RunIdentity`), which hashes every other
-/// option as resolved by [`TrainConfig::resolved`]: a new option is part of the identity unless
+/// option as resolved by `train::plan::with_mode_defaults`: a new option is part of the identity unless
 /// it is added here. Each entry says why the models do not depend on it.
 pub const TRAJECTORY_FREE: &[(&str, &str)] = &[
     ("metrics", "where the metrics are written"),
@@ -392,6 +384,25 @@ pub const TRAJECTORY_FREE: &[(&str, &str)] = &[
     ("fault_panic", "fault injection that ends the run; up to it the run is the one without it"),
 ];
 
+/// Which options a source gave (the command line or the config file) rather than left at their
+/// defaults, as the merge found them: the run plan (`train::plan`) fills a default that depends on
+/// the run (the step size searched for the data, the decay scaled to the ranks) only where the
+/// option was not given. Not an option: it is not stored, printed or hashed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Given {
+    /// `--lr`.
+    pub lr: bool,
+    /// `--lr-decay`.
+    pub lr_decay: bool,
+}
+
+/// The merge's result ([`TrainConfig::merge`]): the options, and which of them were given.
+#[derive(Clone, Debug)]
+pub struct Merged {
+    pub options: TrainConfig,
+    pub given: Given,
+}
+
 impl Default for TrainConfig {
     fn default() -> Self {
         crate::sync::option_defaults()
@@ -407,7 +418,7 @@ impl TrainConfig {
     /// null): flags cannot hold them (every float option's value parser is [`finite_f64`] or
     /// [`finite_f32`]), a file's values go through the same parsers ([`ConfigFile::read`]), and
     /// `flags` must survive the trip unchanged.
-    pub fn merge(file: Option<&Path>, flags: TrainConfig, matches: Option<&ArgMatches>) -> anyhow::Result<Self> {
+    pub fn merge(file: Option<&Path>, flags: TrainConfig, matches: Option<&ArgMatches>) -> anyhow::Result<Merged> {
         let mut merged = serde_json::to_value(&flags)?;
         anyhow::ensure!(
             serde_json::from_value::<TrainConfig>(merged.clone()).is_ok_and(|back| back == flags),
@@ -418,12 +429,12 @@ impl TrainConfig {
             |key: &str| matches.is_some_and(|m| m.try_contains_id(key).unwrap_or(false) && m.value_source(key) == Some(ValueSource::CommandLine));
         let mut file_keys = Vec::new();
         // Options given explicitly, and where: only they are checked against the mode.
-        let mut given: Vec<(String, String)> = obj.keys().filter(|k| on_command_line(k)).map(|k| (k.clone(), "given on the command line".to_owned())).collect();
+        let mut given_at: Vec<(String, String)> = obj.keys().filter(|k| on_command_line(k)).map(|k| (k.clone(), "given on the command line".to_owned())).collect();
         if let Some(path) = file {
             for (key, value, place) in ConfigFile::read(path)? {
                 if !on_command_line(&key) {
                     obj.insert(key.clone(), value);
-                    given.push((key.clone(), format!("given at {place}")));
+                    given_at.push((key.clone(), format!("given at {place}")));
                 }
                 file_keys.push(key);
             }
@@ -436,14 +447,14 @@ impl TrainConfig {
         }
         let mut cfg: TrainConfig = serde_json::from_value(merged)?;
         cfg.config_file = file.map(|p| p.to_string_lossy().into_owned());
-        cfg.lr_decay_given = on_command_line("lr_decay") || file_keys.iter().any(|k| k == "lr_decay");
-        cfg.lr_given = on_command_line("lr") || file_keys.iter().any(|k| k == "lr");
-        cfg.check_applicable(&given)?;
+        let given_by_a_source = |key: &str| on_command_line(key) || file_keys.iter().any(|k| k == key);
+        let given = Given { lr: given_by_a_source("lr"), lr_decay: given_by_a_source("lr_decay") };
+        cfg.check_applicable(&given_at)?;
         if let Some(path) = cfg.cluster.clone() {
             crate::cluster::apply(&path, cfg.emulation())?;
         }
         cfg.validate()?;
-        Ok(cfg)
+        Ok(Merged { options: cfg, given })
     }
 
     /// The emulation options a `--cluster` profile fills where they are unset.
@@ -502,14 +513,6 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// The options as the run uses them: defaults that depend on the mode filled in, so that a
-    /// default and the same value given explicitly are the same run (see [`TRAJECTORY_FREE`]).
-    pub fn resolved(&self) -> TrainConfig {
-        let mut c = self.clone();
-        (self.sync.spec().resolve)(&mut c.modes);
-        c
-    }
-
     /// What the chosen mode's declaration reads of this configuration.
     pub fn mode_run(&self) -> crate::sync::RunSpec<'_> {
         crate::sync::RunSpec {
@@ -539,34 +542,9 @@ impl TrainConfig {
         (spec.validate)(&self.mode_run())
     }
 
-    /// Size-dependent defaults, applied once the number of ranks is known; returns what was
-    /// changed and why, for the start line.
-    ///
-    /// `--lr-decay` (when not given, with `--lr-schedule decay`, more than 8 ranks): an epoch is a
-    /// pass over the shard, so with N ranks it holds N/8 times fewer steps than at 8 ranks, and a
-    /// fixed 0.8 per epoch spends the step size N/8 times faster per example seen. A 128-rank run
-    /// with the 8-rank default's examples per rank (160 epochs) would end at 0.3 * 0.8^160 ~ 1e-16
-    /// and have learnt nothing in its last ~130 epochs; the sum of its step sizes (what SGD can
-    /// travel) is 1/16 of the 8-rank run's. Scaling the factor to 0.8^(8/N) per epoch gives every
-    /// rank the 8-rank schedule per example seen. Up to 8 ranks nothing changes.
-    pub fn fit_to_ranks(&mut self, nranks: usize) -> Option<String> {
-        if self.lr_decay_given || self.lr_schedule != LrSchedule::Decay || nranks <= 8 {
-            return None;
-        }
-        let per_8 = self.lr_decay;
-        self.lr_decay = per_8.powf(8.0 / nranks as f32);
-        self.lr_decay_given = true;
-        Some(format!(
-            "--lr-decay not given: {:.5} per epoch on {nranks} ranks ({per_8} per {} epochs: shards {}x smaller than at 8 ranks, so the step decays per example seen as at 8 ranks)",
-            self.lr_decay,
-            nranks as f64 / 8.0,
-            nranks as f64 / 8.0
-        ))
-    }
-
     /// Reads a TOML (`.toml`) or JSON (anything else) config file over the defaults.
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        Self::merge(Some(path), TrainConfig::default(), None)
+        Self::merge(Some(path), TrainConfig::default(), None).map(|m| m.options)
     }
 
     /// Options that would be accepted and then do nothing (issue 27, "nothing silent").
@@ -871,7 +849,7 @@ mod tests {
         std::fs::write(&t, "epochs = 3\nbatch_size = 64\nmodel = \"mf\"\nrank = 7\nstaleness = 5\ngraph = \"ring\"\n").unwrap();
         let m = Cmd::command().get_matches_from(["x", "--epochs", "10", "--graph", "exponential"]);
         let flags = Cmd::from_arg_matches(&m).unwrap().c;
-        let c = TrainConfig::merge(Some(&t), flags, Some(&m)).unwrap();
+        let c = TrainConfig::merge(Some(&t), flags, Some(&m)).unwrap().options;
         assert_eq!(c.epochs, 10, "a flag equal to the default still beats the file");
         assert_eq!((c.batch_size, c.factors, c.modes.ssp.staleness), (64, 7, Some(5)));
         assert_eq!(c.modes.asap.graph, "exponential");
@@ -1055,36 +1033,7 @@ mod tests {
     fn merged(cmd: &clap::Command, argv: &[String], file: Option<&Path>) -> Result<TrainConfig, String> {
         use clap::FromArgMatches;
         let m = cmd.clone().try_get_matches_from(argv).map_err(|e| e.to_string())?;
-        TrainConfig::merge(file, TrainConfig::from_arg_matches(&m).unwrap(), Some(&m)).map_err(|e| e.to_string())
-    }
-
-    /// The --lr-decay default is scaled above 8 ranks so that the step after the same examples
-    /// per rank is the 8-rank one; a given value (flag or file) is never changed.
-    #[test]
-    fn lr_decay_default_follows_the_examples_per_rank_unless_given() {
-        use clap::{CommandFactory, FromArgMatches, Parser};
-        #[derive(Parser)]
-        struct Cmd {
-            #[command(flatten)]
-            c: TrainConfig,
-        }
-        let parse = |args: &[&str]| {
-            let m = Cmd::command().get_matches_from(args);
-            TrainConfig::merge(None, Cmd::from_arg_matches(&m).unwrap().c, Some(&m)).unwrap()
-        };
-        let mut c = parse(&["x"]);
-        assert!(c.fit_to_ranks(8).is_none());
-        assert_eq!(c.lr_decay, 0.8);
-        assert!(c.fit_to_ranks(128).is_some());
-        // 160 epochs at 128 ranks (the examples per rank of 10 epochs at 8) end where 10 do at 8.
-        let end = c.lr_decay.powi(160) as f64;
-        assert!((end - 0.8f64.powi(10)).abs() < 1e-4, "{end}");
-        assert!(c.fit_to_ranks(128).is_none(), "applied once");
-        let mut given = parse(&["x", "--lr-decay", "0.8"]);
-        assert!(given.fit_to_ranks(256).is_none());
-        assert_eq!(given.lr_decay, 0.8);
-        let mut constant = parse(&["x", "--lr-schedule", "constant"]);
-        assert!(constant.fit_to_ranks(256).is_none());
+        TrainConfig::merge(file, TrainConfig::from_arg_matches(&m).unwrap(), Some(&m)).map(|m| m.options).map_err(|e| e.to_string())
     }
 }
 

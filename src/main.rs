@@ -61,22 +61,9 @@ fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
     asap_train::comm::preempt::install_handlers();
     let world = universe.world();
     let rank = world.rank();
-    let cfg = args.effective_config(matches).map(|mut c| {
-        if let Some(why) = c.fit_to_ranks(world.size() as usize) {
-            if rank == 0 {
-                log::info!("{why}");
-            }
-        }
-        c
-    });
-    if let (true, 0, Ok(c)) = (args.print_config, rank, &cfg) {
-        match serde_json::to_string_pretty(c) {
-            Ok(text) => eprintln!("asap-train: effective configuration:\n{text}"),
-            Err(e) => eprintln!("asap-train: cannot print the configuration: {e}"),
-        }
-    }
-    let metrics = cfg.as_ref().ok().and_then(|c| c.metrics.clone());
-    let result = cfg.and_then(|cfg| asap_train::train::run(&cfg, &world));
+    let merged = args.effective_config(matches);
+    let metrics = merged.as_ref().ok().and_then(|m| m.options.metrics.clone());
+    let result = merged.and_then(|merged| asap_train::train::run(merged, &world, args.print_config));
     phases::mark_run_returned();
     let code = match result {
         Ok(s) if s.preempted => ExitCode::from(asap_train::train::PREEMPTED_EXIT),

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use asap_train::comm::collectives;
 use asap_train::comm::pace::Links;
-use asap_train::config::{SyncKind, TrainConfig};
+use asap_train::config::{Merged, SyncKind, TrainConfig};
+use asap_train::train::plan::RunPlan;
 use asap_train::model::RowLayout;
 use asap_train::sync::{Aggregate, ModeMetric, SyncContext, SyncMode};
 use clap::parser::ValueSource;
@@ -64,7 +65,7 @@ pub fn close_all() {
 
 /// The binary's parse and validation of `flags` (`--sync asap --graph ring ...`), restricted to
 /// the options `who` (a Python class) takes: `allowed`, as config-file keys.
-pub(crate) fn parse_flags(flags: &[String], allowed: &[&str], who: &str) -> anyhow::Result<TrainConfig> {
+pub(crate) fn parse_flags(flags: &[String], allowed: &[&str], who: &str) -> anyhow::Result<Merged> {
     let cmd = TrainConfig::augment_args(clap::Command::new("asap_train").no_binary_name(true).allow_negative_numbers(true));
     let ids: Vec<String> = cmd.get_arguments().map(|a| a.get_id().to_string()).collect();
     let matches = cmd.try_get_matches_from(flags).map_err(|e| anyhow::anyhow!(clap_message(&e)))?;
@@ -81,14 +82,15 @@ pub(crate) fn parse_flags(flags: &[String], allowed: &[&str], who: &str) -> anyh
 }
 
 /// [`parse_flags`] for a reducer: its options and modes.
-fn reducer_config(flags: &[String]) -> anyhow::Result<TrainConfig> {
-    let cfg = parse_flags(flags, REDUCER_OPTIONS, "Reducer")?;
+fn reducer_config(flags: &[String]) -> anyhow::Result<Merged> {
+    let merged = parse_flags(flags, REDUCER_OPTIONS, "Reducer")?;
+    let cfg = &merged.options;
     anyhow::ensure!(
         matches!(cfg.sync, SyncKind::Allreduce | SyncKind::Asap | SyncKind::None),
         "sync={:?}: a Reducer runs allreduce, asap or none (ssp and bosen are asap_train.Table; async and gaia are not exposed)",
         serde_json::to_value(cfg.sync)?.as_str().unwrap_or_default()
     );
-    Ok(cfg)
+    Ok(merged)
 }
 
 /// `SyncContext`'s `emulate` (this rank's Mbit/s and latency) and `links` (every rank's).
@@ -96,10 +98,10 @@ pub(crate) type EmulatedLinks = (Option<(f64, Duration)>, Option<Links>);
 
 /// `emulate_bandwidth=` / `emulate_latency=` (the binary's `--emulate-bandwidth`,
 /// `--emulate-latency`): every rank's emulated link and this rank's (Mbit/s, latency), filled in
-/// as the binary's training loop fills them (`train::emulated_links`), so the modes pace their
+/// as the binary's training loop fills them (`train::plan::emulated_links`), so the modes pace their
 /// sends exactly as they do there. (None, None) without them.
 pub(crate) fn emulated_links(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<EmulatedLinks> {
-    let links = asap_train::train::emulated_links(cfg, comm.size() as usize)?;
+    let links = asap_train::train::plan::emulated_links(cfg, comm.size() as usize)?;
     let rank = comm.rank() as usize;
     Ok((links.as_ref().map(|l| (l.bytes_per_second[rank] * 8.0 / 1e6, l.latency[rank])), links))
 }
@@ -305,25 +307,18 @@ impl Reducer {
         let comm = SimpleCommunicator::world();
         let init: Vec<f32> = with_params(params, params.len().unwrap_or(0), |p| p.to_vec())?;
         let flags = kwargs_to_flags(sync, options)?;
-        let cfg = agree(&comm, reducer_config(&flags)).map_err(OptionError::new_err)?;
+        let merged = agree(&comm, reducer_config(&flags)).map_err(OptionError::new_err)?;
+        // The binary's plan (train/plan.rs); a Reducer has no training data, so only the rank
+        // count's defaults apply.
+        let plan = agree(&comm, RunPlan::resolve(merged, &comm, None)).map_err(OptionError::new_err)?;
+        let cfg = &plan.cfg;
         let layout = layout(init.len(), row_len)?;
-        let (emulate, links) = agree(&comm, emulated_links(&cfg, &comm)).map_err(OptionError::new_err)?;
-        let ctx = SyncContext {
-            comm: &comm,
-            layout,
-            wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
-            stop_sending_after: None,
-            seed: cfg.seed,
-            emulate,
-            links,
-            record_sends: false,
-            rounds_per_epoch: 1,
-        };
+        let ctx = agree(&comm, plan.sync_context(&comm, layout, 1)).map_err(OptionError::new_err)?;
         if cfg.modes.bosen.bandwidth_mbps.is_some() {
             let same = same_on_every_rank(&comm, &init);
             agree(&comm, same).map_err(OptionError::new_err)?;
         }
-        let built = build_mode(&cfg, &ctx, &init);
+        let built = build_mode(cfg, &ctx, &init);
         let (mode, info) = agree(&comm, built).map_err(OptionError::new_err)?;
         let slot = MODES.with_borrow_mut(|m| {
             m.push(Some(mode));

@@ -93,7 +93,7 @@ impl Table {
 
 /// [`parse_flags`] for a table: its options, and ssp or bosen.
 fn table_config(flags: &[String]) -> anyhow::Result<TrainConfig> {
-    let cfg = parse_flags(flags, TABLE_OPTIONS, "Table")?;
+    let cfg = parse_flags(flags, TABLE_OPTIONS, "Table")?.options;
     anyhow::ensure!(
         matches!(cfg.sync, SyncKind::Ssp | SyncKind::Bosen),
         "sync={:?}: a Table runs ssp or bosen (allreduce, asap and none are asap_train.Reducer)",

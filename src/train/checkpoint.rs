@@ -41,7 +41,7 @@ pub struct Restored {
 }
 
 /// Which run a checkpoint belongs to: a hash of the whole resolved configuration
-/// ([`TrainConfig::resolved`]) less the options that do not change the trajectory
+/// (the run plan's `resolved`: [`super::plan::with_mode_defaults`]) less the options that do not change the trajectory
 /// ([`crate::config::TRAJECTORY_FREE`]: outputs, `--max-rounds`, `--resume`, evaluation
 /// settings), and one of that and the rank count. Checkpoints are named by the run identity, and
 /// pruning and `--resume` look only at the run's own, so a directory shared by two runs loses
@@ -55,8 +55,9 @@ pub struct RunIdentity {
 }
 
 impl RunIdentity {
-    pub fn new(cfg: &TrainConfig, ranks: usize) -> Self {
-        let text = serde_json::to_string(&Self::hashed_options(cfg)).expect("options serialise");
+    /// The identity of a run of the `resolved` options (the run plan's) on `ranks` ranks.
+    pub fn new(resolved: &TrainConfig, ranks: usize) -> Self {
+        let text = serde_json::to_string(&Self::hashed_options(resolved)).expect("options serialise");
         let config_id = format!("{:016x}", fnv1a(text.as_bytes()));
         let run_id = format!("{:016x}", fnv1a(format!("{config_id}/{ranks}").as_bytes()));
         RunIdentity { config_id, run_id }
@@ -66,8 +67,8 @@ impl RunIdentity {
     /// (so moving an option between flattened groups changes nothing), less the trajectory-free
     /// ones. The configuration is finite (its float options' parsers refuse NaN and infinity), so
     /// JSON holds it exactly.
-    pub fn hashed_options(cfg: &TrainConfig) -> BTreeMap<String, serde_json::Value> {
-        let serde_json::Value::Object(all) = serde_json::to_value(cfg.resolved()).expect("options serialise") else {
+    pub fn hashed_options(resolved: &TrainConfig) -> BTreeMap<String, serde_json::Value> {
+        let serde_json::Value::Object(all) = serde_json::to_value(resolved).expect("options serialise") else {
             unreachable!("a struct serialises to an object")
         };
         all.into_iter().filter(|(k, _)| !TRAJECTORY_FREE.iter().any(|(free, _)| free == k)).collect()
@@ -334,7 +335,8 @@ mod tests {
         use clap::FromArgMatches;
         let cmd = TrainConfig::augment_args(clap::Command::new("x").no_binary_name(true));
         let m = cmd.try_get_matches_from(args).unwrap();
-        TrainConfig::merge(None, TrainConfig::from_arg_matches(&m).unwrap(), Some(&m)).unwrap()
+        let merged = TrainConfig::merge(None, TrainConfig::from_arg_matches(&m).unwrap(), Some(&m)).unwrap();
+        crate::train::plan::with_mode_defaults(&merged.options)
     }
 
     fn id(args: &[&str]) -> String {

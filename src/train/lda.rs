@@ -22,7 +22,7 @@
 //! - **End**: the servers' final model must equal that recount cell for cell (every token counted
 //!   exactly once, no cell negative on any server); a mismatch is an error.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -174,7 +174,8 @@ fn check_unsupported(cfg: &TrainConfig) -> anyhow::Result<()> {
 }
 
 /// Runs LDA as configured. Collective: every rank calls it (from [`super::run`]).
-pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator, t_start: Instant) -> anyhow::Result<Outcome> {
+pub fn run(plan: &super::plan::RunPlan, comm: &SimpleCommunicator, t_start: Instant) -> anyhow::Result<Outcome> {
+    let cfg = &plan.cfg;
     let (rank, n) = (comm.rank() as usize, comm.size() as usize);
     check_unsupported(cfg)?;
     let data = load(cfg, comm)?;
@@ -184,18 +185,7 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator, t_start: Instant) -> an
     let mut metrics = MetricsFile::open(cfg.metrics.as_deref(), rank == 0, false)?;
     let mut rng = Rng::for_stream(cfg.seed, rank as u64 + 1);
     let (mut params, mut state) = initialise(cfg, comm, &data.train, &mut rng);
-    let links = super::emulated_links(cfg, n)?;
-    let ctx = SyncContext {
-        comm,
-        layout: RowLayout::uniform(w, k),
-        wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
-        stop_sending_after: None,
-        seed: cfg.seed,
-        emulate: links.as_ref().map(|l| (l.bytes_per_second[rank] * 8.0 / 1e6, l.latency[rank])),
-        links,
-        record_sends: false,
-        rounds_per_epoch: cfg.lda.clocks_per_sweep as u64,
-    };
+    let ctx = plan.sync_context(comm, RowLayout::uniform(w, k), cfg.lda.clocks_per_sweep as u64)?;
     let mut mode = agree(comm, build_mode(cfg, &ctx, &params))?;
     let start = json!({"event": "start", "ranks": n, "model": "lda", "sync": mode.name(), "documents": collectives::sum_u64(comm, data.train.len() as u64),
                        "words": w, "topics": k, "tokens": data.total_tokens, "test_tokens": data.total_test_tokens, "config": cfg});

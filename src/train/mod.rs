@@ -9,6 +9,7 @@ pub mod model_file;
 pub mod optimizer;
 pub mod outputs;
 pub mod phases;
+pub mod plan;
 pub mod report;
 pub mod schedule;
 pub mod setup;
@@ -22,7 +23,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use serde_json::json;
 
 use crate::comm::{self, collectives};
-use crate::config::{TargetOn, TrainConfig};
+use crate::config::{Merged, TargetOn, TrainConfig};
 use crate::model::{MetricKind, Model};
 use crate::rng::Rng;
 use crate::sync::{ModeMetric, SyncContext, SyncMode};
@@ -415,20 +416,13 @@ impl Run<'_> {
     }
 }
 
-/// Every rank's emulated link of `cfg` over `n` ranks (`--emulate-bandwidth`, `--emulate-latency`),
-/// or None without emulated links.
-pub fn emulated_links(cfg: &TrainConfig, n: usize) -> anyhow::Result<Option<crate::comm::pace::Links>> {
-    match &cfg.emulate_bandwidth {
-        Some(b) => Ok(Some(crate::comm::pace::Links::new(&b.resolve(n, "--emulate-bandwidth")?, &cfg.emulate_latency.resolve(n, "--emulate-latency")?))),
-        None => Ok(None),
-    }
-}
-
-
-/// Runs training as configured. Collective: every rank calls it. The phases: loading, set-up
-/// ([`set_up`]), the training loop ([`Run::train`]: steps and ends of rounds) and the finish
-/// ([`Run::finish`]: final model, evaluation, summary).
-pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Outcome> {
+/// Runs training as configured (`merged`: the merge of the options' sources). Collective: every
+/// rank calls it. The phases: loading, the run plan ([`plan::RunPlan::resolve`]: the defaults
+/// that depend on the run; with `print_config` rank 0 prints it), set-up ([`set_up`]), the
+/// training loop ([`Run::train`]: steps and ends of rounds) and the finish ([`Run::finish`]: final
+/// model, evaluation, summary).
+pub fn run(merged: Merged, comm: &SimpleCommunicator, print_config: bool) -> anyhow::Result<Outcome> {
+    let cfg = &merged.options;
     let started = Instant::now();
     // From here on every collective gives up after --wait-timeout naming the ranks that never
     // reached it (disarmed when this function returns, on every rank alike).
@@ -441,35 +435,19 @@ pub fn run(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Outco
             anyhow::bail!("{path} does not exist: `make datasets` (or datasets/prepare.sh) prepares the data sets under datasets/out/");
         }
     }
-    if cfg.model == crate::model::ModelKind::Lda {
-        return lda::run(cfg, comm, started);
+    let lda = cfg.model == crate::model::ModelKind::Lda;
+    let training = if lda { None } else { Some(setup::prepare(cfg, comm)?) };
+    let plan = plan::RunPlan::resolve(merged, comm, training.as_ref().map(|(shards, spec)| (shards, spec)))?;
+    if print_config && comm.rank() == 0 {
+        match serde_json::to_string_pretty(&plan.cfg) {
+            Ok(text) => eprintln!("asap-train: effective configuration:\n{text}"),
+            Err(e) => eprintln!("asap-train: cannot print the configuration: {e}"),
+        }
     }
-    let (shards, spec) = setup::prepare(cfg, comm)?;
-    // --lr not given: the step is chosen for this model and data (step_search.rs).
-    let searched = step_search::default_lr(cfg, &shards, &spec, comm)?.map(|lr| TrainConfig { lr, ..cfg.clone() });
-    let cfg = searched.as_ref().unwrap_or(cfg);
-    if comm.rank() == 0 && searched.is_some() {
-        eprintln!("asap-train: --lr not given: step size {} chosen for this model and data (a search on a sample; --lr sets it)", cfg.lr);
-    }
-    let fitted = fit_staleness(cfg, &shards, comm);
-    let cfg = fitted.as_ref().unwrap_or(cfg);
-    let (mut run, mut replica) = set_up(cfg, comm, shards, &spec, started)?;
+    let Some((shards, spec)) = training else { return lda::run(&plan, comm, started) };
+    let (mut run, mut replica) = set_up(&plan, comm, shards, &spec, started)?;
     let ending = run.train(&mut replica)?;
     run.finish(replica, ending)
-}
-
-/// Defaults that depend on the rounds of an epoch (the smallest shard's, as in [`set_up`]), fitted
-/// by the mode's declaration (ssp and bosen bound their default staleness:
-/// [`crate::sync::ssp::SspOptions::fit_to_epoch`] says why); rank 0 says what changed.
-/// Collective: every rank calls it.
-fn fit_staleness(cfg: &TrainConfig, shards: &setup::Shards, comm: &SimpleCommunicator) -> Option<TrainConfig> {
-    let steps = collectives::min_u64(comm, shards.train.len().div_ceil(cfg.batch_size) as u64);
-    let mut fitted = cfg.clone();
-    let why = (cfg.sync.spec().fit_to_epoch)(&mut fitted.modes, (steps / cfg.sync_every as u64).max(1))?;
-    if comm.rank() == 0 {
-        eprintln!("asap-train: {why}");
-    }
-    Some(fitted)
 }
 
 /// The first replica: the model's initial parameters (random ones of each rank's own under
@@ -522,31 +500,16 @@ fn resume_point(cfg: &TrainConfig, comm: &SimpleCommunicator, run_id: &checkpoin
     Ok(Some(r))
 }
 
-/// What every sync mode is built from.
-fn sync_context<'a>(cfg: &TrainConfig, comm: &'a SimpleCommunicator, model: &dyn Model, steps_per_epoch: usize) -> anyhow::Result<SyncContext<'a>> {
-    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
-    let stop_sending_after = cfg
-        .stop_sending_after
-        .as_deref()
-        .map(|s| crate::config::parse_rank_round("--stop-sending-after", s, n))
-        .transpose()?;
-    let links = emulated_links(cfg, n)?;
-    Ok(SyncContext {
-        comm,
-        layout: model.layout(),
-        wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
-        stop_sending_after,
-        seed: cfg.seed,
-        emulate: links.as_ref().map(|l| (l.bytes_per_second[rank] * 8.0 / 1e6, l.latency[rank])),
-        links,
-        record_sends: cfg.send_log.is_some(),
-        rounds_per_epoch: ((steps_per_epoch / cfg.sync_every) as u64).max(1),
-    })
-}
-
 /// Set-up (collective): the model and its first replica, the optimizer, the resume point, the
 /// sync mode and the metrics file; writes the metrics' start line.
-fn set_up<'a>(cfg: &'a TrainConfig, comm: &'a SimpleCommunicator, shards: setup::Shards, spec: &crate::model::ModelSpec, started: Instant) -> anyhow::Result<(Run<'a>, Replica)> {
+fn set_up<'a>(
+    plan: &'a plan::RunPlan,
+    comm: &'a SimpleCommunicator,
+    shards: setup::Shards,
+    spec: &crate::model::ModelSpec,
+    started: Instant,
+) -> anyhow::Result<(Run<'a>, Replica)> {
+    let cfg = &plan.cfg;
     let load_seconds = started.elapsed().as_secs_f64();
     let setup_start = Instant::now();
     let (rank, n) = (comm.rank() as usize, comm.size() as usize);
@@ -563,7 +526,7 @@ fn set_up<'a>(cfg: &'a TrainConfig, comm: &'a SimpleCommunicator, shards: setup:
     let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
 
     let mut pos = Position { epoch: 0, step_in_epoch: 0, global_step: 0, round: 0, train_seconds: 0.0 };
-    let run_id = checkpoint::RunIdentity::new(cfg, n);
+    let run_id = checkpoint::RunIdentity::new(&plan.resolved, n);
     let restored = resume_point(cfg, comm, &run_id, p)?;
     let resumed_from = restored.map(|r| {
         params = r.params;
@@ -571,7 +534,7 @@ fn set_up<'a>(cfg: &'a TrainConfig, comm: &'a SimpleCommunicator, shards: setup:
         pos = r.position;
         r.path
     });
-    let ctx = sync_context(cfg, comm, model.as_ref(), steps_per_epoch)?;
+    let ctx = plan.sync_context(comm, model.layout(), ((steps_per_epoch / cfg.sync_every) as u64).max(1))?;
     let (mut sync, sync_info) = build_sync(cfg, &ctx, &params)?;
     if let Some(path) = &resumed_from {
         let mut state = checkpoint::restore_mode_state(comm, path)?;

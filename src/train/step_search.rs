@@ -1,5 +1,5 @@
 //! The default step size: a short search on a sample of the training data at start-up, run only
-//! when `--lr` was not given (neither flag nor config file).
+//! when `--lr` was not given (neither flag nor config file; the run plan, plan.rs, decides).
 //!
 //! Why a search: one fixed step cannot fit both dense standardised images and unit-norm sparse
 //! rows (issue 27). Measured on the data the project ships: the largest eigenvalue of E[x x^T]
@@ -39,10 +39,11 @@ const PASSES: usize = 2;
 /// benches/defaults-sweep.md where the best candidate itself did not always.
 const SAFETY: f32 = 0.5;
 
-/// The step size to use when `--lr` was not given, or None when the configured one stays (given,
-/// AdaRevision's alpha, or a run that takes no gradient steps). Collective over `comm`.
+/// The step size to use when `--lr` was not given (the caller, [`super::plan::RunPlan::resolve`],
+/// asks only then), or None when the configured one stays (AdaRevision's alpha, or a run that
+/// takes no gradient steps). Collective over `comm`.
 pub fn default_lr(cfg: &TrainConfig, shards: &Shards, spec: &ModelSpec, comm: &SimpleCommunicator) -> anyhow::Result<Option<f32>> {
-    if cfg.lr_given || cfg.consensus_only || cfg.lr_schedule == LrSchedule::Adarevision {
+    if cfg.consensus_only || cfg.lr_schedule == LrSchedule::Adarevision {
         return Ok(None);
     }
     let model = crate::model::build(spec)?;

@@ -1,0 +1,176 @@
+//! The run plan: the options as the run uses them, decided once (as ripgrep turns its `LowArgs`
+//! into `HiArgs` once), before anything is set up. The merge (`config::TrainConfig::merge`: the
+//! defaults, the config file, the flags, a `--cluster` profile) gives the options and which of them
+//! were given; [`RunPlan::resolve`], collective over the ranks, fills the defaults that depend on
+//! the run, in this order:
+//! 1. on the rank count: `--lr-decay` scaled above 8 ranks ([`fit_to_ranks`] says why);
+//! 2. on the model and the training data: `--lr` by a short search (step_search.rs says why);
+//! 3. on the rounds of an epoch: the mode's `fit_to_epoch` (ssp and bosen bound their default
+//!    staleness: [`crate::sync::ssp::SspOptions::fit_to_epoch`] says why).
+//!
+//! Rank 0 says what each one changed. Last, the mode's own defaults (its declaration's `resolve`)
+//! fill a copy, [`RunPlan::resolved`], which the checkpoints' run identity hashes; the run itself
+//! (and its start line and checkpoints) records the options as in [`RunPlan::cfg`]. Every later
+//! phase reads the plan, which nothing changes afterwards. The binary's training loop (SGD and
+//! LDA) and Python's `Reducer` plan the same way; LDA and Python have no training data here, so
+//! only the rank count's defaults apply to them.
+
+use std::time::Duration;
+
+use mpi::topology::{Communicator, SimpleCommunicator};
+
+use crate::comm::collectives;
+use crate::comm::pace::Links;
+use crate::config::{Given, LrSchedule, Merged, TrainConfig};
+use crate::model::{ModelSpec, RowLayout};
+use crate::sync::SyncContext;
+
+use super::setup::Shards;
+use super::step_search;
+
+/// The options as the run uses them: every default that depends on the run filled in.
+#[derive(Clone, Debug)]
+pub struct RunPlan {
+    pub cfg: TrainConfig,
+    /// `cfg` with the mode's own defaults filled in ([`with_mode_defaults`]): what the
+    /// checkpoints' run identity hashes (`checkpoint::RunIdentity::new`).
+    pub resolved: TrainConfig,
+}
+
+impl RunPlan {
+    /// Fills the defaults that depend on the run (module doc) into the merged options, where they
+    /// were not given; `training` is the model and this rank's shards, None where there are none
+    /// (LDA, Python). Collective: every rank calls it.
+    pub fn resolve(merged: Merged, comm: &SimpleCommunicator, training: Option<(&Shards, &ModelSpec)>) -> anyhow::Result<Self> {
+        let Merged { options: mut cfg, given } = merged;
+        let rank0 = comm.rank() == 0;
+        if let Some(why) = fit_to_ranks(&mut cfg, given, comm.size() as usize) {
+            if rank0 {
+                log::info!("{why}");
+            }
+        }
+        let Some((shards, spec)) = training else { return Ok(Self { resolved: with_mode_defaults(&cfg), cfg }) };
+        // --lr not given: the step is chosen for this model and data (step_search.rs).
+        if !given.lr {
+            if let Some(lr) = step_search::default_lr(&cfg, shards, spec, comm)? {
+                cfg.lr = lr;
+                if rank0 {
+                    let how = "a search on a sample; --lr sets it";
+                    eprintln!("asap-train: --lr not given: step size {lr} chosen for this model and data ({how})");
+                }
+            }
+        }
+        // The rounds of an epoch are the smallest shard's, as in set-up (train::set_up).
+        let steps = collectives::min_u64(comm, shards.train.len().div_ceil(cfg.batch_size) as u64);
+        if let Some(why) = (cfg.sync.spec().fit_to_epoch)(&mut cfg.modes, (steps / cfg.sync_every as u64).max(1)) {
+            if rank0 {
+                eprintln!("asap-train: {why}");
+            }
+        }
+        Ok(Self { resolved: with_mode_defaults(&cfg), cfg })
+    }
+
+    /// What every sync mode is built from: the model's `layout` on `comm`, with `rounds_per_epoch`
+    /// (the training loop's, LDA's clocks per sweep, 1 for Python), and the plan's options.
+    pub fn sync_context<'a>(
+        &self,
+        comm: &'a SimpleCommunicator,
+        layout: RowLayout,
+        rounds_per_epoch: u64,
+    ) -> anyhow::Result<SyncContext<'a>> {
+        let cfg = &self.cfg;
+        let (rank, n) = (comm.rank() as usize, comm.size() as usize);
+        let stop_sending_after = cfg
+            .stop_sending_after
+            .as_deref()
+            .map(|s| crate::config::parse_rank_round("--stop-sending-after", s, n))
+            .transpose()?;
+        let links = emulated_links(cfg, n)?;
+        Ok(SyncContext {
+            comm,
+            layout,
+            wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
+            stop_sending_after,
+            seed: cfg.seed,
+            emulate: links.as_ref().map(|l| (l.bytes_per_second[rank] * 8.0 / 1e6, l.latency[rank])),
+            links,
+            record_sends: cfg.send_log.is_some(),
+            rounds_per_epoch,
+        })
+    }
+}
+
+/// The options as the run uses them: defaults that depend on the mode filled in (its declaration's
+/// `resolve`), so that a default and the same value given explicitly are the same run (see
+/// [`crate::config::TRAJECTORY_FREE`]).
+pub fn with_mode_defaults(cfg: &TrainConfig) -> TrainConfig {
+    let mut c = cfg.clone();
+    (cfg.sync.spec().resolve)(&mut c.modes);
+    c
+}
+
+/// Every rank's emulated link of `cfg` over `n` ranks (`--emulate-bandwidth`, `--emulate-latency`),
+/// or None without emulated links.
+pub fn emulated_links(cfg: &TrainConfig, n: usize) -> anyhow::Result<Option<Links>> {
+    match &cfg.emulate_bandwidth {
+        Some(b) => Ok(Some(Links::new(&b.resolve(n, "--emulate-bandwidth")?, &cfg.emulate_latency.resolve(n, "--emulate-latency")?))),
+        None => Ok(None),
+    }
+}
+
+/// Size-dependent defaults, applied once the number of ranks is known; returns what was
+/// changed and why, for the start line (`--lr-decay` given: `given.lr_decay`).
+///
+/// `--lr-decay` (when not given, with `--lr-schedule decay`, more than 8 ranks): an epoch is a
+/// pass over the shard, so with N ranks it holds N/8 times fewer steps than at 8 ranks, and a
+/// fixed 0.8 per epoch spends the step size N/8 times faster per example seen. A 128-rank run
+/// with the 8-rank default's examples per rank (160 epochs) would end at 0.3 * 0.8^160 ~ 1e-16
+/// and have learnt nothing in its last ~130 epochs; the sum of its step sizes (what SGD can
+/// travel) is 1/16 of the 8-rank run's. Scaling the factor to 0.8^(8/N) per epoch gives every
+/// rank the 8-rank schedule per example seen. Up to 8 ranks nothing changes.
+fn fit_to_ranks(cfg: &mut TrainConfig, given: Given, nranks: usize) -> Option<String> {
+    if given.lr_decay || cfg.lr_schedule != LrSchedule::Decay || nranks <= 8 {
+        return None;
+    }
+    let per_8 = cfg.lr_decay;
+    cfg.lr_decay = per_8.powf(8.0 / nranks as f32);
+    Some(format!(
+        "--lr-decay not given: {:.5} per epoch on {nranks} ranks ({per_8} per {} epochs: shards {}x smaller than at 8 ranks, so the step decays per example seen as at 8 ranks)",
+        cfg.lr_decay,
+        nranks as f64 / 8.0,
+        nranks as f64 / 8.0
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The --lr-decay default is scaled above 8 ranks so that the step after the same examples
+    /// per rank is the 8-rank one; a given value (flag or file) is never changed.
+    #[test]
+    fn lr_decay_default_follows_the_examples_per_rank_unless_given() {
+        use clap::{CommandFactory, FromArgMatches, Parser};
+        #[derive(Parser)]
+        struct Cmd {
+            #[command(flatten)]
+            c: TrainConfig,
+        }
+        let parse = |args: &[&str]| {
+            let m = Cmd::command().get_matches_from(args);
+            TrainConfig::merge(None, Cmd::from_arg_matches(&m).unwrap().c, Some(&m)).unwrap()
+        };
+        let Merged { options: mut c, given } = parse(&["x"]);
+        assert!(fit_to_ranks(&mut c, given, 8).is_none());
+        assert_eq!(c.lr_decay, 0.8);
+        assert!(fit_to_ranks(&mut c, given, 128).is_some());
+        // 160 epochs at 128 ranks (the examples per rank of 10 epochs at 8) end where 10 do at 8.
+        let end = c.lr_decay.powi(160) as f64;
+        assert!((end - 0.8f64.powi(10)).abs() < 1e-4, "{end}");
+        let Merged { options: mut c, given } = parse(&["x", "--lr-decay", "0.8"]);
+        assert!(fit_to_ranks(&mut c, given, 256).is_none());
+        assert_eq!(c.lr_decay, 0.8);
+        let Merged { options: mut c, given } = parse(&["x", "--lr-schedule", "constant"]);
+        assert!(fit_to_ranks(&mut c, given, 256).is_none());
+    }
+}
