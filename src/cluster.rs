@@ -49,7 +49,10 @@ impl Profile {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the cluster profile {path} (--cluster)"))?;
         let p: Profile = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{path}: not a cluster profile: {}", e.message().trim_end()))?;
         for (k, &ms) in &p.compute {
-            anyhow::ensure!(ms.is_finite() && ms > 0.0, "{path}: [compute] {k:?} = {ms}: a step time must be a positive number of milliseconds");
+            anyhow::ensure!(
+                ms.is_finite() && ms > 0.0,
+                "{path}: [compute] {k:?} = {ms}: a step time must be a positive number of milliseconds"
+            );
         }
         anyhow::ensure!(p.dilation.is_finite() && p.dilation >= 1.0, "{path}: dilation = {}: must be a number >= 1", p.dilation);
         if let Some(b) = &p.bandwidth_mbps {
@@ -151,7 +154,13 @@ mod tests {
         let mut cfg2 = TrainConfig { cluster: cfg.cluster.clone(), batch_size: 256, emulate_compute: Some(5.0), ..TrainConfig::default() };
         apply_to(&mut cfg2).unwrap();
         assert_eq!(cfg2.emulate_compute, Some(5.0));
-        let mut mlp = TrainConfig { cluster: cfg.cluster.clone(), model: ModelKind::Mlp, hidden: vec![1024], batch_size: 64, ..TrainConfig::default() };
+        let mut mlp = TrainConfig {
+            cluster: cfg.cluster.clone(),
+            model: ModelKind::Mlp,
+            hidden: vec![1024],
+            batch_size: 64,
+            ..TrainConfig::default()
+        };
         apply_to(&mut mlp).unwrap();
         assert_eq!(mlp.emulate_compute, Some(80.5));
         let mut missing = TrainConfig { cluster: cfg.cluster.clone(), batch_size: 32, ..TrainConfig::default() };

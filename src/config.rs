@@ -15,9 +15,9 @@ use clap::{ArgMatches, Args};
 use serde::{Deserialize, Serialize};
 
 use crate::comm::pace::LinkSpec;
-pub use crate::values::{finite_f32, finite_f64};
 use crate::data::Format;
 use crate::model::ModelKind;
+pub use crate::values::{finite_f32, finite_f64};
 
 /// Where Debian's `dataset-fashion-mnist` installs the data set.
 pub const FASHION_MNIST_DIR: &str = "/usr/share/datasets/fashion-mnist";
@@ -369,7 +369,10 @@ pub const TRAJECTORY_FREE: &[(&str, &str)] = &[
     ("save_model", "where the final model is written"),
     ("send_log", "a log of the paced sends, which it records, not changes"),
     ("checkpoint_dir", "where checkpoints are written (the identity picks them there)"),
-    ("checkpoint_every", "when checkpoints are written: a checkpoint's quiesce moves no model (resumed runs end bit-identical to runs that wrote none)"),
+    (
+        "checkpoint_every",
+        "when checkpoints are written: a checkpoint's quiesce moves no model (resumed runs end bit-identical to runs that wrote none)",
+    ),
     ("create_dirs", "whether output directories are made"),
     ("resume", "how this invocation starts, not where the run goes"),
     ("auto_resume", "how this invocation starts, not where the run goes"),
@@ -425,11 +428,13 @@ impl TrainConfig {
             "an option holds a value JSON cannot carry (NaN or infinity): its value parser must be config::finite_f64 or finite_f32"
         );
         let obj = merged.as_object_mut().expect("a struct serialises to an object");
-        let on_command_line =
-            |key: &str| matches.is_some_and(|m| m.try_contains_id(key).unwrap_or(false) && m.value_source(key) == Some(ValueSource::CommandLine));
+        let on_command_line = |key: &str| {
+            matches.is_some_and(|m| m.try_contains_id(key).unwrap_or(false) && m.value_source(key) == Some(ValueSource::CommandLine))
+        };
         let mut file_keys = Vec::new();
         // Options given explicitly, and where: only they are checked against the mode.
-        let mut given_at: Vec<(String, String)> = obj.keys().filter(|k| on_command_line(k)).map(|k| (k.clone(), "given on the command line".to_owned())).collect();
+        let mut given_at: Vec<(String, String)> =
+            obj.keys().filter(|k| on_command_line(k)).map(|k| (k.clone(), "given on the command line".to_owned())).collect();
         if let Some(path) = file {
             for (key, value, place) in ConfigFile::read(path)? {
                 if !on_command_line(&key) {
@@ -482,7 +487,8 @@ impl TrainConfig {
         let table = groups_used();
         let used: Vec<&str> = table.iter().filter(|(c, _)| c.iter().all(holds)).flat_map(|(_, g)| g.iter().copied()).collect();
         for (key, place) in given {
-            let groups: Vec<&str> = cmd.get_groups().filter(|g| g.get_args().any(|a| a == key.as_str())).map(|g| g.get_id().as_str()).collect();
+            let groups: Vec<&str> =
+                cmd.get_groups().filter(|g| g.get_args().any(|a| a == key.as_str())).map(|g| g.get_id().as_str()).collect();
             if groups.is_empty() || groups.iter().any(|g| used.contains(g)) {
                 continue;
             }
@@ -566,11 +572,7 @@ impl TrainConfig {
         anyhow::ensure!(self.epochs >= 1, "--epochs must be at least 1");
         anyhow::ensure!(self.lr > 0.0, "--lr must be a positive number, got {}", self.lr);
         anyhow::ensure!(self.lambda >= 0.0, "--lambda must be >= 0, got {}", self.lambda);
-        anyhow::ensure!(
-            (0.0..1.0).contains(&self.test_fraction),
-            "--test-fraction must be in [0, 1), got {}",
-            self.test_fraction
-        );
+        anyhow::ensure!((0.0..1.0).contains(&self.test_fraction), "--test-fraction must be in [0, 1), got {}", self.test_fraction);
         anyhow::ensure!(
             self.wait_timeout > 0.0 && self.wait_timeout <= 1e9,
             "--wait-timeout must be a positive number of seconds (at most 1e9), got {}",
@@ -589,7 +591,10 @@ impl TrainConfig {
         if let Some(l) = &self.emulate_bandwidth {
             let max = l.overrides.iter().map(|o| o.2).fold(l.default, f64::max);
             let min = l.overrides.iter().map(|o| o.2).fold(l.default, f64::min);
-            anyhow::ensure!(min > 0.0 && max <= 1e7, "--emulate-bandwidth {l}: every rate must be a positive number of Mbit/s, at most 1e7");
+            anyhow::ensure!(
+                min > 0.0 && max <= 1e7,
+                "--emulate-bandwidth {l}: every rate must be a positive number of Mbit/s, at most 1e7"
+            );
         }
         let max_latency = self.emulate_latency.overrides.iter().map(|o| o.2).fold(self.emulate_latency.default, f64::max);
         anyhow::ensure!(max_latency <= 1e6, "--emulate-latency {}: at most 1e6 ms", self.emulate_latency);
@@ -598,7 +603,10 @@ impl TrainConfig {
             "--emulate-latency needs --emulate-bandwidth (the emulated link it belongs to)"
         );
         if let Some(ms) = self.emulate_compute {
-            anyhow::ensure!(ms.is_finite() && ms > 0.0 && ms <= 1e6, "--emulate-compute must be a positive number of milliseconds, at most 1e6, got {ms:e}");
+            anyhow::ensure!(
+                ms.is_finite() && ms > 0.0 && ms <= 1e6,
+                "--emulate-compute must be a positive number of milliseconds, at most 1e6, got {ms:e}"
+            );
         }
         anyhow::ensure!(!self.stop_at_target || self.target.is_some(), "--stop-at-target needs --target VALUE");
         anyhow::ensure!(self.dilation.is_none() || self.cluster.is_some(), "--dilation scales a --cluster profile: give --cluster FILE");
@@ -643,7 +651,6 @@ fn link_latency(s: &str) -> Result<LinkSpec, String> {
     LinkSpec::parse(s, "milliseconds", 0.0, false)
 }
 
-
 /// A `--config` file's entries, each checked as its flag would be.
 struct ConfigFile;
 
@@ -653,7 +660,8 @@ impl ConfigFile {
     /// files) and then through serde on its own, so a wrong value names its key and place.
     fn read(path: &Path) -> anyhow::Result<Vec<(String, serde_json::Value, String)>> {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
-        let entries = if path.extension().is_some_and(|e| e == "toml") { Self::toml_entries(path, &text)? } else { Self::json_entries(path, &text)? };
+        let entries =
+            if path.extension().is_some_and(|e| e == "toml") { Self::toml_entries(path, &text)? } else { Self::json_entries(path, &text)? };
         let cmd = TrainConfig::augment_args(clap::Command::new("asap-train"));
         let mut out = Vec::new();
         for (key, value) in entries {
@@ -788,9 +796,7 @@ pub fn parse_straggler(s: &str, nranks: usize) -> anyhow::Result<(Vec<usize>, f6
     );
     let mut out = Vec::new();
     for part in ranks.split(',').filter(|p| !p.is_empty()) {
-        let parse = |x: &str| -> anyhow::Result<usize> {
-            x.trim().parse().map_err(|_| anyhow::anyhow!("{hint}: bad rank {x:?}"))
-        };
+        let parse = |x: &str| -> anyhow::Result<usize> { x.trim().parse().map_err(|_| anyhow::anyhow!("{hint}: bad rank {x:?}")) };
         let (a, b) = match part.split_once('-') {
             Some((a, b)) => (parse(a)?, parse(b)?),
             None => (parse(part)?, parse(part)?),
@@ -961,8 +967,10 @@ mod tests {
             for arg in args {
                 // An option in several groups (asap's --graph is also in graph_group) applies where
                 // any of them is used.
-                let mine: Vec<&(&str, &str, Vec<&str>)> =
-                    expect.iter().filter(|e| cmd.get_groups().any(|g| g.get_id().as_str() == e.0 && g.get_args().any(|a| a == arg.get_id()))).collect();
+                let mine: Vec<&(&str, &str, Vec<&str>)> = expect
+                    .iter()
+                    .filter(|e| cmd.get_groups().any(|g| g.get_id().as_str() == e.0 && g.get_args().any(|a| a == arg.get_id())))
+                    .collect();
                 assert!(mine.iter().all(|e| e.1 == selector), "{}: groups of two selectors", arg.get_id());
                 let users: Vec<&str> = mine.iter().flat_map(|e| e.2.iter().copied()).collect();
                 let in_graph_group = mine.iter().any(|e| e.0 == "graph_group");
@@ -1007,7 +1015,12 @@ mod tests {
             assert!(r.as_ref().is_ok() || m == "bosen", "--sync {m}: {r:?}"); // bosen needs a budget
         }
         let e = merged(&cmd, &["x".into(), "--sync=gaia".into(), "--graph=ring".into()], None).unwrap_err();
-        assert!(e.contains("--graph applies to --sync asap and to --sync gaia --gaia-inner asap, not to this run (--sync gaia --gaia-inner allreduce)"), "{e}");
+        assert!(
+            e.contains(
+                "--graph applies to --sync asap and to --sync gaia --gaia-inner asap, not to this run (--sync gaia --gaia-inner allreduce)"
+            ),
+            "{e}"
+        );
     }
 
     /// An explicit value of `arg`: as flag arguments and as a TOML line (its default, its first

@@ -13,9 +13,7 @@ use asap_train::train::phases;
 
 /// The MPI rank from the launcher's environment, readable before MPI_Init (for log set-up).
 fn launcher_rank() -> Option<usize> {
-    ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok()?.parse().ok())
+    ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"].iter().find_map(|k| std::env::var(k).ok()?.parse().ok())
 }
 
 fn init_logging() {

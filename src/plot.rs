@@ -186,8 +186,7 @@ pub fn parse_run(path: &Path, text: &str) -> Result<Run> {
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value =
-            serde_json::from_str(line).with_context(|| format!("{} line {}: not a JSON object", path.display(), i + 1))?;
+        let v: Value = serde_json::from_str(line).with_context(|| format!("{} line {}: not a JSON object", path.display(), i + 1))?;
         let Some(event) = v.get("event").and_then(Value::as_str) else {
             bail!("{} line {}: no \"event\" field (is this a --metrics file?)", path.display(), i + 1);
         };
@@ -337,8 +336,7 @@ fn curve_panel(
     x: fn(&Point) -> f64,
     y: &dyn Fn(&Point) -> Option<f64>,
 ) -> Result<()> {
-    let series: Vec<Vec<(f64, f64)>> =
-        runs.iter().map(|r| r.points.iter().filter_map(|p| y(p).map(|v| (x(p), v))).collect()).collect();
+    let series: Vec<Vec<(f64, f64)>> = runs.iter().map(|r| r.points.iter().filter_map(|p| y(p).map(|v| (x(p), v))).collect()).collect();
     let all = series.iter().flatten();
     let (x0, x1) = all.clone().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| (a.min(p.0), b.max(p.0)));
     let (y0, y1) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| (a.min(p.1), b.max(p.1)));
@@ -460,11 +458,7 @@ pub fn plot(runs: &[Run], out: &Path, title: Option<&str>, panels: Panels) -> Re
     };
     let consistency = bars(|r| r.consistency.as_ref());
     let staleness = bars(|r| r.staleness.as_ref().map(|s| &s.1));
-    let bar_panels = if panels == Panels::Curves {
-        0
-    } else {
-        usize::from(!consistency.is_empty()) + usize::from(!staleness.is_empty())
-    };
+    let bar_panels = if panels == Panels::Curves { 0 } else { usize::from(!consistency.is_empty()) + usize::from(!staleness.is_empty()) };
     if !curves && bar_panels == 0 {
         bail!("--panels bars: none of the runs has a consistency or staleness histogram");
     }
@@ -503,7 +497,12 @@ pub fn plot(runs: &[Run], out: &Path, title: Option<&str>, panels: Panels) -> Re
         let cells = bar_area.split_evenly((1, bar_panels));
         let mut next = 0;
         if !consistency.is_empty() {
-            bar_panel(&cells[next], &consistency, "consistency histogram (ASAP Fig. 8)", "consistent in-neighbour models used in a reduce")?;
+            bar_panel(
+                &cells[next],
+                &consistency,
+                "consistency histogram (ASAP Fig. 8)",
+                "consistent in-neighbour models used in a reduce",
+            )?;
             next += 1;
         }
         if !staleness.is_empty() {
@@ -543,10 +542,22 @@ mod tests {
 
     #[test]
     fn a_mode_has_its_colour_in_every_figure() {
-        let run = |mode: &str| Run { path: "x".into(), label: mode.into(), mode: mode.into(), metric_name: "accuracy".into(), held_out: true, points: vec![], consistency: None, staleness: None };
+        let run = |mode: &str| Run {
+            path: "x".into(),
+            label: mode.into(),
+            mode: mode.into(),
+            metric_name: "accuracy".into(),
+            held_out: true,
+            points: vec![],
+            consistency: None,
+            staleness: None,
+        };
         let a = [run("allreduce"), run("asap"), run("asap")];
         let b = [run("ssp"), run("asap"), run("gaia"), run("allreduce")];
-        let c = |runs: &[Run], i| { let RGBColor(r, g, b) = look(runs, i).color; (r, g, b) };
+        let c = |runs: &[Run], i| {
+            let RGBColor(r, g, b) = look(runs, i).color;
+            (r, g, b)
+        };
         assert_eq!(c(&a, 0), c(&b, 3), "allreduce");
         assert_eq!(c(&a, 1), c(&b, 1), "the first asap run");
         assert_ne!(c(&a, 2), c(&a, 1), "a second asap run in one figure is told apart");

@@ -64,13 +64,20 @@ fn check_fits(spec: &ModelSpec, d: &Dataset, model: &str) -> Result<()> {
         }
         Features::Ratings { n_users, n_items, .. } if *n_users > spec.users || *n_items > spec.items => bail!(
             "{src}: user ids up to {} and item ids up to {}, but --model {model} knows {} users and {} items",
-            n_users - 1, n_items - 1, spec.users, spec.items
+            n_users - 1,
+            n_items - 1,
+            spec.users,
+            spec.items
         ),
         _ => {}
     }
     if matches!(spec.kind, ModelKind::Mlr | ModelKind::Mlp) {
         if let Some((i, y)) = d.labels.iter().enumerate().find(|(_, &y)| y < 0.0 || y.fract() != 0.0 || y as usize >= spec.classes) {
-            bail!("{}: label {y} is not one of the classes 0..{} --model {model} was trained on", data::place_of_row(src, None, i as u64), spec.classes - 1);
+            bail!(
+                "{}: label {y} is not one of the classes 0..{} --model {model} was trained on",
+                data::place_of_row(src, None, i as u64),
+                spec.classes - 1
+            );
         }
     }
     Ok(())
@@ -90,7 +97,13 @@ fn apply_scaling(saved: &SavedModel, d: &mut Dataset, model: &str) -> Result<()>
 /// stored for them; values as they are.
 fn original_label(p: f32, labels: Option<&[f32]>) -> f32 {
     match labels {
-        Some([neg, pos]) if p == -1.0 || p == 1.0 => if p > 0.0 { *pos } else { *neg },
+        Some([neg, pos]) if p == -1.0 || p == 1.0 => {
+            if p > 0.0 {
+                *pos
+            } else {
+                *neg
+            }
+        }
         Some(l) if p >= 0.0 && (p as usize) < l.len() => l[p as usize],
         _ => p,
     }
@@ -151,7 +164,10 @@ pub fn run(args: &PredictArgs) -> Result<()> {
         args.out.as_ref().map_or(String::new(), |o| format!("; predictions written to {}", o.display()))
     );
     if args.json {
-        println!("{}", serde_json::json!({"examples": d.len(), "metric": kind, "value": value, "metric_sum": sums.metric_sum, "count": sums.count}));
+        println!(
+            "{}",
+            serde_json::json!({"examples": d.len(), "metric": kind, "value": value, "metric_sum": sums.metric_sum, "count": sums.count})
+        );
     }
     Ok(())
 }

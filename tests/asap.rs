@@ -64,8 +64,11 @@ fn a_graph_that_is_not_strongly_connected_is_refused() {
 #[test]
 fn a_rank_that_stops_sending_makes_the_others_abort_with_the_timeout_message() {
     let dir = scratch("asap-stop");
-    asap(4, &["--graph", "ring", "--stop-sending-after", "2:20", "--wait-timeout", "3"], &dir.join("m.jsonl"))
-        .expect_failure(&["never arrived", "rank(s) [2]", "--wait-timeout"]);
+    asap(4, &["--graph", "ring", "--stop-sending-after", "2:20", "--wait-timeout", "3"], &dir.join("m.jsonl")).expect_failure(&[
+        "never arrived",
+        "rank(s) [2]",
+        "--wait-timeout",
+    ]);
 }
 
 /// Every graph file shipped in graphs/ parses, has the spectral gap its header claims, and the
@@ -73,7 +76,8 @@ fn a_rank_that_stops_sending_makes_the_others_abort_with_the_timeout_message() {
 #[test]
 fn shipped_graph_files_have_the_gap_they_claim_and_train() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("graphs");
-    let mut files: Vec<_> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "txt")).collect();
+    let mut files: Vec<_> =
+        std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "txt")).collect();
     files.sort();
     assert!(files.len() >= 5, "graphs/ lost files: {files:?}");
     for f in &files {
@@ -93,8 +97,12 @@ fn shipped_graph_files_have_the_gap_they_claim_and_train() {
         let m = dir.join("m.jsonl");
         let g = format!("file:{}", s(&f));
         let data = t10k();
-        mpirun(n, &["train", "--data", &data, "--sync", "asap", "--graph", &g, "--epochs", "1", "--max-rounds", "20", "--metrics", s(&m)], 120)
-            .expect_ok();
+        mpirun(
+            n,
+            &["train", "--data", &data, "--sync", "asap", "--graph", &g, "--epochs", "1", "--max-rounds", "20", "--metrics", s(&m)],
+            120,
+        )
+        .expect_ok();
         let start = metrics(&m).into_iter().find(|v| v["event"] == "start").unwrap();
         let gap = start["sync_info"]["report"]["spectral_gap"].as_f64().unwrap();
         let generated: serde_json::Value = serde_json::from_str(

@@ -69,7 +69,8 @@ fn regression(dir: &std::path::Path, lambda: f64) -> (String, f64) {
         }
     }
     let w: Vec<f64> = (0..p).map(|i| a[i][p] / a[i][i]).collect();
-    let loss = rows.iter().map(|(x, y)| 0.5 * (x.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() + w[d] - y).powi(2)).sum::<f64>() / n as f64;
+    let loss =
+        rows.iter().map(|(x, y)| 0.5 * (x.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() + w[d] - y).powi(2)).sum::<f64>() / n as f64;
     let best = loss + 0.5 * lambda * w[..d].iter().map(|v| v * v).sum::<f64>();
     (write(dir, "regression.svm", &text), best)
 }
@@ -83,9 +84,28 @@ fn each_barrier_predicate_keeps_its_guarantee() {
     let dir = scratch("async-predicates");
     let run = |barrier: &str| -> (Vec<serde_json::Value>, serde_json::Value) {
         let m = dir.join(format!("{}.jsonl", barrier.replace(':', "-")));
-        mpirun(4, &["train", "--data", &t10k(), "--sync", "async", "--barrier", barrier, "--epochs", "2",
-            "--straggler", "delay:100", "--eval-every", "25", "--metrics", s(&m)], 120)
-            .expect_ok();
+        mpirun(
+            4,
+            &[
+                "train",
+                "--data",
+                &t10k(),
+                "--sync",
+                "async",
+                "--barrier",
+                barrier,
+                "--epochs",
+                "2",
+                "--straggler",
+                "delay:100",
+                "--eval-every",
+                "25",
+                "--metrics",
+                s(&m),
+            ],
+            120,
+        )
+        .expect_ok();
         let evals = metrics(&m).into_iter().filter(|v| v["event"] == "eval").collect();
         (evals, summary(&m))
     };
@@ -150,9 +170,31 @@ fn resume_is_bit_identical_under_bsp_with_saga_and_continues_under_async() {
     let dir = scratch("async-resume");
     let (data, best) = regression(&dir, 1e-3);
     let go = |barrier: &str, opt: &str, extra: &[&str]| -> Job {
-        let mut a = vec!["train", "--data", &data, "--model", "lsq", "--lambda", "0.001", "--lr", "0.05",
-            "--lr-schedule", "constant", "--batch-size", "16", "--epochs", "4", "--seed", "5",
-            "--sync", "async", "--barrier", barrier, "--optimizer", opt];
+        let mut a = vec![
+            "train",
+            "--data",
+            &data,
+            "--model",
+            "lsq",
+            "--lambda",
+            "0.001",
+            "--lr",
+            "0.05",
+            "--lr-schedule",
+            "constant",
+            "--batch-size",
+            "16",
+            "--epochs",
+            "4",
+            "--seed",
+            "5",
+            "--sync",
+            "async",
+            "--barrier",
+            barrier,
+            "--optimizer",
+            opt,
+        ];
         a.extend(extra);
         mpirun(3, &a, 120).expect_ok()
     };
@@ -161,8 +203,12 @@ fn resume_is_bit_identical_under_bsp_with_saga_and_continues_under_async() {
     go("bsp", "saga", &["--checkpoint-dir", s(&ck), "--checkpoint-every", "40", "--max-rounds", "130"]);
     let job = go("bsp", "saga", &["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]);
     assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
-    let name = std::fs::read_dir(&ck).unwrap().flatten().map(|e| e.file_name().into_string().unwrap())
-        .find(|n| n.ends_with("-0000000130.h5")).expect("the checkpoint of round 130");
+    let name = std::fs::read_dir(&ck)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().into_string().unwrap())
+        .find(|n| n.ends_with("-0000000130.h5"))
+        .expect("the checkpoint of round 130");
     let f = hdf5::File::open(ck.join(name)).unwrap();
     for (rank, names) in [(0, &["model", "clock", "history_mean", "saga_slope"][..]), (2, &["base", "saga_slope"][..])] {
         for n in names {
@@ -189,9 +235,32 @@ fn resume_is_bit_identical_under_bsp_with_saga_and_continues_under_async() {
 fn a_silent_worker_is_named_within_the_timeout() {
     for barrier in ["bsp", "async"] {
         let start = std::time::Instant::now();
-        mpirun(3, &["train", "--data", &t10k(), "--sync", "async", "--barrier", barrier, "--epochs", "1",
-            "--stop-sending-after", "2:5", "--wait-timeout", "3", "--stop-check-every", "1000"], 180)
-            .expect_failure(&["--wait-timeout", "workers whose task is out (longest first): [rank 2 for", "cannot tell which rank holds it up"]);
+        mpirun(
+            3,
+            &[
+                "train",
+                "--data",
+                &t10k(),
+                "--sync",
+                "async",
+                "--barrier",
+                barrier,
+                "--epochs",
+                "1",
+                "--stop-sending-after",
+                "2:5",
+                "--wait-timeout",
+                "3",
+                "--stop-check-every",
+                "1000",
+            ],
+            180,
+        )
+        .expect_failure(&[
+            "--wait-timeout",
+            "workers whose task is out (longest first): [rank 2 for",
+            "cannot tell which rank holds it up",
+        ]);
         // A hang guard: 11 timeouts of 3 s (4.5 s for the workers), each judged over a watch of
         // 1 s, plus start-up.
         assert!(start.elapsed().as_secs() < 150, "{barrier}: took {:?}", start.elapsed());
@@ -207,10 +276,36 @@ fn saga_beats_sgd_at_equal_epochs_on_least_squares() {
     let (data, best) = regression(&dir, 1e-3);
     let gap = |barrier: &str, opt: &str| -> f64 {
         let m = dir.join(format!("{barrier}-{opt}.jsonl"));
-        mpirun(3, &["train", "--data", &data, "--model", "lsq", "--lambda", "0.001", "--lr", "0.05",
-            "--lr-schedule", "constant", "--batch-size", "4", "--epochs", "15", "--sync", "async",
-            "--barrier", barrier, "--optimizer", opt, "--metrics", s(&m)], 120)
-            .expect_ok();
+        mpirun(
+            3,
+            &[
+                "train",
+                "--data",
+                &data,
+                "--model",
+                "lsq",
+                "--lambda",
+                "0.001",
+                "--lr",
+                "0.05",
+                "--lr-schedule",
+                "constant",
+                "--batch-size",
+                "4",
+                "--epochs",
+                "15",
+                "--sync",
+                "async",
+                "--barrier",
+                barrier,
+                "--optimizer",
+                opt,
+                "--metrics",
+                s(&m),
+            ],
+            120,
+        )
+        .expect_ok();
         num(&summary(&m)["objective"]) - best
     };
     for barrier in ["bsp", "async"] {
@@ -231,11 +326,44 @@ fn saga_under_bsp_ends_each_epoch_without_a_jump() {
     let dir = scratch("async-saga-epochs");
     let m = dir.join("m.jsonl");
     // 2,500 examples per rank in batches of 150: 16 full batches and one of 100 an epoch.
-    mpirun(4, &["train", "--data", &t10k(), "--label-threshold", "5", "--model", "lsq", "--lambda", "1e-4", "--lr", "0.01",
-        "--lr-schedule", "constant", "--batch-size", "150", "--epochs", "2", "--eval-every", "1", "--sync", "async",
-        "--barrier", "bsp", "--optimizer", "saga", "--own-models", "1", "--metrics", s(&m)], 120)
-        .expect_ok();
-    let evals: Vec<(u64, f64)> = metrics(&m).iter().filter(|x| x["event"] == "eval").map(|x| (x["round"].as_u64().unwrap(), num(&x["objective"]))).collect();
+    mpirun(
+        4,
+        &[
+            "train",
+            "--data",
+            &t10k(),
+            "--label-threshold",
+            "5",
+            "--model",
+            "lsq",
+            "--lambda",
+            "1e-4",
+            "--lr",
+            "0.01",
+            "--lr-schedule",
+            "constant",
+            "--batch-size",
+            "150",
+            "--epochs",
+            "2",
+            "--eval-every",
+            "1",
+            "--sync",
+            "async",
+            "--barrier",
+            "bsp",
+            "--optimizer",
+            "saga",
+            "--own-models",
+            "1",
+            "--metrics",
+            s(&m),
+        ],
+        120,
+    )
+    .expect_ok();
+    let evals: Vec<(u64, f64)> =
+        metrics(&m).iter().filter(|x| x["event"] == "eval").map(|x| (x["round"].as_u64().unwrap(), num(&x["objective"]))).collect();
     assert_eq!(evals.len(), 34, "17 rounds an epoch, every round evaluated: {evals:?}");
     for end in [17, 34] {
         let (before, at) = (evals[end - 2].1, evals[end - 1].1);
@@ -251,9 +379,30 @@ fn lsq_trains_under_every_sync_mode() {
     let (data, best) = regression(&dir, 1e-3);
     for sync in ["allreduce", "asap", "ssp", "none", "async"] {
         let m = dir.join(format!("{sync}.jsonl"));
-        mpirun(3, &["train", "--data", &data, "--model", "lsq", "--lambda", "0.001", "--lr", "0.05",
-            "--batch-size", "16", "--epochs", "3", "--sync", sync, "--metrics", s(&m)], 120)
-            .expect_ok();
+        mpirun(
+            3,
+            &[
+                "train",
+                "--data",
+                &data,
+                "--model",
+                "lsq",
+                "--lambda",
+                "0.001",
+                "--lr",
+                "0.05",
+                "--batch-size",
+                "16",
+                "--epochs",
+                "3",
+                "--sync",
+                sync,
+                "--metrics",
+                s(&m),
+            ],
+            120,
+        )
+        .expect_ok();
         let sm = summary(&m);
         assert_eq!(sm["metric"], "rmse", "{sync}");
         assert!(num(&sm["objective"]) < best + 0.05, "{sync}: objective {} vs optimum {best}", sm["objective"]);
@@ -267,7 +416,10 @@ fn bad_async_options_are_refused() {
     let cases: [(&[&str], &str); 6] = [
         (&["--sync", "async", "--barrier", "throttled:5"], "throttled:5 needs K <= the number of workers"),
         (&["--sync", "async", "--barrier", "ssp"], "--barrier"),
-        (&["--sync", "allreduce", "--optimizer", "saga", "--model", "lsq"], "--optimizer applies to --sync async, not to this run (--sync allreduce)"),
+        (
+            &["--sync", "allreduce", "--optimizer", "saga", "--model", "lsq"],
+            "--optimizer applies to --sync async, not to this run (--sync allreduce)",
+        ),
         (&["--sync", "async", "--optimizer", "saga"], "--optimizer saga needs a linear model"),
         (&["--straggler", "delay:150"], "--straggler delay:P"),
         (&["--straggler", "production:x"], "--straggler production"),
@@ -287,9 +439,28 @@ fn bad_async_options_are_refused() {
 #[test]
 fn throttled_release_never_hangs_in_a_stop_vote() {
     for every in ["25", "0", "25", "0", "25"] {
-        mpirun(4, &["train", "--data", &t10k(), "--sync", "async", "--barrier", "throttled:3", "--epochs", "2",
-            "--straggler", "delay:100", "--eval-every", every, "--wait-timeout", "8"], 60)
-            .expect_ok();
+        mpirun(
+            4,
+            &[
+                "train",
+                "--data",
+                &t10k(),
+                "--sync",
+                "async",
+                "--barrier",
+                "throttled:3",
+                "--epochs",
+                "2",
+                "--straggler",
+                "delay:100",
+                "--eval-every",
+                every,
+                "--wait-timeout",
+                "8",
+            ],
+            60,
+        )
+        .expect_ok();
     }
 }
 
@@ -302,10 +473,36 @@ fn the_emulated_coordinator_serves_while_its_step_idles_and_bsp_evaluates_with_p
     let dir = scratch("async-emulated");
     for barrier in ["bsp", "async"] {
         let m = dir.join(format!("{barrier}.jsonl"));
-        mpirun(4, &["train", "--data", &t10k(), "--sync", "async", "--barrier", barrier, "--epochs", "1",
-            "--batch-size", "200", "--emulate-compute", "10", "--emulate-bandwidth", "1000",
-            "--emulate-latency", "0.05", "--eval-every", "2", "--wait-timeout", "20", "--metrics", s(&m)], 120)
-            .expect_ok();
+        mpirun(
+            4,
+            &[
+                "train",
+                "--data",
+                &t10k(),
+                "--sync",
+                "async",
+                "--barrier",
+                barrier,
+                "--epochs",
+                "1",
+                "--batch-size",
+                "200",
+                "--emulate-compute",
+                "10",
+                "--emulate-bandwidth",
+                "1000",
+                "--emulate-latency",
+                "0.05",
+                "--eval-every",
+                "2",
+                "--wait-timeout",
+                "20",
+                "--metrics",
+                s(&m),
+            ],
+            120,
+        )
+        .expect_ok();
         let sm = summary(&m);
         let rounds = num(&sm["rounds"]);
         let evals = metrics(&m).into_iter().filter(|v| v["event"] == "eval").count() as f64;

@@ -96,7 +96,9 @@ fn option_cases(f: &Files) -> Vec<Case> {
         add(&format!("{opt} {v}"), 1, &[opt, v], &[opt, v]);
     }
     // Non-finite floats: refused by the option's value parser, from a flag and from a file alike.
-    for opt in ["--emulate-bandwidth", "--bandwidth-mbps", "--emulate-latency", "--soft-significance", "--significance", "--label-threshold"] {
+    for opt in
+        ["--emulate-bandwidth", "--bandwidth-mbps", "--emulate-latency", "--soft-significance", "--significance", "--label-threshold"]
+    {
         for v in ["nan", "inf"] {
             add(&format!("{opt} {v}"), 1, &[opt, v], &[opt, "finite"]);
         }
@@ -284,7 +286,13 @@ fn file_cases(f: &Files) -> Vec<Case> {
     // a bias), in every format that can hold one.
     let labels_only = f.file("labels-only.svm", "1\n0\n1 # a comment\n0\n");
     for m in ["svm", "mlp"] {
-        data(&format!("libsvm with no features, --model {m}"), 2, &labels_only, &["--model", m], &["labels-only.svm", "no example has a feature"]);
+        data(
+            &format!("libsvm with no features, --model {m}"),
+            2,
+            &labels_only,
+            &["--model", m],
+            &["labels-only.svm", "no example has a feature"],
+        );
     }
     let zero_wide = h5("zero-wide.h5", &|file| {
         file.new_dataset_builder().with_data(&ndarray::Array2::<f32>::zeros((4, 0))).create("X").unwrap();
@@ -334,7 +342,9 @@ fn tool_cases(f: &Files) -> Vec<Case> {
         out.push(Case { name: name.into(), ranks: 1, args: a, needles: needles.iter().map(|s| s.to_string()).collect() });
     };
     for cmd in ["gap", "mix"] {
-        for (e, needle) in [("0", "between 0 and 1"), ("1", "between 0 and 1"), ("-0.5", "between 0 and 1"), ("nan", "finite"), ("inf", "finite")] {
+        for (e, needle) in
+            [("0", "between 0 and 1"), ("1", "between 0 and 1"), ("-0.5", "between 0 and 1"), ("nan", "finite"), ("inf", "finite")]
+        {
             add(&format!("graph {cmd} --epsilon {e}"), &["graph", cmd, "--nodes", "8", "--epsilon", e], &["--epsilon", needle]);
         }
     }
@@ -411,8 +421,7 @@ fn leftover_ranks(marker: &str) -> usize {
 #[test]
 fn malformed_inputs_and_options_fail_cleanly() {
     let f = Files::new();
-    let cases: Vec<Case> =
-        option_cases(&f).into_iter().chain(file_cases(&f)).chain(output_cases(&f)).chain(tool_cases(&f)).collect();
+    let cases: Vec<Case> = option_cases(&f).into_iter().chain(file_cases(&f)).chain(output_cases(&f)).chain(tool_cases(&f)).collect();
     assert!(cases.len() >= 100, "the table has {} cases", cases.len());
     let before = snapshot(&f.dir);
     let mut failures = Vec::new();
@@ -427,11 +436,7 @@ fn malformed_inputs_and_options_fail_cleanly() {
         } else {
             launch(c.ranks, 60)
         };
-        let out = cmd
-            .args(&c.args)
-            .env("ASAP_TABLE_CASE", &marker)
-            .output()
-            .unwrap();
+        let out = cmd.args(&c.args).env("ASAP_TABLE_CASE", &marker).output().unwrap();
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         let code = out.status.code();
         let mut why = Vec::new();
@@ -453,12 +458,21 @@ fn malformed_inputs_and_options_fail_cleanly() {
             why.push("processes left behind".into());
         }
         if !why.is_empty() {
-            let tail: String = text.lines().filter(|l| !l.starts_with("  ") && !l.starts_with('{') && !l.starts_with('}')).take(8).collect::<Vec<_>>().join("\n    ");
+            let tail: String = text
+                .lines()
+                .filter(|l| !l.starts_with("  ") && !l.starts_with('{') && !l.starts_with('}'))
+                .take(8)
+                .collect::<Vec<_>>()
+                .join("\n    ");
             failures.push(format!("{} ({:.1} s): {}\n    {tail}", c.name, start.elapsed().as_secs_f64(), why.join(", ")));
         }
     }
     let after = snapshot(&f.dir);
-    let changed: Vec<_> = before.iter().filter(|(p, b)| after.iter().find(|(q, _)| q == p).map(|(_, a)| a) != Some(b)).map(|(p, _)| p.display().to_string()).collect();
+    let changed: Vec<_> = before
+        .iter()
+        .filter(|(p, b)| after.iter().find(|(q, _)| q == p).map(|(_, a)| a) != Some(b))
+        .map(|(p, _)| p.display().to_string())
+        .collect();
     assert!(changed.is_empty(), "input files changed: {changed:?}");
     assert!(failures.is_empty(), "{} of {} cases misbehave:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }

@@ -41,8 +41,27 @@ fn budget_holds_over_every_one_second_window() {
     let dir = scratch("bosen-budget");
     let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
     // 8 Mbit/s = 1e6 bytes/s per rank.
-    let args = ["train", "--data", &t10k(), "--sync", "bosen", "--bandwidth-mbps", "8", "--queue-size", "4",
-        "--sync-every", "5", "--epochs", "10", "--max-rounds", "120", "--metrics", s(&m), "--send-log", s(&log)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "bosen",
+        "--bandwidth-mbps",
+        "8",
+        "--queue-size",
+        "4",
+        "--sync-every",
+        "5",
+        "--epochs",
+        "10",
+        "--max-rounds",
+        "120",
+        "--metrics",
+        s(&m),
+        "--send-log",
+        s(&log),
+    ];
     mpirun(4, &args, 180).expect_ok();
     for r in 0..4 {
         let l = send_log(&dir.join(format!("sends.rank{r}.csv")));
@@ -78,9 +97,35 @@ fn early_sends_spend_the_budget_during_a_clock() {
     let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
     // 0.08 Mbit/s = 1e4 bytes/s per rank; 500 ratings per rank in steps of 5 (up to 10 changed
     // rows, ~0.5 kB, a step); a clock is an epoch of 100 steps.
-    let args = ["train", "--data", s(&data), "--model", "mf", "--lr", "0.05", "--sync", "bosen", "--bandwidth-mbps", "0.08",
-        "--queue-size", "1", "--batch-size", "5", "--sync-every", "100", "--epochs", "2", "--staleness", "1", "--emulate-compute", "50",
-        "--metrics", s(&m), "--send-log", s(&log)];
+    let args = [
+        "train",
+        "--data",
+        s(&data),
+        "--model",
+        "mf",
+        "--lr",
+        "0.05",
+        "--sync",
+        "bosen",
+        "--bandwidth-mbps",
+        "0.08",
+        "--queue-size",
+        "1",
+        "--batch-size",
+        "5",
+        "--sync-every",
+        "100",
+        "--epochs",
+        "2",
+        "--staleness",
+        "1",
+        "--emulate-compute",
+        "50",
+        "--metrics",
+        s(&m),
+        "--send-log",
+        s(&log),
+    ];
     mpirun(4, &args, 180).expect_ok();
     for r in 0..4 {
         let l = send_log(&dir.join(format!("sends.rank{r}.csv")));
@@ -147,14 +192,30 @@ fn each_priority_fp16_and_adarevision_train() {
     let dir = scratch("bosen-options");
     let run = |name: &str, extra: &[&str]| -> serde_json::Value {
         let m = dir.join(format!("{name}.jsonl"));
-        let mut a = vec!["train", "--data", t10k_static(), "--sync", "bosen", "--bandwidth-mbps", "400", "--sync-every", "10",
-            "--epochs", "2", "--staleness", "2", "--metrics", s(&m)];
+        let mut a = vec![
+            "train",
+            "--data",
+            t10k_static(),
+            "--sync",
+            "bosen",
+            "--bandwidth-mbps",
+            "400",
+            "--sync-every",
+            "10",
+            "--epochs",
+            "2",
+            "--staleness",
+            "2",
+            "--metrics",
+            s(&m),
+        ];
         a.extend(extra);
         mpirun(4, &a, 180).expect_ok();
         summary(&m)
     };
     // Bytes per pushed value (headers and row indices included).
-    let per_value = |sm: &serde_json::Value| sm["sync_metrics"]["push_bytes"].as_f64().unwrap() / sm["sync_metrics"]["pushed_values"].as_f64().unwrap();
+    let per_value =
+        |sm: &serde_json::Value| sm["sync_metrics"]["push_bytes"].as_f64().unwrap() / sm["sync_metrics"]["pushed_values"].as_f64().unwrap();
     for p in ["random", "round-robin", "absolute", "relative"] {
         let sm = run(p, &["--priority", p]);
         let acc = sm["final_metric"].as_f64().unwrap();
@@ -186,8 +247,28 @@ fn bosen_resumes_from_a_checkpoint() {
     let dir = scratch("bosen-resume");
     let ck = dir.join("ck");
     let m = dir.join("m.jsonl");
-    let base = ["train", "--data", t10k_static(), "--sync", "bosen", "--bandwidth-mbps", "400", "--fp16", "--sync-every", "2",
-        "--lr-schedule", "adarevision", "--lr", "0.1", "--epochs", "2", "--checkpoint-dir", s(&ck), "--metrics", s(&m)];
+    let base = [
+        "train",
+        "--data",
+        t10k_static(),
+        "--sync",
+        "bosen",
+        "--bandwidth-mbps",
+        "400",
+        "--fp16",
+        "--sync-every",
+        "2",
+        "--lr-schedule",
+        "adarevision",
+        "--lr",
+        "0.1",
+        "--epochs",
+        "2",
+        "--checkpoint-dir",
+        s(&ck),
+        "--metrics",
+        s(&m),
+    ];
     let mut first = base.to_vec();
     first.extend(["--max-rounds", "40"]);
     mpirun(4, &first, 180).expect_ok();
@@ -209,8 +290,27 @@ fn emulated_link_paces_allreduce_and_asap() {
     for mode in ["allreduce", "asap"] {
         let (m, log) = (dir.join(format!("{mode}.jsonl")), dir.join(mode));
         // 2 Mbit/s = 250 kB/s; an MLR model is 31 kB.
-        let args = ["train", "--data", &t10k(), "--sync", mode, "--emulate-bandwidth", "2", "--emulate-latency", "1",
-            "--sync-every", "4", "--epochs", "1", "--max-rounds", "30", "--metrics", s(&m), "--send-log", s(&log)];
+        let args = [
+            "train",
+            "--data",
+            &t10k(),
+            "--sync",
+            mode,
+            "--emulate-bandwidth",
+            "2",
+            "--emulate-latency",
+            "1",
+            "--sync-every",
+            "4",
+            "--epochs",
+            "1",
+            "--max-rounds",
+            "30",
+            "--metrics",
+            s(&m),
+            "--send-log",
+            s(&log),
+        ];
         mpirun(4, &args, 180).expect_ok();
         let sm = summary(&m);
         for r in 0..4 {
@@ -240,8 +340,27 @@ fn asap_edge_budget_holds_and_every_row_arrives() {
     // on 2 cores at load 2: 62,708 row-rounds held against 492 rows sent, so rounds may be 100x
     // slower (a busy machine) before the budget stops binding. At 8 Mbit/s the margin was 25x,
     // and one suite run beside 32-rank benchmarks at load ~24 broke it.
-    let args = ["train", "--data", &t10k(), "--sync", "asap", "--graph", "ring", "--bandwidth-mbps", "2", "--priority", "relative",
-        "--epochs", "20", "--straggler", "0-3:10", "--metrics", s(&m), "--send-log", s(&log)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "asap",
+        "--graph",
+        "ring",
+        "--bandwidth-mbps",
+        "2",
+        "--priority",
+        "relative",
+        "--epochs",
+        "20",
+        "--straggler",
+        "0-3:10",
+        "--metrics",
+        s(&m),
+        "--send-log",
+        s(&log),
+    ];
     mpirun(4, &args, 180).expect_ok();
     for r in 0..4 {
         let l = send_log(&dir.join(format!("sends.rank{r}.csv")));

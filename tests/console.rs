@@ -25,7 +25,8 @@ fn a_default_run_prints_at_most_25_lines() {
     assert_eq!(v["config"]["lambda"].as_f64(), Some(1e-5), "{start}");
     assert_eq!(v["model_spec"]["lambda"].as_f64(), Some(1e-5), "{start}");
 
-    let job = mpirun(2, &["train", "--epochs", "1", "--data", &format!("{FASHION}/t10k-images-idx3-ubyte.gz"), "--print-config"], 120).expect_ok();
+    let job = mpirun(2, &["train", "--epochs", "1", "--data", &format!("{FASHION}/t10k-images-idx3-ubyte.gz"), "--print-config"], 120)
+        .expect_ok();
     assert!(job.stderr.contains("effective configuration") && job.stderr.contains("\"lambda\": 0.00001"), "{}", job.stderr);
 }
 

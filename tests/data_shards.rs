@@ -30,8 +30,25 @@ fn sorted_skewed_libsvm_trains_at_2_and_4_ranks_to_the_1_rank_accuracy() {
         let m = dir.join(format!("m{n}.jsonl"));
         mpirun(
             n,
-            &["train", "--data", &data, "--model", "svm", "--sync", "allreduce", "--epochs", "3", "--batch-size", "10",
-              "--lr", "0.1", "--lambda", "1e-4", "--metrics", s(&m)],
+            &[
+                "train",
+                "--data",
+                &data,
+                "--model",
+                "svm",
+                "--sync",
+                "allreduce",
+                "--epochs",
+                "3",
+                "--batch-size",
+                "10",
+                "--lr",
+                "0.1",
+                "--lambda",
+                "1e-4",
+                "--metrics",
+                s(&m),
+            ],
             120,
         )
         .expect_ok();
@@ -60,8 +77,7 @@ fn comment_only_first_chunk_still_feeds_every_rank() {
     }
     let data = write(&dir, "comment.svm", &t);
     let m = dir.join("m.jsonl");
-    mpirun(4, &["train", "--data", &data, "--model", "svm", "--epochs", "1", "--batch-size", "1", "--metrics", s(&m)], 60)
-        .expect_ok();
+    mpirun(4, &["train", "--data", &data, "--model", "svm", "--epochs", "1", "--batch-size", "1", "--metrics", s(&m)], 60).expect_ok();
     let start = metrics(&m).into_iter().find(|v| v["event"] == "start").unwrap();
     assert_eq!((start["train_examples"].as_u64(), start["steps_per_epoch"].as_u64()), (Some(8), Some(2)));
 }

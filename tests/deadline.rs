@@ -18,13 +18,8 @@ fn stop_rank_and_expect_named(name: &str, sync: &[&str], judged_waits: bool) {
     args.extend(sync);
     // The job's own limit is only a hang guard (the assertion on `took` below is the claim):
     // start-up alone took tens of seconds beside two CPU burners at load 18.
-    let mut child = launch(3, 300)
-        .args(&args)
-        .env("ASAP_TEST_MARKER", &marker)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        launch(3, 300).args(&args).env("ASAP_TEST_MARKER", &marker).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     // Stop rank 1 once every rank is past start-up: after rank 0's start line, which follows the
     // set-up collectives (so every rank has armed the deadline board and built its sync mode).
     // Stopped earlier, inside MPI_Init or before the board exists, it left the others blocked

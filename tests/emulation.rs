@@ -12,10 +12,13 @@ fn t10k() -> String {
 /// A `--send-log` CSV (`seconds,bytes` per message) as (seconds, bytes) pairs.
 fn read_log(path: &std::path::Path) -> Vec<(f64, u64)> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.lines().skip(1).map(|l| {
-        let (t, b) = l.split_once(',').unwrap();
-        (t.parse().unwrap(), b.parse().unwrap())
-    }).collect()
+    text.lines()
+        .skip(1)
+        .map(|l| {
+            let (t, b) = l.split_once(',').unwrap();
+            (t.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect()
 }
 
 fn emulation(sm: &serde_json::Value) -> &serde_json::Value {
@@ -31,8 +34,25 @@ fn emulation(sm: &serde_json::Value) -> &serde_json::Value {
 fn declared_steps_are_counted_and_never_shortened() {
     let dir = scratch("emulate-accounting");
     let m = dir.join("m.jsonl");
-    let args = ["train", "--data", &t10k(), "--sync", "allreduce", "--epochs", "1", "--max-rounds", "30", "--batch-size", "32",
-        "--emulate-compute", "5", "--straggler", "1:3", "--metrics", s(&m)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "allreduce",
+        "--epochs",
+        "1",
+        "--max-rounds",
+        "30",
+        "--batch-size",
+        "32",
+        "--emulate-compute",
+        "5",
+        "--straggler",
+        "1:3",
+        "--metrics",
+        s(&m),
+    ];
     let job = mpirun(3, &args, 120).expect_ok();
     let sm = summary(&m);
     let e = emulation(&sm);
@@ -57,8 +77,23 @@ fn declared_steps_are_counted_and_never_shortened() {
 fn steps_that_cannot_fit_are_counted_broken_and_the_run_is_invalid() {
     let dir = scratch("emulate-broken");
     let m = dir.join("m.jsonl");
-    let args = ["train", "--data", &t10k(), "--sync", "asap", "--epochs", "1", "--max-rounds", "20", "--batch-size", "256",
-        "--emulate-compute", "0.0001", "--metrics", s(&m)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "asap",
+        "--epochs",
+        "1",
+        "--max-rounds",
+        "20",
+        "--batch-size",
+        "256",
+        "--emulate-compute",
+        "0.0001",
+        "--metrics",
+        s(&m),
+    ];
     let job = mpirun(2, &args, 120).expect_ok();
     let sm = summary(&m);
     let e = emulation(&sm);
@@ -76,8 +111,25 @@ fn per_rank_links_hold_the_slower_end_over_every_window() {
     let dir = scratch("emulate-links");
     let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
     // 8 Mbit/s = 1e6 bytes/s for rank 0, 80 Mbit/s for rank 1; the MLR message is 31 kB.
-    let args = ["train", "--data", &t10k(), "--sync", "asap", "--graph", "ring", "--epochs", "1", "--max-rounds", "80",
-        "--emulate-bandwidth", "80,0:8", "--metrics", s(&m), "--send-log", s(&log)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "asap",
+        "--graph",
+        "ring",
+        "--epochs",
+        "1",
+        "--max-rounds",
+        "80",
+        "--emulate-bandwidth",
+        "80,0:8",
+        "--metrics",
+        s(&m),
+        "--send-log",
+        s(&log),
+    ];
     mpirun(2, &args, 180).expect_ok();
     let read = |r: usize| read_log(&dir.join(format!("sends.rank{r}.csv")));
     // Bytes in the fullest 1 s window (windows starting at a send).
@@ -105,8 +157,23 @@ fn per_rank_links_hold_the_slower_end_over_every_window() {
 fn a_slow_receiver_link_is_shared_by_its_senders() {
     let dir = scratch("emulate-ingress");
     let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
-    let args = ["train", "--data", &t10k(), "--sync", "async", "--epochs", "1", "--max-rounds", "40",
-        "--emulate-bandwidth", "80,0:8", "--metrics", s(&m), "--send-log", s(&log)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "async",
+        "--epochs",
+        "1",
+        "--max-rounds",
+        "40",
+        "--emulate-bandwidth",
+        "80,0:8",
+        "--metrics",
+        s(&m),
+        "--send-log",
+        s(&log),
+    ];
     mpirun(4, &args, 240).expect_ok();
     let l = read_log(&dir.join("sends.receives.rank0.csv"));
     assert!(l.len() >= 40, "rank 0 took in a result per round and worker: {} messages", l.len());
@@ -137,8 +204,25 @@ fn many_in_neighbours_share_the_receiver_link_under_asap() {
 fn star_receiver_link_holds(name: &str, extra: &[&str]) -> serde_json::Value {
     let dir = scratch(name);
     let (m, log, data) = (dir.join("m.jsonl"), dir.join("sends"), t10k());
-    let mut args = vec!["train", "--data", &data, "--sync", "asap", "--graph", "star", "--epochs", "1", "--max-rounds", "30",
-        "--emulate-bandwidth", "80,0:8", "--metrics", s(&m), "--send-log", s(&log)];
+    let mut args = vec![
+        "train",
+        "--data",
+        &data,
+        "--sync",
+        "asap",
+        "--graph",
+        "star",
+        "--epochs",
+        "1",
+        "--max-rounds",
+        "30",
+        "--emulate-bandwidth",
+        "80,0:8",
+        "--metrics",
+        s(&m),
+        "--send-log",
+        s(&log),
+    ];
     args.extend_from_slice(extra);
     mpirun(4, &args, 240).expect_ok();
     let l = read_log(&dir.join("sends.receives.rank0.csv"));
@@ -167,8 +251,27 @@ fn barrier_rounds_wait_for_the_receiver_link() {
 fn deadline_reduces_only_whole_messages_and_finishes() {
     let dir = scratch("emulate-deadline");
     let m = dir.join("m.jsonl");
-    let args = ["train", "--data", &t10k(), "--sync", "asap", "--notify", "deadline", "--epochs", "1", "--max-rounds", "40",
-        "--emulate-compute", "3", "--straggler", "1:4", "--emulate-bandwidth", "400,2:40", "--metrics", s(&m)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "asap",
+        "--notify",
+        "deadline",
+        "--epochs",
+        "1",
+        "--max-rounds",
+        "40",
+        "--emulate-compute",
+        "3",
+        "--straggler",
+        "1:4",
+        "--emulate-bandwidth",
+        "400,2:40",
+        "--metrics",
+        s(&m),
+    ];
     mpirun(4, &args, 180).expect_ok();
     let sm = summary(&m);
     let sync = &sm["sync_metrics"];
@@ -191,8 +294,23 @@ fn a_cluster_profile_fills_the_emulation() {
     let dir = scratch("emulate-cluster");
     let m = dir.join("m.jsonl");
     let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/clusters/10gbe.toml");
-    let args = ["train", "--data", &t10k(), "--sync", "allreduce", "--epochs", "1", "--max-rounds", "10", "--batch-size", "256",
-        "--cluster", profile, "--metrics", s(&m)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "allreduce",
+        "--epochs",
+        "1",
+        "--max-rounds",
+        "10",
+        "--batch-size",
+        "256",
+        "--cluster",
+        profile,
+        "--metrics",
+        s(&m),
+    ];
     mpirun(2, &args, 120).expect_ok();
     let start = &metrics(&m)[0];
     let c = &start["config"];

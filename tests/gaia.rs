@@ -53,8 +53,25 @@ fn significance_zero_matches_allreduce_over_all_ranks() {
 fn the_filter_keeps_residuals_and_every_copy_ends_equal() {
     let dir = scratch("gaia-residuals");
     let m = dir.join("m.jsonl");
-    let args = ["train", "--data", &t10k(), "--epochs", "2", "--batch-size", "64", "--sync", "gaia", "--groups", "2",
-        "--significance", "0.05", "--dc-staleness", "2", "--metrics", s(&m)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--sync",
+        "gaia",
+        "--groups",
+        "2",
+        "--significance",
+        "0.05",
+        "--dc-staleness",
+        "2",
+        "--metrics",
+        s(&m),
+    ];
     mpirun(4, &args, 120).expect_ok();
     let sm = summary(&m);
     let g = &sm["sync_metrics"];
@@ -75,8 +92,27 @@ fn the_filter_keeps_residuals_and_every_copy_ends_equal() {
 fn the_soft_threshold_sends_more_on_an_idle_link() {
     let dir = scratch("gaia-soft");
     let m = dir.join("m.jsonl");
-    let args = ["train", "--data", &t10k(), "--epochs", "1", "--batch-size", "64", "--sync", "gaia", "--groups", "2",
-        "--significance", "0.05", "--soft-significance", "0.01", "--dc-staleness", "2", "--metrics", s(&m)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "64",
+        "--sync",
+        "gaia",
+        "--groups",
+        "2",
+        "--significance",
+        "0.05",
+        "--soft-significance",
+        "0.01",
+        "--dc-staleness",
+        "2",
+        "--metrics",
+        s(&m),
+    ];
     mpirun(4, &args, 120).expect_ok();
     let sm = summary(&m);
     let g = &sm["sync_metrics"];
@@ -99,9 +135,29 @@ fn paced_data_flow_during_group_allreduce() {
     let dir = scratch("gaia-paced");
     let m = dir.join("m.jsonl");
     // 2,500 examples a rank, batch 25: 100 steps an epoch, 10 clocks (no steps after the last).
-    let args = ["train", "--data", &t10k(), "--epochs", "2", "--batch-size", "25", "--sync", "gaia", "--groups", "2",
-        "--sync-every", "10", "--emulate-compute", "5", "--emulate-bandwidth", "2", "--emulate-latency", "100",
-        "--metrics", s(&m)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "25",
+        "--sync",
+        "gaia",
+        "--groups",
+        "2",
+        "--sync-every",
+        "10",
+        "--emulate-compute",
+        "5",
+        "--emulate-bandwidth",
+        "2",
+        "--emulate-latency",
+        "100",
+        "--metrics",
+        s(&m),
+    ];
     mpirun(4, &args, 120).expect_ok();
     let g = &summary(&m)["sync_metrics"];
     assert!(num(g, "barriers_sent") > 0.0, "the run must exercise the selective barriers: {g}");
@@ -118,9 +174,29 @@ fn paced_data_flow_during_group_allreduce() {
 fn latency_alone_sends_no_selective_barrier() {
     let dir = scratch("gaia-latency");
     let m = dir.join("m.jsonl");
-    let args = ["train", "--data", &t10k(), "--epochs", "1", "--batch-size", "25", "--sync", "gaia", "--groups", "2",
-        "--sync-every", "10", "--emulate-compute", "5", "--emulate-bandwidth", "1000", "--emulate-latency", "100",
-        "--metrics", s(&m)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "25",
+        "--sync",
+        "gaia",
+        "--groups",
+        "2",
+        "--sync-every",
+        "10",
+        "--emulate-compute",
+        "5",
+        "--emulate-bandwidth",
+        "1000",
+        "--emulate-latency",
+        "100",
+        "--metrics",
+        s(&m),
+    ];
     mpirun(4, &args, 120).expect_ok();
     let g = &summary(&m)["sync_metrics"];
     assert_eq!(num(g, "barriers_sent"), 0.0, "an idle link needs no barrier: {g}");
@@ -136,8 +212,29 @@ fn the_mirror_clock_bounds_a_slow_group() {
     let dir = scratch("gaia-mirror");
     for ds in ["0", "3"] {
         let m = dir.join(format!("ds{ds}.jsonl"));
-        let args = ["train", "--data", &t10k(), "--epochs", "1", "--batch-size", "64", "--sync", "gaia", "--groups", "2",
-            "--significance", "0.01", "--dc-staleness", ds, "--straggler", "2,3:3", "--eval-every", "50", "--metrics", s(&m)];
+        let args = [
+            "train",
+            "--data",
+            &t10k(),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "64",
+            "--sync",
+            "gaia",
+            "--groups",
+            "2",
+            "--significance",
+            "0.01",
+            "--dc-staleness",
+            ds,
+            "--straggler",
+            "2,3:3",
+            "--eval-every",
+            "50",
+            "--metrics",
+            s(&m),
+        ];
         mpirun(4, &args, 120).expect_ok();
         let bound: f64 = ds.parse().unwrap();
         for e in metrics(&m).iter().filter(|v| v["event"] == "eval" || v["event"] == "summary") {
@@ -158,8 +255,25 @@ fn the_mirror_clock_bounds_a_slow_group() {
 fn resume_is_bit_identical() {
     let dir = scratch("gaia-resume");
     // 39 rounds per epoch (10,000 examples, 4 ranks, batch 64): stopped at 60 of 78.
-    let common = ["train", "--data", &t10k(), "--epochs", "2", "--batch-size", "64", "--seed", "3", "--sync", "gaia",
-        "--groups", "2", "--significance", "0.02", "--dc-staleness", "0"];
+    let common = [
+        "train",
+        "--data",
+        &t10k(),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--seed",
+        "3",
+        "--sync",
+        "gaia",
+        "--groups",
+        "2",
+        "--significance",
+        "0.02",
+        "--dc-staleness",
+        "0",
+    ];
     let full = dir.join("full.h5");
     let mut a: Vec<&str> = common.to_vec();
     a.extend(["--save-model", s(&full)]);
@@ -173,8 +287,12 @@ fn resume_is_bit_identical() {
     c.extend(["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]);
     let job = mpirun(4, &c, 120).expect_ok();
     assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
-    let name = std::fs::read_dir(&ck).unwrap().flatten().map(|e| e.file_name().into_string().unwrap())
-        .find(|n| n.ends_with("-0000000060.h5")).expect("the checkpoint of round 60");
+    let name = std::fs::read_dir(&ck)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().into_string().unwrap())
+        .find(|n| n.ends_with("-0000000060.h5"))
+        .expect("the checkpoint of round 60");
     let f = hdf5::File::open(ck.join(name)).unwrap();
     assert!(f.group("sync/rank0").unwrap().dataset("residual").is_ok(), "the checkpoint holds the residuals");
     assert!(read_model(&full) == read_model(&resumed), "resumed model differs from the uninterrupted one");
@@ -201,8 +319,25 @@ fn check_inner_asap_ran(sm: &serde_json::Value, ranks: f64, in_degree: usize) ->
 fn asap_inside_the_groups_trains() {
     let dir = scratch("gaia-inner-asap");
     let m = dir.join("m.jsonl");
-    let args = ["train", "--data", &t10k(), "--epochs", "2", "--batch-size", "64", "--sync", "gaia", "--groups", "2",
-        "--gaia-inner", "asap", "--significance", "0.01", "--metrics", s(&m)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--sync",
+        "gaia",
+        "--groups",
+        "2",
+        "--gaia-inner",
+        "asap",
+        "--significance",
+        "0.01",
+        "--metrics",
+        s(&m),
+    ];
     let job = mpirun(4, &args, 120).expect_ok();
     assert!(job.stderr.contains("(asap inside)"), "{}", job.stderr);
     let sm = summary(&m);
@@ -224,8 +359,27 @@ fn asap_inside_the_groups_trains() {
 fn asap_inside_the_groups_ends_with_equal_copies() {
     let dir = scratch("gaia-inner-ring");
     let m = dir.join("m.jsonl");
-    let args = ["train", "--data", &t10k(), "--epochs", "1", "--batch-size", "64", "--sync", "gaia", "--groups", "2",
-        "--gaia-inner", "asap", "--graph", "ring", "--significance", "0.05", "--metrics", s(&m)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "64",
+        "--sync",
+        "gaia",
+        "--groups",
+        "2",
+        "--gaia-inner",
+        "asap",
+        "--graph",
+        "ring",
+        "--significance",
+        "0.05",
+        "--metrics",
+        s(&m),
+    ];
     mpirun(6, &args, 120).expect_ok();
     let sm = summary(&m);
     check_inner_asap_ran(&sm, 6.0, 1);
@@ -242,8 +396,27 @@ fn asap_inside_resumes_and_still_ends_with_equal_copies() {
     let dir = scratch("gaia-inner-resume");
     let ck = dir.join("ck");
     let m = dir.join("m.jsonl");
-    let common = ["train", "--data", &t10k(), "--epochs", "2", "--batch-size", "64", "--sync", "gaia", "--groups", "2",
-        "--gaia-inner", "asap", "--graph", "ring", "--significance", "0.02", "--checkpoint-dir", s(&ck)];
+    let common = [
+        "train",
+        "--data",
+        &t10k(),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--sync",
+        "gaia",
+        "--groups",
+        "2",
+        "--gaia-inner",
+        "asap",
+        "--graph",
+        "ring",
+        "--significance",
+        "0.02",
+        "--checkpoint-dir",
+        s(&ck),
+    ];
     let mut a: Vec<&str> = common.to_vec();
     a.extend(["--checkpoint-every", "20", "--max-rounds", "40"]);
     mpirun(6, &a, 120).expect_ok();
@@ -276,11 +449,15 @@ fn bad_inner_asap_fails_clearly() {
     let six = format!("file:{}/graphs/root-expander-6.txt", env!("CARGO_MANIFEST_DIR"));
     run(4, &["--groups", "2", "--graph", &six], &["--gaia-inner asap: group 0 (2 ranks: [0, 1])", "declares 6 nodes"]);
     // Groups of 3 and 1: a hypercube fits only the group of 1, and the whole job fails.
-    let f = write(&dir, "g31.txt", "0 0
+    let f = write(
+        &dir,
+        "g31.txt",
+        "0 0
 1 0
 2 0
 3 1
-");
+",
+    );
     run(4, &["--groups", &f, "--graph", "hypercube"], &["group 0 (3 ranks: [0, 1, 2])", "power-of-two"]);
     // A star does not keep the group's mean.
     run(4, &["--groups", &f, "--graph", "star"], &["--graph star on 3 ranks averages with unequal weights"]);
@@ -305,5 +482,8 @@ fn bad_groups_fail_clearly() {
     let f = write(&dir, "g.txt", "0 0\n1 5\n");
     run(&["--groups", &f], &["g.txt", "have no rank"]);
     run(&["--significance", "-1"], &["--significance"]);
-    run(&["--significance", "0.01", "--soft-significance", "0.02"], &["--soft-significance must be 0 (off) or between 0 and --significance (0.01), got 0.02"]);
+    run(
+        &["--significance", "0.01", "--soft-significance", "0.02"],
+        &["--soft-significance must be 0 (off) or between 0 and --significance (0.01), got 0.02"],
+    );
 }

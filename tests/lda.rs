@@ -97,8 +97,10 @@ fn ssp_recovers_ten_planted_topics_and_counts_every_token_once() {
     let data = corpus(&dir, "k10", 2000, 200, 10, 0.1);
     // The same planted topics (they depend on W and K only), other documents.
     let test = dir.join("docword.k10test.txt");
-    run(&["data", "synth-lda", s(&test), "--docs", "200", "--words", "200", "--topics", "10", "--doc-length", "100", "--seed", "2"], 60).expect_ok();
-    let extra = ["--sync", "ssp", "--staleness", "0", "--epochs", "40", "--eval-every", "20", "--test-data", s(&test), "--split-merge", "20"];
+    run(&["data", "synth-lda", s(&test), "--docs", "200", "--words", "200", "--topics", "10", "--doc-length", "100", "--seed", "2"], 60)
+        .expect_ok();
+    let extra =
+        ["--sync", "ssp", "--staleness", "0", "--epochs", "40", "--eval-every", "20", "--test-data", s(&test), "--split-merge", "20"];
     let (counts, w) = train_checked(4, &data, &dir, &extra, 10);
     let got = recovered(&counts, w, 10);
     assert!(got.iter().all(|&r| r), "planted topics recovered: {got:?}");
@@ -141,7 +143,10 @@ fn ssp_with_split_merge_recovers_a_hundred_planted_topics_and_counts_every_token
 fn bosen_and_allreduce_count_every_token_once() {
     let dir = scratch("lda-modes");
     let data = corpus(&dir, "modes", 400, 100, 5, 0.1);
-    for mode in [&["--sync", "bosen", "--bandwidth-mbps", "20", "--queue-size", "10", "--batch-size", "8"][..], &["--sync", "allreduce", "--test-fraction", "0.2"][..]] {
+    for mode in [
+        &["--sync", "bosen", "--bandwidth-mbps", "20", "--queue-size", "10", "--batch-size", "8"][..],
+        &["--sync", "allreduce", "--test-fraction", "0.2"][..],
+    ] {
         let mut extra = vec!["--epochs", "10", "--clocks-per-sweep", "2"];
         extra.extend_from_slice(mode);
         train_checked(3, &data, &dir, &extra, 5);
@@ -196,8 +201,12 @@ fn refused_modes_and_malformed_corpora_fail_clearly() {
     let data = corpus(&dir, "ok", 50, 40, 4, 0.1);
     mpirun(2, &["train", "--model", "lda", "--topics", "4", "--data", &data, "--sync", "asap"], 60)
         .expect_failure(&["--model lda runs under --sync allreduce, ssp, bosen or gaia, not asap", "average replicas"]);
-    mpirun(2, &["train", "--model", "lda", "--topics", "4", "--data", &data, "--sync", "gaia", "--groups", "2", "--gaia-inner", "asap"], 60)
-        .expect_failure(&["--gaia-inner asap with --model lda", "--gaia-inner allreduce"]);
+    mpirun(
+        2,
+        &["train", "--model", "lda", "--topics", "4", "--data", &data, "--sync", "gaia", "--groups", "2", "--gaia-inner", "asap"],
+        60,
+    )
+    .expect_failure(&["--gaia-inner asap with --model lda", "--gaia-inner allreduce"]);
     mpirun(2, &["train", "--model", "lda", "--data", &data, "--sync", "ssp", "--apply", "consgd"], 60).expect_failure(&["--apply plain"]);
     let ck = dir.join("ck");
     mpirun(2, &["train", "--model", "lda", "--topics", "4", "--data", &data, "--sync", "ssp", "--checkpoint-dir", s(&ck)], 60)

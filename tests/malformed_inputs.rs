@@ -26,7 +26,14 @@ fn svm(dir: &Path, name: &str, text: &str) -> String {
 }
 
 /// A CSR HDF5 file: `indptr`, `indices` and `data` of the given element types, labels `y`.
-fn csr<I: hdf5::H5Type + Clone, D: hdf5::H5Type + Clone>(dir: &Path, name: &str, indptr: &[i64], indices: &[I], data: &[D], y: &[f64]) -> String {
+fn csr<I: hdf5::H5Type + Clone, D: hdf5::H5Type + Clone>(
+    dir: &Path,
+    name: &str,
+    indptr: &[i64],
+    indices: &[I],
+    data: &[D],
+    y: &[f64],
+) -> String {
     let p = dir.join(name);
     let f = hdf5::File::create(&p).unwrap();
     f.new_dataset_builder().with_data(&Array1::from(indptr.to_vec())).create("indptr").unwrap();
@@ -96,23 +103,58 @@ fn cases() -> Vec<Case> {
             args: &["--model", "svm"],
             needles: &["pipe.svm", "named pipe (FIFO)"],
         },
-        Case { name: "directory", make: |d| {
-            let p = d.join("adir.svm");
-            std::fs::create_dir(&p).unwrap();
-            p.to_string_lossy().into_owned()
-        }, args: &["--model", "svm"], needles: &["adir.svm", "directory"] },
-        Case { name: "svm-nan-value", make: |d| svm(d, "nan.svm", &format!("{GOOD}+1 1:1 2:nan\n")), args: &["--model", "svm"], needles: &["nan.svm:5:", "NaN"] },
-        Case { name: "svm-inf-label", make: |d| svm(d, "inf.svm", &format!("inf 1:1\n{GOOD}")), args: &["--model", "svm"], needles: &["inf.svm:1:1", "infinite"] },
-        Case { name: "svm-overflow-value", make: |d| svm(d, "big.svm", &format!("{GOOD}-1 2:1e39\n")), args: &["--model", "svm"], needles: &["big.svm:5:", "too large"] },
+        Case {
+            name: "directory",
+            make: |d| {
+                let p = d.join("adir.svm");
+                std::fs::create_dir(&p).unwrap();
+                p.to_string_lossy().into_owned()
+            },
+            args: &["--model", "svm"],
+            needles: &["adir.svm", "directory"],
+        },
+        Case {
+            name: "svm-nan-value",
+            make: |d| svm(d, "nan.svm", &format!("{GOOD}+1 1:1 2:nan\n")),
+            args: &["--model", "svm"],
+            needles: &["nan.svm:5:", "NaN"],
+        },
+        Case {
+            name: "svm-inf-label",
+            make: |d| svm(d, "inf.svm", &format!("inf 1:1\n{GOOD}")),
+            args: &["--model", "svm"],
+            needles: &["inf.svm:1:1", "infinite"],
+        },
+        Case {
+            name: "svm-overflow-value",
+            make: |d| svm(d, "big.svm", &format!("{GOOD}-1 2:1e39\n")),
+            args: &["--model", "svm"],
+            needles: &["big.svm:5:", "too large"],
+        },
         Case {
             name: "svm-index-above-2^32",
             make: |d| svm(d, "alias.svm", &format!("{GOOD}+1 1:1 4294967297:1\n")),
             args: &["--model", "svm"],
             needles: &["alias.svm:5:8", "4294967297"],
         },
-        Case { name: "svm-negative-index", make: |d| svm(d, "neg.svm", &format!("{GOOD}+1 -2:1\n")), args: &["--model", "svm"], needles: &["neg.svm:5:", "1-based"] },
-        Case { name: "svm-fractional-index", make: |d| svm(d, "frac.svm", &format!("{GOOD}+1 1.5:1\n")), args: &["--model", "svm"], needles: &["frac.svm:5:", "integer index"] },
-        Case { name: "svm-unsorted-index", make: |d| svm(d, "order.svm", &format!("{GOOD}+1 3:1 2:1\n")), args: &["--model", "svm"], needles: &["order.svm:5:", "increase"] },
+        Case {
+            name: "svm-negative-index",
+            make: |d| svm(d, "neg.svm", &format!("{GOOD}+1 -2:1\n")),
+            args: &["--model", "svm"],
+            needles: &["neg.svm:5:", "1-based"],
+        },
+        Case {
+            name: "svm-fractional-index",
+            make: |d| svm(d, "frac.svm", &format!("{GOOD}+1 1.5:1\n")),
+            args: &["--model", "svm"],
+            needles: &["frac.svm:5:", "integer index"],
+        },
+        Case {
+            name: "svm-unsorted-index",
+            make: |d| svm(d, "order.svm", &format!("{GOOD}+1 3:1 2:1\n")),
+            args: &["--model", "svm"],
+            needles: &["order.svm:5:", "increase"],
+        },
         Case {
             name: "svm-index-needs-terabytes",
             make: |d| svm(d, "wide.svm", &format!("{}9 4294967295:1\n1 2:1\n", "0 1:1\n".repeat(44))),
@@ -125,17 +167,42 @@ fn cases() -> Vec<Case> {
             args: &["--model", "mlr"],
             needles: &["label.svm:3", "label 1000000000000", "memory available"],
         },
-        Case { name: "svm-comments-only", make: |d| svm(d, "empty.svm", "# nothing here\n\n# at all\n"), args: &["--model", "svm"], needles: &["empty.svm", "0 training examples cannot feed 2 ranks"] },
-        Case { name: "ratings-fractional-id", make: |d| write(d, "r.ratings", "0 1 4\n1 2.5 3\n2 0 5\n"), args: &["--model", "mf"], needles: &["r.ratings:2:3", "item id"] },
+        Case {
+            name: "svm-comments-only",
+            make: |d| svm(d, "empty.svm", "# nothing here\n\n# at all\n"),
+            args: &["--model", "svm"],
+            needles: &["empty.svm", "0 training examples cannot feed 2 ranks"],
+        },
+        Case {
+            name: "ratings-fractional-id",
+            make: |d| write(d, "r.ratings", "0 1 4\n1 2.5 3\n2 0 5\n"),
+            args: &["--model", "mf"],
+            needles: &["r.ratings:2:3", "item id"],
+        },
         Case {
             name: "ratings-id-needs-terabytes",
             make: |d| write(d, "ids.ratings", "0 1 4\n1 2 3\n4294967295 0 5\n3 3 1\n"),
             args: &["--model", "mf", "--rank", "1000"],
             needles: &["ids.ratings:3", "user id 4294967295", "memory available"],
         },
-        Case { name: "h5-nan-in-X", make: |d| dense(d, "nan.h5", &[1.0, 2.0, 3.0, 4.0, f64::NAN, 6.0, 7.0, 8.0], 2, &[0.0, 1.0, 0.0, 1.0]), args: &[], needles: &["nan.h5", "`X`[2, 0]", "NaN"] },
-        Case { name: "h5-inf-label", make: |d| dense(d, "inf.h5", &[1.0; 8], 2, &[0.0, f64::INFINITY, 0.0, 1.0]), args: &[], needles: &["inf.h5", "`y`[1]", "inf"] },
-        Case { name: "h5-overflow-value", make: |d| dense(d, "big.h5", &[1.0, 2.0, 3.0, 1e300, 5.0, 6.0, 7.0, 8.0], 2, &[0.0, 1.0, 0.0, 1.0]), args: &[], needles: &["big.h5", "`X`[1, 1]", "too large"] },
+        Case {
+            name: "h5-nan-in-X",
+            make: |d| dense(d, "nan.h5", &[1.0, 2.0, 3.0, 4.0, f64::NAN, 6.0, 7.0, 8.0], 2, &[0.0, 1.0, 0.0, 1.0]),
+            args: &[],
+            needles: &["nan.h5", "`X`[2, 0]", "NaN"],
+        },
+        Case {
+            name: "h5-inf-label",
+            make: |d| dense(d, "inf.h5", &[1.0; 8], 2, &[0.0, f64::INFINITY, 0.0, 1.0]),
+            args: &[],
+            needles: &["inf.h5", "`y`[1]", "inf"],
+        },
+        Case {
+            name: "h5-overflow-value",
+            make: |d| dense(d, "big.h5", &[1.0, 2.0, 3.0, 1e300, 5.0, 6.0, 7.0, 8.0], 2, &[0.0, 1.0, 0.0, 1.0]),
+            args: &[],
+            needles: &["big.h5", "`X`[1, 1]", "too large"],
+        },
         Case {
             name: "h5-negative-index",
             make: |d| csr(d, "neg.h5", &[0, 1, 2, 3, 4], &[0i64, 1, -1, 0], &[1f32; 4], &[1.0, -1.0, 1.0, -1.0]),
@@ -178,9 +245,24 @@ fn cases() -> Vec<Case> {
             args: &["--model", "mf"],
             needles: &["frac-user.h5", "`user`[2]", "not an integer"],
         },
-        Case { name: "idx-header-promises-terabytes", make: |d| idx(d, "huge", 4_000_000_000, 4000, 4000, false), args: &[], needles: &["huge-images-idx3-ubyte", "[4000000000, 4000, 4000]"] },
-        Case { name: "idx-gz-header-promises-terabytes", make: |d| idx(d, "hugez", 4_000_000_000, 4000, 4000, true), args: &[], needles: &["hugez-images-idx3-ubyte.gz", "[4000000000, 4000, 4000]"] },
-        Case { name: "idx-truncated", make: |d| idx(d, "short", 10, 28, 28, false), args: &[], needles: &["short-images-idx3-ubyte", "truncated"] },
+        Case {
+            name: "idx-header-promises-terabytes",
+            make: |d| idx(d, "huge", 4_000_000_000, 4000, 4000, false),
+            args: &[],
+            needles: &["huge-images-idx3-ubyte", "[4000000000, 4000, 4000]"],
+        },
+        Case {
+            name: "idx-gz-header-promises-terabytes",
+            make: |d| idx(d, "hugez", 4_000_000_000, 4000, 4000, true),
+            args: &[],
+            needles: &["hugez-images-idx3-ubyte.gz", "[4000000000, 4000, 4000]"],
+        },
+        Case {
+            name: "idx-truncated",
+            make: |d| idx(d, "short", 10, 28, 28, false),
+            args: &[],
+            needles: &["short-images-idx3-ubyte", "truncated"],
+        },
     ]
 }
 

@@ -53,9 +53,31 @@ fn gaia_over_delayed_shaped_namespaces() {
     assert!(up.status.success(), "netlab up: {}", String::from_utf8_lossy(&up.stderr));
     let ping = wan(&["ping", "0", "1", "5"]);
     let run = Command::new("timeout")
-        .args(["-k", "5", "120", concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"), "run", "4", "train", "--data", &data,
-            "--epochs", "2", "--batch-size", "64", "--sync", "gaia", "--groups", "2", "--significance", "0.01",
-            "--dc-staleness", "0", "--metrics", s(&m)])
+        .args([
+            "-k",
+            "5",
+            "120",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"),
+            "run",
+            "4",
+            "train",
+            "--data",
+            &data,
+            "--epochs",
+            "2",
+            "--batch-size",
+            "64",
+            "--sync",
+            "gaia",
+            "--groups",
+            "2",
+            "--significance",
+            "0.01",
+            "--dc-staleness",
+            "0",
+            "--metrics",
+            s(&m),
+        ])
         .env("NETLAB_NAME", "tst")
         .env("NETLAB_NET", "10.78.0")
         .env("BIN", bin())
@@ -71,8 +93,13 @@ fn gaia_over_delayed_shaped_namespaces() {
     // warns when the caller's group is not at 0.
     let stats = wan(&["stats"]);
     let down = wan(&["down"]);
-    assert!(run.status.success(), "mpirun across namespaces failed ({}):\n{}\nnetlab stats: {}", run.status,
-        String::from_utf8_lossy(&run.stderr), String::from_utf8_lossy(&stats.stdout));
+    assert!(
+        run.status.success(),
+        "mpirun across namespaces failed ({}):\n{}\nnetlab stats: {}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr),
+        String::from_utf8_lossy(&stats.stdout)
+    );
     assert!(down.status.success(), "netlab down: {}", String::from_utf8_lossy(&down.stderr));
     let names = Command::new("ip").args(["netns", "list"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&names.stdout).contains("gaia-tst-"), "namespaces left behind");

@@ -18,8 +18,21 @@ fn runs_sharing_a_checkpoint_directory_keep_their_own() {
     let ck = dir.join("ck");
     let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
     let run = |seed: &str, extra: &[&str]| {
-        let mut a = vec!["train", "--data", &data, "--sync", "allreduce", "--epochs", "1", "--seed", seed,
-            "--checkpoint-dir", s(&ck), "--checkpoint-every", "10"];
+        let mut a = vec![
+            "train",
+            "--data",
+            &data,
+            "--sync",
+            "allreduce",
+            "--epochs",
+            "1",
+            "--seed",
+            seed,
+            "--checkpoint-dir",
+            s(&ck),
+            "--checkpoint-every",
+            "10",
+        ];
         a.extend(extra);
         mpirun(2, &a, 120)
     };
@@ -60,7 +73,21 @@ fn resume_refuses_other_trajectory_options_and_accepts_other_outputs() {
     for (name, opts, opt, value, other) in cases {
         let ck = dir.join(name);
         let go = |v: &str, extra: &[&str], env: &[(&str, &str)]| {
-            let mut a = vec!["train", "--data", &data, "--epochs", "1", "--batch-size", "64", "--checkpoint-dir", s(&ck), "--checkpoint-every", "10", opt, v];
+            let mut a = vec![
+                "train",
+                "--data",
+                &data,
+                "--epochs",
+                "1",
+                "--batch-size",
+                "64",
+                "--checkpoint-dir",
+                s(&ck),
+                "--checkpoint-every",
+                "10",
+                opt,
+                v,
+            ];
             a.extend(opts);
             a.extend(extra);
             mpirun_env(2, &a, env, 120)
@@ -84,8 +111,11 @@ fn an_output_that_is_an_input_fails_before_training() {
     let before = std::fs::read(&data).unwrap();
     let cfg = write(&dir, "run.toml", "epochs = 1\n");
     for (opt, target) in [("--metrics", data.as_str()), ("--save-model", data.as_str()), ("--metrics", cfg.as_str())] {
-        mpirun(2, &["train", "--config", &cfg, "--data", &data, "--model", "svm", opt, target], 60)
-            .expect_failure(&[opt, "the same file as", "overwrite its input"]);
+        mpirun(2, &["train", "--config", &cfg, "--data", &data, "--model", "svm", opt, target], 60).expect_failure(&[
+            opt,
+            "the same file as",
+            "overwrite its input",
+        ]);
     }
     assert_eq!(std::fs::read(&data).unwrap(), before, "the data file was changed");
     let m = dir.join("m.h5");
@@ -142,18 +172,36 @@ fn bad_output_paths_stop_every_rank_before_training() {
     std::fs::create_dir(dir.join("sends.rank1.csv")).unwrap();
     let missing = format!("{d}/typo");
     let cases: Vec<(Vec<String>, Vec<String>)> = vec![
-        (vec!["--metrics".into(), format!("{missing}/m.jsonl")], vec![format!("--metrics {missing}/m.jsonl"), format!("directory {missing} does not exist"), "--create-dirs".into()]),
-        (vec!["--save-model".into(), format!("{missing}/sub/m.h5")], vec![format!("--save-model {missing}/sub/m.h5"), format!("directory {missing} does not exist")]),
-        (vec!["--checkpoint-dir".into(), format!("{missing}/ck")], vec![format!("--checkpoint-dir {missing}/ck"), format!("directory {missing} does not exist")]),
-        (vec!["--send-log".into(), format!("{missing}/s"), "--emulate-bandwidth".into(), "1000".into()], vec![format!("--send-log {missing}/s.rank0.csv"), format!("directory {missing} does not exist")]),
+        (
+            vec!["--metrics".into(), format!("{missing}/m.jsonl")],
+            vec![format!("--metrics {missing}/m.jsonl"), format!("directory {missing} does not exist"), "--create-dirs".into()],
+        ),
+        (
+            vec!["--save-model".into(), format!("{missing}/sub/m.h5")],
+            vec![format!("--save-model {missing}/sub/m.h5"), format!("directory {missing} does not exist")],
+        ),
+        (
+            vec!["--checkpoint-dir".into(), format!("{missing}/ck")],
+            vec![format!("--checkpoint-dir {missing}/ck"), format!("directory {missing} does not exist")],
+        ),
+        (
+            vec!["--send-log".into(), format!("{missing}/s"), "--emulate-bandwidth".into(), "1000".into()],
+            vec![format!("--send-log {missing}/s.rank0.csv"), format!("directory {missing} does not exist")],
+        ),
         (vec!["--metrics".into(), d.into()], vec![format!("--metrics {d} is a directory")]),
         (vec!["--save-model".into(), format!("{d}/")], vec!["--save-model".into(), "is a directory".into()]),
         (vec!["--checkpoint-dir".into(), file.clone()], vec![format!("--checkpoint-dir {file} is not a directory")]),
         (vec!["--metrics".into(), format!("{file}/m.jsonl")], vec!["--metrics".into(), format!("{file} is not a directory")]),
         (vec!["--save-model".into(), "/sys/m.h5".into()], vec!["--save-model /sys/m.h5".into(), "cannot create files in /sys".into()]),
-        (vec!["--metrics".into(), "/sys/kernel/uevent_seqnum".into()], vec!["--metrics /sys/kernel/uevent_seqnum: cannot open for writing".into()]),
+        (
+            vec!["--metrics".into(), "/sys/kernel/uevent_seqnum".into()],
+            vec!["--metrics /sys/kernel/uevent_seqnum: cannot open for writing".into()],
+        ),
         (vec!["--save-model".into(), "/dev/null".into()], vec!["--save-model /dev/null exists and is not a regular file".into()]),
-        (vec!["--send-log".into(), format!("{d}/sends"), "--emulate-bandwidth".into(), "1000".into()], vec![format!("error on rank 1: --send-log {d}/sends.rank1.csv is a directory")]),
+        (
+            vec!["--send-log".into(), format!("{d}/sends"), "--emulate-bandwidth".into(), "1000".into()],
+            vec![format!("error on rank 1: --send-log {d}/sends.rank1.csv is a directory")],
+        ),
     ];
     for (opts, needles) in &cases {
         let mut args = vec!["train", "--data", "/nonexistent/train.svm", "--model", "svm"];
@@ -177,8 +225,27 @@ fn create_dirs_makes_the_directories_of_every_output() {
     let data = write(&dir, "train.svm", "1 1:0.5 2:1\n-1 1:-0.5 2:-1\n1 1:0.7\n-1 2:-0.3\n");
     let new = dir.join("new");
     let (m, model, ck, sends) = (new.join("a/m.jsonl"), new.join("b/c/model.h5"), new.join("d/ck"), new.join("e/sends"));
-    let args = ["train", "--data", &data, "--model", "svm", "--epochs", "2", "--checkpoint-every", "1", "--emulate-bandwidth", "1000",
-        "--metrics", s(&m), "--save-model", s(&model), "--checkpoint-dir", s(&ck), "--send-log", s(&sends)];
+    let args = [
+        "train",
+        "--data",
+        &data,
+        "--model",
+        "svm",
+        "--epochs",
+        "2",
+        "--checkpoint-every",
+        "1",
+        "--emulate-bandwidth",
+        "1000",
+        "--metrics",
+        s(&m),
+        "--save-model",
+        s(&model),
+        "--checkpoint-dir",
+        s(&ck),
+        "--send-log",
+        s(&sends),
+    ];
     mpirun(2, &args, 60).expect_failure(&["does not exist", "--create-dirs"]);
     assert!(!new.exists(), "created without --create-dirs");
     let mut with = args.to_vec();

@@ -58,7 +58,11 @@ fn runner(n: u32) -> TestRunner {
 /// memory (/dev/shm) where there is one, since every case writes and reads a file.
 fn dir(name: &str) -> PathBuf {
     let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() { shm.join(format!("asap-train-fuzz-{}", std::process::id())) } else { Path::new(env!("CARGO_TARGET_TMPDIR")).join("parsers-fuzz") };
+    let base = if shm.is_dir() {
+        shm.join(format!("asap-train-fuzz-{}", std::process::id()))
+    } else {
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("parsers-fuzz")
+    };
     let d = base.join(name);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -118,7 +122,12 @@ struct SvmLine {
 }
 
 fn svm_line() -> impl Strategy<Value = SvmLine> {
-    (-3i32..10, prop::collection::btree_map(1u32..60, -1000i32..1000, 0..6), any::<bool>(), prop::option::weighted(0.15, (0usize..8, 0u8..9)))
+    (
+        -3i32..10,
+        prop::collection::btree_map(1u32..60, -1000i32..1000, 0..6),
+        any::<bool>(),
+        prop::option::weighted(0.15, (0usize..8, 0u8..9)),
+    )
         .prop_map(|(label, feats, comment, defect)| SvmLine { label, feats: feats.into_iter().collect(), comment, defect })
 }
 
@@ -207,21 +216,31 @@ fn libsvm_planted_defects_are_named_and_clean_files_parse_exactly() {
                 (r, want) => prop_assert!(false, "expected defect {:?}, got {:?}\n{}", want, r.as_ref().map(|d| d.len()), textv.join("\n")),
             }
             // Several ranks: each shard parses or names a defect of its own.
-            let parts = timed("sharded read_libsvm", || shards(path, nranks, |r| text::read_libsvm_range(path, r, None, asap_train::data::ZeroBased::False)));
+            let parts = timed("sharded read_libsvm", || {
+                shards(path, nranks, |r| text::read_libsvm_range(path, r, None, asap_train::data::ZeroBased::False))
+            });
             let mut rows = 0;
             for p in &parts {
                 match p {
                     Ok(ds) => rows += ds.len(),
                     Err(e) => {
                         names_place(e, path, nlines);
-                        prop_assert!(bad_lines.contains(&(e.line.unwrap(), e.column.unwrap())), "{} is no planted defect {:?}", e, bad_lines);
+                        prop_assert!(
+                            bad_lines.contains(&(e.line.unwrap(), e.column.unwrap())),
+                            "{} is no planted defect {:?}",
+                            e,
+                            bad_lines
+                        );
                     }
                 }
             }
             if first_bad.is_none() {
                 prop_assert_eq!(rows, want.len());
             } else {
-                prop_assert!(parts.iter().any(|p| p.as_ref().is_err_and(|e| e.line == Some(first_bad.unwrap().0))), "nobody named the first defect");
+                prop_assert!(
+                    parts.iter().any(|p| p.as_ref().is_err_and(|e| e.line == Some(first_bad.unwrap().0))),
+                    "nobody named the first defect"
+                );
             }
             Ok(())
         })
@@ -245,7 +264,9 @@ fn libsvm_noise_never_panics_and_errors_name_an_existing_line() {
         .run(&(noise(SVM_ALPHABET, 120), 1usize..=3), |(bytes, nranks)| {
             std::fs::write(path, &bytes).unwrap();
             let nlines = bytes.split(|&b| b == b'\n').count();
-            for p in timed("noise read_libsvm", || shards(path, nranks, |r| text::read_libsvm_range(path, r, None, asap_train::data::ZeroBased::False))) {
+            for p in timed("noise read_libsvm", || {
+                shards(path, nranks, |r| text::read_libsvm_range(path, r, None, asap_train::data::ZeroBased::False))
+            }) {
                 match p {
                     Ok(ds) => {
                         let Features::Sparse(c) = &ds.features else { panic!() };
@@ -464,13 +485,16 @@ fn graph_files_planted_defects_are_named() {
             if let Some((at, kind)) = defect {
                 let k = 2 + at % (edges.len() + 1);
                 let l = match kind {
-                    0 => format!("{n} 0"),                       // node out of range
-                    1 => "3 3".to_string(),                      // self-edge
-                    2 => "1 two".to_string(),                    // not a number
-                    3 => "1 2 3".to_string(),                    // three fields
-                    4 => "nodes 5".to_string(),                  // second header
-                    5 => "-1 0".to_string(),                     // negative
-                    _ => match edges.first() { Some(&(a, b)) if k > 2 => format!("{a} {b}"), _ => "0 0".into() }, // duplicate (or self-edge)
+                    0 => format!("{n} 0"),      // node out of range
+                    1 => "3 3".to_string(),     // self-edge
+                    2 => "1 two".to_string(),   // not a number
+                    3 => "1 2 3".to_string(),   // three fields
+                    4 => "nodes 5".to_string(), // second header
+                    5 => "-1 0".to_string(),    // negative
+                    _ => match edges.first() {
+                        Some(&(a, b)) if k > 2 => format!("{a} {b}"),
+                        _ => "0 0".into(),
+                    }, // duplicate (or self-edge)
                 };
                 let l = if kind == 1 && n <= 3 { format!("{} {}", n - 1, n - 1) } else { l };
                 // A duplicate is a well-formed edge line: found only after the edge count check.
@@ -489,8 +513,12 @@ fn graph_files_planted_defects_are_named() {
                     prop_assert_eq!(g.nodes(), n);
                     prop_assert_eq!(g.edges(), edges.len());
                 }
-                (Err(e), Some(l)) => prop_assert!(e.to_string().starts_with(&format!("g.txt:{l}: ")), "{} (expected line {})\n{}", e, l, text),
-                (r, l) => prop_assert!(false, "expected defect at {:?}, got {:?}\n{}", l, r.map(|g| g.edges()).map_err(|e| e.to_string()), text),
+                (Err(e), Some(l)) => {
+                    prop_assert!(e.to_string().starts_with(&format!("g.txt:{l}: ")), "{} (expected line {})\n{}", e, l, text)
+                }
+                (r, l) => {
+                    prop_assert!(false, "expected defect at {:?}, got {:?}\n{}", l, r.map(|g| g.edges()).map_err(|e| e.to_string()), text)
+                }
             }
             Ok(())
         })
@@ -549,7 +577,11 @@ fn config_files_planted_defects_are_named_at_their_key() {
     let d = dir("config");
     let _cleanup = Cleanup(d.clone());
     // (TOML or JSON, which keys, defect: (entry, kind: 0 unknown key, 1 wrong type, 2 syntax))
-    let strategy = (any::<bool>(), prop::sample::subsequence((0..KEYS.len()).collect::<Vec<_>>(), 0..KEYS.len()), prop::option::weighted(0.5, (0usize..10, 0u8..3)));
+    let strategy = (
+        any::<bool>(),
+        prop::sample::subsequence((0..KEYS.len()).collect::<Vec<_>>(), 0..KEYS.len()),
+        prop::option::weighted(0.5, (0usize..10, 0u8..3)),
+    );
     runner(cases(1))
         .run(&strategy, |(toml, keys, defect)| {
             let path = d.join(if toml { "c.toml" } else { "c.json" });
@@ -585,7 +617,13 @@ fn config_files_planted_defects_are_named_at_their_key() {
                     for (k, v) in &entries {
                         let got = serde_json::to_value(&cfg).unwrap()[k.as_str()].clone();
                         let want: serde_json::Value = serde_json::from_str(v).unwrap();
-                        prop_assert!(got == want || got.as_f64().zip(want.as_f64()).is_some_and(|(a, b)| (a - b).abs() < 1e-6), "{}: {} vs {}", k, got, want);
+                        prop_assert!(
+                            got == want || got.as_f64().zip(want.as_f64()).is_some_and(|(a, b)| (a - b).abs() < 1e-6),
+                            "{}: {} vs {}",
+                            k,
+                            got,
+                            want
+                        );
                     }
                 }
                 (Err(e), Some((at, _))) => {

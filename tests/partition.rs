@@ -12,7 +12,10 @@ fn t10k() -> String {
 /// Class counts per rank from the start line, and the examples the run trained on.
 fn counts(m: &std::path::Path) -> (Vec<Vec<u64>>, u64) {
     let start = metrics(m).into_iter().find(|v| v["event"] == "start").unwrap();
-    let c = start["class_counts_per_rank"].as_array().unwrap().iter()
+    let c = start["class_counts_per_rank"]
+        .as_array()
+        .unwrap()
+        .iter()
         .map(|r| r.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect())
         .collect();
     (c, start["train_examples"].as_u64().unwrap())
@@ -44,7 +47,8 @@ fn partitions_cover_the_data_and_follow_k_and_alpha() {
             }
         } else {
             // Dirichlet(0.5) over 4 ranks: on average the largest rank holds well over 1/4 of a class.
-            let top: f64 = (0..10).map(|k| *c.iter().map(|r| r[k]).collect::<Vec<_>>().iter().max().unwrap() as f64 / 1000.0).sum::<f64>() / 10.0;
+            let top: f64 =
+                (0..10).map(|k| *c.iter().map(|r| r[k]).collect::<Vec<_>>().iter().max().unwrap() as f64 / 1000.0).sum::<f64>() / 10.0;
             assert!(top > 0.45, "ALPHA 0.5 should skew: the largest share averages {top}: {c:?}");
         }
     }

@@ -17,8 +17,27 @@ fn own_model_metrics_match_a_single_rank_run_of_the_same_model() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 270);
     let half = write(&dir, "first-half.svm", &(lines[..135].join("\n") + "\n"));
-    let common = ["train", "--model", "svm", "--sync", "none", "--epochs", "3", "--batch-size", "8", "--lr", "0.1",
-                  "--lambda", "1e-3", "--features", "13", "--test-data", HEART, "--seed", "5"];
+    let common = [
+        "train",
+        "--model",
+        "svm",
+        "--sync",
+        "none",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "8",
+        "--lr",
+        "0.1",
+        "--lambda",
+        "1e-3",
+        "--features",
+        "13",
+        "--test-data",
+        HEART,
+        "--seed",
+        "5",
+    ];
     let (m1, m2) = (dir.join("one.jsonl"), dir.join("two.jsonl"));
     let mut a: Vec<&str> = common.to_vec();
     a.extend(["--data", &half, "--metrics", s(&m1)]);

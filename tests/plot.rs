@@ -8,19 +8,25 @@ use common::*;
 
 /// (stroke colour, number of points) of every polyline in an SVG.
 fn polylines(svg: &str) -> Vec<(String, usize)> {
-    svg.split("<polyline").skip(1).map(|p| &p[..p.find('>').unwrap()]).map(|p| {
-        let attr = |name: &str| {
-            let i = p.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
-            p[i..i + p[i..].find('"').unwrap()].to_string()
-        };
-        (attr("stroke"), attr("points").split_whitespace().count())
-    })
-    .collect()
+    svg.split("<polyline")
+        .skip(1)
+        .map(|p| &p[..p.find('>').unwrap()])
+        .map(|p| {
+            let attr = |name: &str| {
+                let i = p.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+                p[i..i + p[i..].find('"').unwrap()].to_string()
+            };
+            (attr("stroke"), attr("points").split_whitespace().count())
+        })
+        .collect()
 }
 
 /// Heights of the filled rectangles of one colour, in drawing order.
 fn bar_heights(svg: &str, fill: &str) -> Vec<i64> {
-    svg.split("<rect").skip(1).map(|r| &r[..r.find('>').unwrap()]).filter(|r| r.contains(&format!("fill=\"{fill}\"")) && !r.contains("stroke=\"#"))
+    svg.split("<rect")
+        .skip(1)
+        .map(|r| &r[..r.find('>').unwrap()])
+        .filter(|r| r.contains(&format!("fill=\"{fill}\"")) && !r.contains("stroke=\"#"))
         .map(|r| {
             let i = r.find("height=\"").unwrap() + 8;
             r[i..i + r[i..].find('"').unwrap()].parse().unwrap()
@@ -51,7 +57,13 @@ fn plots_real_runs_with_one_series_per_run_and_the_histograms() {
     let count = |t: &str| svg.matches(&format!(">\n{t}\n</text>")).count();
     assert_eq!(count("allreduce 4r"), 1, "allreduce's legend entry");
     assert_eq!(count("asap root-expander S=1 4r"), 1, "asap's legend entry");
-    for title in ["held-out accuracy vs training time", "objective vs bytes sent", "consistency histogram (ASAP Fig. 8)", "staleness distribution", "two runs"] {
+    for title in [
+        "held-out accuracy vs training time",
+        "objective vs bytes sent",
+        "consistency histogram (ASAP Fig. 8)",
+        "staleness distribution",
+        "two runs",
+    ] {
         assert_eq!(count(title), 1, "panel title {title:?}");
     }
 

@@ -120,8 +120,26 @@ fn linear_models_predict_original_labels() {
     let data = write(&dir, "heart02.svm", &text);
     for kind in ["svm", "logreg"] {
         let (model, metrics, out) = (dir.join(format!("{kind}.h5")), dir.join(format!("{kind}.jsonl")), dir.join(format!("{kind}.txt")));
-        mpirun(2, &["train", "--model", kind, "--data", &data, "--test-data", &data, "--epochs", "3", "--save-model", s(&model), "--metrics", s(&metrics)], 120)
-            .expect_ok();
+        mpirun(
+            2,
+            &[
+                "train",
+                "--model",
+                kind,
+                "--data",
+                &data,
+                "--test-data",
+                &data,
+                "--epochs",
+                "3",
+                "--save-model",
+                s(&model),
+                "--metrics",
+                s(&metrics),
+            ],
+            120,
+        )
+        .expect_ok();
         let p = predict(&model, &data, Some(&out));
         assert_same_accuracy(&metrics, &p);
         let pred = read_predictions(&out);
@@ -150,11 +168,32 @@ fn mf_model_predicts_its_held_out_rmse() {
     }
     let (model, metrics, out) = (dir.join("mf.h5"), dir.join("mf.jsonl"), dir.join("mf.txt"));
     // allreduce: a deterministic run, so its objective's course does not depend on the schedule.
-    mpirun(2, &["train", "--model", "mf", "--sync", "allreduce", "--data", &sets[0], "--test-data", &sets[1], "--epochs", "3", "--save-model", s(&model), "--metrics", s(&metrics)], 120)
-        .expect_ok();
+    mpirun(
+        2,
+        &[
+            "train",
+            "--model",
+            "mf",
+            "--sync",
+            "allreduce",
+            "--data",
+            &sets[0],
+            "--test-data",
+            &sets[1],
+            "--epochs",
+            "3",
+            "--save-model",
+            s(&model),
+            "--metrics",
+            s(&metrics),
+        ],
+        120,
+    )
+    .expect_ok();
     // The objective is the one SGD minimises (per-rating regulariser), named in the summary, and
     // it falls with the RMSE (the global regulariser used to make it rise).
-    let evals: Vec<f64> = common::metrics(&metrics).iter().filter(|v| v["event"] == "eval").map(|v| v["objective"].as_f64().unwrap()).collect();
+    let evals: Vec<f64> =
+        common::metrics(&metrics).iter().filter(|v| v["event"] == "eval").map(|v| v["objective"].as_f64().unwrap()).collect();
     assert!(evals.windows(2).all(|w| w[1] < w[0]), "objective by epoch {evals:?}");
     let definition = summary(&metrics)["objective_definition"].clone();
     assert!(definition.as_str().is_some_and(|d| d.contains("training ratings") && d.contains("lambda")), "{definition}");
@@ -186,7 +225,10 @@ fn bad_inputs_to_predict_fail_clearly() {
     fail(&["--model", s(&missing), "--data", HEART], &["--model", "missing.h5", "no such file", "--save-model"]);
     fail(&["--model", s(&model), "--data", s(&dir.join("none.svm"))], &["none.svm", "no such file"]);
     // Data of another shape than the model: 784 pixels against 13 features.
-    fail(&["--model", s(&model), "--data", &fashion("t10k-images-idx3-ubyte.gz")], &["784 features per example", "trained on 13", "same shape"]);
+    fail(
+        &["--model", s(&model), "--data", &fashion("t10k-images-idx3-ubyte.gz")],
+        &["784 features per example", "trained on 13", "same shape"],
+    );
     // Another kind: ratings against a classifier.
     let ratings = write(&dir, "r.ratings", "0 1 4\n1 0 3\n");
     fail(&["--model", s(&model), "--data", &ratings], &["r.ratings", "ratings data", "svm model"]);

@@ -46,7 +46,21 @@ fn preempt_and_resume(name: &str, epochs: &str, sync: &[&str], expect: Expect) {
     let dir = scratch(name);
     let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
     let (ck, model, metrics) = (dir.join("ck"), dir.join("model.h5"), dir.join("m.jsonl"));
-    let common = ["train", "--data", &data, "--epochs", epochs, "--emulate-compute", "3", "--eval-every", "1000000", "--seed", "5", "--stop-check-every", "5"];
+    let common = [
+        "train",
+        "--data",
+        &data,
+        "--epochs",
+        epochs,
+        "--emulate-compute",
+        "3",
+        "--eval-every",
+        "1000000",
+        "--seed",
+        "5",
+        "--stop-check-every",
+        "5",
+    ];
     let mut args: Vec<&str> = common.to_vec();
     args.extend(sync);
     args.extend(["--checkpoint-dir", s(&ck), "--auto-resume", "--save-model", s(&model), "--metrics", s(&metrics)]);
@@ -161,7 +175,12 @@ fn preempted_independent_replicas_resume_bit_identical() {
 /// Two groups meeting every clock (DS = 0): deterministic (see tests/gaia.rs).
 #[test]
 fn preempted_gaia_resumes_bit_identical() {
-    preempt_and_resume("preempt-gaia", "4", &["--sync", "gaia", "--groups", "2", "--significance", "0.02", "--dc-staleness", "0"], Expect::BitIdentical);
+    preempt_and_resume(
+        "preempt-gaia",
+        "4",
+        &["--sync", "gaia", "--groups", "2", "--significance", "0.02", "--dc-staleness", "0"],
+        Expect::BitIdentical,
+    );
 }
 
 /// A budget no clock exhausts and staleness 0: every update goes out every clock, in order.

@@ -208,7 +208,11 @@ fn numpy_example_reaches_the_binarys_accuracy() {
         args.extend(same.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let job = mpirun_python(8, &args, &[], 300).expect_ok();
-        let line = job.stdout.lines().find(|l| l.starts_with("final test accuracy")).unwrap_or_else(|| panic!("no result line:\n{}\n{}", job.stdout, job.stderr));
+        let line = job
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("final test accuracy"))
+            .unwrap_or_else(|| panic!("no result line:\n{}\n{}", job.stdout, job.stderr));
         let python: f64 = line.split_whitespace().nth(3).unwrap().parse().unwrap();
         if sync == "asap" {
             assert!(job.stdout.contains("torn 0"), "{}", job.stdout);
@@ -233,8 +237,26 @@ fn read_model_and_metrics_of_a_binary_run() {
     let dir = common::scratch("python-read-files");
     let (model, metrics) = (dir.join("m.h5"), dir.join("m.jsonl"));
     let (model, metrics) = (model.to_str().unwrap(), metrics.to_str().unwrap());
-    common::mpirun(2, &["train", "--sync", "allreduce", "--epochs", "1", "--max-rounds", "40", "--lr", "0.05", "--metrics", metrics, "--save-model", model], 120)
-        .expect_ok();
+    common::mpirun(
+        2,
+        &[
+            "train",
+            "--sync",
+            "allreduce",
+            "--epochs",
+            "1",
+            "--max-rounds",
+            "40",
+            "--lr",
+            "0.05",
+            "--metrics",
+            metrics,
+            "--save-model",
+            model,
+        ],
+        120,
+    )
+    .expect_ok();
     let test = format!("{}/t10k-images-idx3-ubyte.gz", common::FASHION);
     let out = Command::new(bin()).args(["predict", "--model", model, "--data", &test, "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -258,16 +280,35 @@ fn table_mf_example_reaches_the_binarys_rmse() {
     let prep = Command::new(format!("{root}/datasets/prepare.sh")).current_dir(root).output().unwrap();
     assert!(prep.status.success(), "datasets/prepare.sh: {}", String::from_utf8_lossy(&prep.stderr));
     let (train, test) = (repo("datasets/out/movielens-train.ratings"), repo("datasets/out/movielens-test.ratings"));
-    let same = ["--staleness", "0", "--apply", "consgd", "--lr", "1", "--lambda", "0.1", "--lr-decay", "0.9", "--epochs", "3", "--sync-every", "22", "--seed", "1"];
+    let same = [
+        "--staleness",
+        "0",
+        "--apply",
+        "consgd",
+        "--lr",
+        "1",
+        "--lambda",
+        "0.1",
+        "--lr-decay",
+        "0.9",
+        "--epochs",
+        "3",
+        "--sync-every",
+        "22",
+        "--seed",
+        "1",
+    ];
     let mut args = vec![repo("examples/table_mf.py"), "--train".into(), train.clone(), "--test".into(), test.clone()];
     args.extend(same.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let job = mpirun_python(4, &args, &[], 300).expect_ok();
-    let line = job.stdout.lines().find(|l| l.starts_with("held-out RMSE")).unwrap_or_else(|| panic!("no result:\n{}\n{}", job.stdout, job.stderr));
+    let line =
+        job.stdout.lines().find(|l| l.starts_with("held-out RMSE")).unwrap_or_else(|| panic!("no result:\n{}\n{}", job.stdout, job.stderr));
     let python: f64 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
     assert!(job.stdout.contains("max staleness 0"), "{}", job.stdout);
     let metrics = common::scratch("python-table-mf").join("mf.jsonl");
-    let mut bin_args = vec!["train", "--data", &train, "--test-data", &test, "--model", "mf", "--sync", "ssp", "--metrics", metrics.to_str().unwrap()];
+    let mut bin_args =
+        vec!["train", "--data", &train, "--test-data", &test, "--model", "mf", "--sync", "ssp", "--metrics", metrics.to_str().unwrap()];
     bin_args.extend(same);
     common::mpirun(4, &bin_args, 300).expect_ok();
     let binary = common::summary(&metrics)["final_metric"].as_f64().unwrap();

@@ -61,7 +61,11 @@ fn quick_report_runs_every_section_and_its_numbers_hold() {
     // (computed here from the rating files), and SSP's row pushes send less than averaging the
     // whole model every round (the SSP/Bösen claim the table sets next to it).
     let ratings = |f: &str| -> Vec<f64> {
-        std::fs::read_to_string(format!("datasets/out/{f}")).unwrap().lines().map(|l| l.split_whitespace().nth(2).unwrap().parse().unwrap()).collect()
+        std::fs::read_to_string(format!("datasets/out/{f}"))
+            .unwrap()
+            .lines()
+            .map(|l| l.split_whitespace().nth(2).unwrap().parse().unwrap())
+            .collect()
     };
     let (train, test) = (ratings("movielens-train.ratings"), ratings("movielens-test.ratings"));
     let mean = train.iter().sum::<f64>() / train.len() as f64;
@@ -91,10 +95,7 @@ fn quick_report_runs_every_section_and_its_numbers_hold() {
         let hist = sync["staleness_histogram"].as_array().unwrap();
         assert_eq!(hist.len(), 5, "buckets 0..=3 and beyond the bound: {sync}");
         assert_eq!(hist[4], 0.0, "movielens/{name}: reads beyond the bound: {sync}");
-        let marks: Vec<f64> = common::metrics(&jsonl)
-            .iter()
-            .filter_map(|v| v["test_metric"].as_f64())
-            .collect();
+        let marks: Vec<f64> = common::metrics(&jsonl).iter().filter_map(|v| v["test_metric"].as_f64()).collect();
         let best = marks.iter().copied().fold(f64::INFINITY, f64::min);
         assert!(best < mean_rmse - 0.05, "movielens/{name}: best RMSE {best} of {marks:?} vs the mean rating's {mean_rmse}");
         assert!(rmse.is_finite(), "movielens/{name}: final RMSE {rmse}");

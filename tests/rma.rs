@@ -20,7 +20,11 @@ const JOB_TIMEOUT: Duration = Duration::from_secs(60);
 /// Open MPI; no MPICH setting we tried changed it, see benches/rma-mpi-compare.md), so 300 rounds
 /// take ~40 s there on an idle machine.
 fn job_timeout() -> Duration {
-    if common::launcher_is_open_mpi() { JOB_TIMEOUT } else { 3 * JOB_TIMEOUT }
+    if common::launcher_is_open_mpi() {
+        JOB_TIMEOUT
+    } else {
+        3 * JOB_TIMEOUT
+    }
 }
 
 struct Outcome {
@@ -88,16 +92,16 @@ fn mpirun_limited(n: usize, args: &[&str], limit: Duration) -> Result<Outcome, O
             let _ = child.kill();
             let _ = child.wait();
             common::kill_job(&marker);
-            return Err(Outcome { marker, success: false, stdout: out_t.join().unwrap_or_default(), stderr: err_t.join().unwrap_or_default() });
+            return Err(Outcome {
+                marker,
+                success: false,
+                stdout: out_t.join().unwrap_or_default(),
+                stderr: err_t.join().unwrap_or_default(),
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    Ok(Outcome {
-        marker,
-        success: status.success(),
-        stdout: out_t.join().unwrap_or_default(),
-        stderr: err_t.join().unwrap_or_default(),
-    })
+    Ok(Outcome { marker, success: status.success(), stdout: out_t.join().unwrap_or_default(), stderr: err_t.join().unwrap_or_default() })
 }
 
 /// A job killed for running over its limit leaves no process behind: the ranks (busy in
@@ -117,48 +121,22 @@ fn an_over_time_job_is_killed_with_all_its_ranks() {
 /// Runs a job that must succeed and print `runs` ok-lines; returns its stdout.
 fn expect_ok(n: usize, args: &[&str], runs: usize) -> String {
     let o = mpirun(n, args);
-    assert!(
-        o.success,
-        "mpirun -n {n} rma-check {args:?} failed\nstdout:\n{}\nstderr:\n{}",
-        o.stdout, o.stderr
-    );
-    assert!(
-        o.stdout.contains(&format!("window and collectives self-tests ok (n={n})")),
-        "{}",
-        o.stdout
-    );
-    let oks = o
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("rma-check: ok "))
-        .count();
-    assert_eq!(
-        oks, runs,
-        "expected {runs} verified runs, stdout:\n{}",
-        o.stdout
-    );
+    assert!(o.success, "mpirun -n {n} rma-check {args:?} failed\nstdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains(&format!("window and collectives self-tests ok (n={n})")), "{}", o.stdout);
+    let oks = o.stdout.lines().filter(|l| l.starts_with("rma-check: ok ")).count();
+    assert_eq!(oks, runs, "expected {runs} verified runs, stdout:\n{}", o.stdout);
     o.stdout
 }
 
 #[test]
 fn notify_ack_is_exact_on_every_graph_and_size() {
     for n in [1, 2, 4, 8] {
-        let out = expect_ok(
-            n,
-            &["--graph", "all", "--notify", "notify-ack", "--rounds", "20"],
-            3,
-        );
+        let out = expect_ok(n, &["--graph", "all", "--notify", "notify-ack", "--rounds", "20"], 3);
         // Complete graph: every reduce used all n-1 inputs (summed over ranks: n * 20).
-        let complete = out
-            .lines()
-            .find(|l| l.contains("graph=Complete"))
-            .expect("complete run");
+        let complete = out.lines().find(|l| l.contains("graph=Complete")).expect("complete run");
         let mut want = vec![0u64; n];
         want[n - 1] = 20 * n as u64;
-        assert!(
-            complete.contains(&format!("consistency_histogram={want:?}")),
-            "{complete}"
-        );
+        assert!(complete.contains(&format!("consistency_histogram={want:?}")), "{complete}");
     }
 }
 
@@ -166,11 +144,7 @@ fn notify_ack_is_exact_on_every_graph_and_size() {
 fn barrier_and_none_run_on_every_graph_and_size() {
     for n in [1, 2, 4, 8] {
         for mode in ["barrier", "none"] {
-            expect_ok(
-                n,
-                &["--graph", "all", "--notify", mode, "--rounds", "20"],
-                3,
-            );
+            expect_ok(n, &["--graph", "all", "--notify", mode, "--rounds", "20"], 3);
         }
     }
 }
@@ -178,14 +152,7 @@ fn barrier_and_none_run_on_every_graph_and_size() {
 #[test]
 fn notify_ack_converges_to_the_global_mean() {
     for graph in ["ring", "expander", "complete"] {
-        let args = [
-            "--graph",
-            graph,
-            "--rounds",
-            "300",
-            "--expect-converge",
-            "1e-3",
-        ];
+        let args = ["--graph", graph, "--rounds", "300", "--expect-converge", "1e-3"];
         expect_ok(8, &args, 1);
     }
 }
@@ -198,30 +165,13 @@ fn notify_ack_with_model_sized_payload() {
 
 #[test]
 fn a_rank_that_stops_sending_makes_its_receivers_time_out() {
-    let args = [
-        "--graph",
-        "ring",
-        "--rounds",
-        "10",
-        "--stop-sending",
-        "1:3",
-        "--wait-timeout-ms",
-        "1500",
-    ];
+    let args = ["--graph", "ring", "--rounds", "10", "--stop-sending", "1:3", "--wait-timeout-ms", "1500"];
     let o = mpirun(4, &args);
     assert!(!o.success, "the job should fail; stdout:\n{}", o.stdout);
     for needle in ["NOTIFY", "never arrived", "--wait-timeout"] {
-        assert!(
-            o.stderr.contains(needle),
-            "stderr lacks '{needle}':\n{}",
-            o.stderr
-        );
+        assert!(o.stderr.contains(needle), "stderr lacks '{needle}':\n{}", o.stderr);
     }
-    assert!(
-        !o.stdout.contains("rma-check: ok "),
-        "no run may pass: {}",
-        o.stdout
-    );
+    assert!(!o.stdout.contains("rma-check: ok "), "no run may pass: {}", o.stdout);
 }
 
 /// Bounded-staleness NOTIFY-ACK: with a straggler, receivers reduce older messages, but never one

@@ -61,8 +61,20 @@ fn four_rank_job(name: &str, launcher: &str, expect_in_log: &str) {
     let job_out = dir.join("job.out");
     let status = cluster
         .client(240, "sbatch")
-        .args(["--wait", "-n", "4", "-o", s(&job_out), "slurm/asap-train.sbatch", "--data", &format!("{FASHION}/t10k-images-idx3-ubyte.gz"),
-               "--epochs", "1", "--metrics", s(&metrics)])
+        .args([
+            "--wait",
+            "-n",
+            "4",
+            "-o",
+            s(&job_out),
+            "slurm/asap-train.sbatch",
+            "--data",
+            &format!("{FASHION}/t10k-images-idx3-ubyte.gz"),
+            "--epochs",
+            "1",
+            "--metrics",
+            s(&metrics),
+        ])
         .env("ASAP_TRAIN_LAUNCHER", launcher)
         .status()
         .unwrap();
@@ -104,22 +116,38 @@ fn sweep_array_job_runs_every_entry_and_gathers_their_summaries() {
     let out = dir.join("out");
     let status = cluster
         .client(300, "slurm/sweep.sh")
-        .args([&list, s(&out), "-n", "2", "--wait", "--", "--data", &format!("{FASHION}/t10k-images-idx3-ubyte.gz"), "--epochs", "1",
-               "--max-rounds", "30"])
+        .args([
+            &list,
+            s(&out),
+            "-n",
+            "2",
+            "--wait",
+            "--",
+            "--data",
+            &format!("{FASHION}/t10k-images-idx3-ubyte.gz"),
+            "--epochs",
+            "1",
+            "--max-rounds",
+            "30",
+        ])
         .status()
         .unwrap();
     let logs = || {
         std::fs::read_dir(&out)
-            .map(|d| d.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "log" || x == "out"))
-                .map(|e| format!("== {}\n{}", e.path().display(), std::fs::read_to_string(e.path()).unwrap_or_default()))
-                .collect::<String>())
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "log" || x == "out"))
+                    .map(|e| format!("== {}\n{}", e.path().display(), std::fs::read_to_string(e.path()).unwrap_or_default()))
+                    .collect::<String>()
+            })
             .unwrap_or_default()
     };
     assert!(status.success(), "sweep failed ({status}):\n{}", logs());
     let csv = std::fs::read_to_string(out.join("summary.csv")).unwrap_or_else(|e| panic!("no summary.csv ({e}):\n{}", logs()));
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let col = |row: &[String], name: &str| row[header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no column {name}"))].clone();
+    let col =
+        |row: &[String], name: &str| row[header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no column {name}"))].clone();
     let rows: Vec<Vec<String>> = lines.map(|l| l.split(',').map(str::to_owned).collect()).collect();
     assert_eq!(rows.len(), 3, "{csv}");
     for (name, sync, graph) in [("allreduce", "allreduce", ""), ("asap-ring", "asap", "ring"), ("independent", "none", "")] {
@@ -260,7 +288,11 @@ fn preempted_job_requeues_and_resumes(name: &str, launcher: &str) {
     assert!(log.contains("stopping at round"), "no preemption stop in the log:\n{log}");
     assert!(log.contains("asap-train.sbatch: preempted; requeueing job"), "{log}");
     assert!(log.contains("resuming from"), "the requeued job did not resume:\n{log}");
-    let how = if launcher == "srun" { "asap-train.sbatch: srun --mpi=".to_owned() } else { format!("asap-train.sbatch: {} -n", common::launcher()) };
+    let how = if launcher == "srun" {
+        "asap-train.sbatch: srun --mpi=".to_owned()
+    } else {
+        format!("asap-train.sbatch: {} -n", common::launcher())
+    };
     assert!(log.contains(&how), "the job did not launch with {how:?}:\n{log}");
 
     // The oracle: the same training uninterrupted, outside Slurm.

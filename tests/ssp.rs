@@ -19,8 +19,29 @@ fn hist(v: &serde_json::Value) -> Vec<f64> {
 fn staleness_bound_holds_with_a_straggler() {
     let dir = scratch("ssp-bound");
     let m = dir.join("m.jsonl");
-    let args = ["train", "--data", &t10k(), "--sync", "ssp", "--staleness", "2", "--apply", "dynsgd", "--epochs", "2",
-        "--straggler", "0:3", "--eval-every", "10", "--target", "0.6", "--target-on", "worst-rank", "--metrics", s(&m)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "ssp",
+        "--staleness",
+        "2",
+        "--apply",
+        "dynsgd",
+        "--epochs",
+        "2",
+        "--straggler",
+        "0:3",
+        "--eval-every",
+        "10",
+        "--target",
+        "0.6",
+        "--target-on",
+        "worst-rank",
+        "--metrics",
+        s(&m),
+    ];
     mpirun(4, &args, 180).expect_ok();
     let evals: Vec<_> = metrics(&m).into_iter().filter(|v| v["event"] == "eval").collect();
     assert!(evals.len() >= 3, "evaluations: {}", evals.len());
@@ -61,8 +82,29 @@ fn staleness_bound_holds_with_a_straggler() {
 fn lazy_reads_never_block_inside_the_bound() {
     let dir = scratch("ssp-lazy");
     let m = dir.join("m.jsonl");
-    let args = ["train", "--data", &t10k(), "--sync", "ssp", "--staleness", "3", "--apply", "dynsgd", "--epochs", "2",
-        "--batch-size", "256", "--emulate-compute", "10", "--straggler", "1:2", "--eval-every", "5", "--metrics", s(&m)];
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "ssp",
+        "--staleness",
+        "3",
+        "--apply",
+        "dynsgd",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "256",
+        "--emulate-compute",
+        "10",
+        "--straggler",
+        "1:2",
+        "--eval-every",
+        "5",
+        "--metrics",
+        s(&m),
+    ];
     mpirun(4, &args, 180).expect_ok();
     let sm = summary(&m);
     let sync = &sm["sync_metrics"];
@@ -113,8 +155,23 @@ fn staleness_zero_matches_bsp_allreduce() {
 #[test]
 fn resume_at_staleness_zero_is_bit_identical() {
     let dir = scratch("ssp-resume");
-    let common = ["train", "--data", &t10k(), "--epochs", "2", "--batch-size", "64", "--seed", "3",
-        "--sync", "ssp", "--staleness", "0", "--apply", "dynsgd"];
+    let common = [
+        "train",
+        "--data",
+        &t10k(),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--seed",
+        "3",
+        "--sync",
+        "ssp",
+        "--staleness",
+        "0",
+        "--apply",
+        "dynsgd",
+    ];
     let full = dir.join("full.h5");
     let mut a: Vec<&str> = common.to_vec();
     a.extend(["--save-model", s(&full)]);
@@ -128,8 +185,12 @@ fn resume_at_staleness_zero_is_bit_identical() {
     c.extend(["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]);
     let job = mpirun(3, &c, 120).expect_ok();
     assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
-    let name = std::fs::read_dir(&ck).unwrap().flatten().map(|e| e.file_name().into_string().unwrap())
-        .find(|n| n.ends_with("-0000000077.h5")).expect("the checkpoint of round 77");
+    let name = std::fs::read_dir(&ck)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().into_string().unwrap())
+        .find(|n| n.ends_with("-0000000077.h5"))
+        .expect("the checkpoint of round 77");
     let f = hdf5::File::open(ck.join(name)).unwrap();
     assert!(f.group("sync/rank0").unwrap().dataset("shard_rows").is_ok(), "the checkpoint holds the shard");
     assert!(read_model(&full) == read_model(&resumed), "resumed model differs from the uninterrupted one");
@@ -141,9 +202,26 @@ fn resume_at_staleness_zero_is_bit_identical() {
 #[test]
 fn a_silent_rank_is_named_within_the_timeout() {
     let start = std::time::Instant::now();
-    mpirun(3, &["train", "--data", &t10k(), "--sync", "ssp", "--staleness", "1", "--epochs", "1",
-        "--stop-sending-after", "1:5", "--wait-timeout", "3"], 180)
-        .expect_failure(&["--wait-timeout", "lacks the updates of ranks [1]", "cannot tell which rank holds it up"]);
+    mpirun(
+        3,
+        &[
+            "train",
+            "--data",
+            &t10k(),
+            "--sync",
+            "ssp",
+            "--staleness",
+            "1",
+            "--epochs",
+            "1",
+            "--stop-sending-after",
+            "1:5",
+            "--wait-timeout",
+            "3",
+        ],
+        180,
+    )
+    .expect_failure(&["--wait-timeout", "lacks the updates of ranks [1]", "cannot tell which rank holds it up"]);
     // A hang guard: 11 timeouts of 3 s, each judged over a watch of 1 s, plus start-up.
     assert!(start.elapsed().as_secs() < 150, "took {:?}", start.elapsed());
 }
@@ -174,10 +252,38 @@ fn mf_recovers_a_synthetic_low_rank_matrix_under_ssp() {
     }
     let (tr, te) = (write(&dir, "train.ratings", &train), write(&dir, "test.ratings", &test));
     let m = dir.join("m.jsonl");
-    mpirun(2, &["train", "--data", &tr, "--test-data", &te, "--model", "mf", "--factors", "4", "--lambda", "0.001",
-        "--lr", "1", "--lr-schedule", "constant", "--batch-size", "8", "--epochs", "60",
-        "--sync", "ssp", "--staleness", "2", "--metrics", s(&m)], 180)
-        .expect_ok();
+    mpirun(
+        2,
+        &[
+            "train",
+            "--data",
+            &tr,
+            "--test-data",
+            &te,
+            "--model",
+            "mf",
+            "--factors",
+            "4",
+            "--lambda",
+            "0.001",
+            "--lr",
+            "1",
+            "--lr-schedule",
+            "constant",
+            "--batch-size",
+            "8",
+            "--epochs",
+            "60",
+            "--sync",
+            "ssp",
+            "--staleness",
+            "2",
+            "--metrics",
+            s(&m),
+        ],
+        180,
+    )
+    .expect_ok();
     let rmse = summary(&m)["final_metric"].as_f64().unwrap();
     assert!(rmse < 0.1, "held-out RMSE {rmse} (ratings spread over ~2.4)");
 }

@@ -15,8 +15,21 @@ fn allreduce_mlr_fashion_converges_at_1_2_4_ranks() {
         let m = dir.join("m.jsonl");
         mpirun(
             n,
-            &["train", "--data", &fashion("train-images-idx3-ubyte.gz"), "--test-data", &fashion("t10k-images-idx3-ubyte.gz"),
-              "--sync", "allreduce", "--epochs", "2", "--lr", "0.1", "--metrics", s(&m)],
+            &[
+                "train",
+                "--data",
+                &fashion("train-images-idx3-ubyte.gz"),
+                "--test-data",
+                &fashion("t10k-images-idx3-ubyte.gz"),
+                "--sync",
+                "allreduce",
+                "--epochs",
+                "2",
+                "--lr",
+                "0.1",
+                "--metrics",
+                s(&m),
+            ],
             300,
         )
         .expect_ok();
@@ -45,8 +58,23 @@ fn svm_and_logreg_learn_heart_scale() {
         let m = dir.join("m.jsonl");
         mpirun(
             2,
-            &["train", "--data", heart, "--model", model, "--epochs", "30", "--batch-size", "8", "--lr", "0.1",
-              "--lambda", "1e-3", "--metrics", s(&m)],
+            &[
+                "train",
+                "--data",
+                heart,
+                "--model",
+                model,
+                "--epochs",
+                "30",
+                "--batch-size",
+                "8",
+                "--lr",
+                "0.1",
+                "--lambda",
+                "1e-3",
+                "--metrics",
+                s(&m),
+            ],
             120,
         )
         .expect_ok();
@@ -77,9 +105,7 @@ fn resume_from_checkpoint_matches_uninterrupted_run() {
     let job = mpirun(2, &c, 120).expect_ok();
     assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
 
-    let read = |p: &std::path::Path| -> Vec<f32> {
-        hdf5::File::open(p).unwrap().dataset("params").unwrap().read_raw().unwrap()
-    };
+    let read = |p: &std::path::Path| -> Vec<f32> { hdf5::File::open(p).unwrap().dataset("params").unwrap().read_raw().unwrap() };
     let (x, y) = (read(&full), read(&resumed));
     assert_eq!(x.len(), y.len());
     assert!(x == y, "resumed model differs from the uninterrupted one");
@@ -92,11 +118,14 @@ fn resume_from_checkpoint_matches_uninterrupted_run() {
 fn final_model_is_readable_by_h5py() {
     let dir = scratch("h5py");
     let model = dir.join("model.h5");
-    mpirun(2, &["train", "--data", &fashion("t10k-images-idx3-ubyte.gz"), "--epochs", "1", "--save-model", s(&model)], 120)
-        .expect_ok();
+    mpirun(2, &["train", "--data", &fashion("t10k-images-idx3-ubyte.gz"), "--epochs", "1", "--save-model", s(&model)], 120).expect_ok();
     let out = std::process::Command::new("/usr/bin/python3")
-        .args(["-c", "import h5py,json,sys; f=h5py.File(sys.argv[1]); p=f['params'][:]; \
-                      c=json.loads(f.attrs['config']); print(p.shape[0], c['model'], f['row_offsets'][-1])", s(&model)])
+        .args([
+            "-c",
+            "import h5py,json,sys; f=h5py.File(sys.argv[1]); p=f['params'][:]; \
+                      c=json.loads(f.attrs['config']); print(p.shape[0], c['model'], f['row_offsets'][-1])",
+            s(&model),
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -134,8 +163,25 @@ fn converted_hdf5_trains_like_the_source() {
         let model = dir.join(format!("{tag}.h5"));
         mpirun(
             n,
-            &["train", "--data", data, "--format", if data.ends_with(".h5") { "hdf5" } else { "libsvm" }, "--model", "svm",
-              "--epochs", "20", "--batch-size", "8", "--lr", "0.1", "--metrics", s(&m), "--save-model", s(&model)],
+            &[
+                "train",
+                "--data",
+                data,
+                "--format",
+                if data.ends_with(".h5") { "hdf5" } else { "libsvm" },
+                "--model",
+                "svm",
+                "--epochs",
+                "20",
+                "--batch-size",
+                "8",
+                "--lr",
+                "0.1",
+                "--metrics",
+                s(&m),
+                "--save-model",
+                s(&model),
+            ],
             120,
         )
         .expect_ok();
@@ -163,7 +209,8 @@ fn params(p: &std::path::Path) -> Vec<f32> {
 
 /// The newest checkpoint file in `dir`.
 fn newest_checkpoint(dir: &std::path::Path) -> std::path::PathBuf {
-    let mut v: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "h5")).collect();
+    let mut v: Vec<_> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "h5")).collect();
     v.sort();
     v.pop().unwrap_or_else(|| panic!("no checkpoint in {}", dir.display()))
 }
@@ -195,8 +242,25 @@ fn sync_none_trains_alone_and_averages_once_at_the_end() {
     let model = dir.join("model.h5");
     mpirun(
         2,
-        &["train", "--data", &data, "--sync", "none", "--epochs", "1", "--batch-size", "64", "--checkpoint-dir", s(&ck),
-          "--checkpoint-every", "100000", "--metrics", s(&m), "--save-model", s(&model)],
+        &[
+            "train",
+            "--data",
+            &data,
+            "--sync",
+            "none",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "64",
+            "--checkpoint-dir",
+            s(&ck),
+            "--checkpoint-every",
+            "100000",
+            "--metrics",
+            s(&m),
+            "--save-model",
+            s(&model),
+        ],
         120,
     )
     .expect_ok();
@@ -230,9 +294,27 @@ fn sync_every_k_exchanges_every_k_steps_and_averages_the_trailing_steps() {
     let k = 10u64;
     mpirun(
         2,
-        &["train", "--data", &fashion("t10k-images-idx3-ubyte.gz"), "--sync", "allreduce", "--sync-every", &k.to_string(),
-          "--epochs", "1", "--batch-size", "64", "--checkpoint-dir", s(&ck), "--checkpoint-every", "100000",
-          "--metrics", s(&m), "--save-model", s(&model)],
+        &[
+            "train",
+            "--data",
+            &fashion("t10k-images-idx3-ubyte.gz"),
+            "--sync",
+            "allreduce",
+            "--sync-every",
+            &k.to_string(),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "64",
+            "--checkpoint-dir",
+            s(&ck),
+            "--checkpoint-every",
+            "100000",
+            "--metrics",
+            s(&m),
+            "--save-model",
+            s(&model),
+        ],
         120,
     )
     .expect_ok();
@@ -262,8 +344,19 @@ fn straggler_sleeps_in_proportion_to_its_compute_and_others_wait() {
     let m = dir.join("m.jsonl");
     mpirun(
         2,
-        &["train", "--data", &fashion("t10k-images-idx3-ubyte.gz"), "--sync", "allreduce", "--straggler", "1:3", "--epochs", "1",
-          "--metrics", s(&m)],
+        &[
+            "train",
+            "--data",
+            &fashion("t10k-images-idx3-ubyte.gz"),
+            "--sync",
+            "allreduce",
+            "--straggler",
+            "1:3",
+            "--epochs",
+            "1",
+            "--metrics",
+            s(&m),
+        ],
         120,
     )
     .expect_ok();
@@ -276,7 +369,10 @@ fn straggler_sleeps_in_proportion_to_its_compute_and_others_wait() {
     // smallest and the largest rank's.
     let (comp_mean, comp_max) = (g("compute_seconds", "mean"), g("compute_seconds", "max"));
     let comp_min = 2.0 * comp_mean - comp_max;
-    assert!(sleep_max >= 2.0 * comp_min - 2e-3 && sleep_max <= 2.0 * comp_max + 1e-9, "sleep {sleep_max} vs compute {comp_min}..{comp_max}");
+    assert!(
+        sleep_max >= 2.0 * comp_min - 2e-3 && sleep_max <= 2.0 * comp_max + 1e-9,
+        "sleep {sleep_max} vs compute {comp_min}..{comp_max}"
+    );
     // Rank 0 waits in the allreduce for most of that sleep (allreduce counts waiting as part
     // of its time in the sync layer).
     assert!(g("sync_seconds", "max") >= 0.3 * sleep_max, "{c}");
@@ -294,8 +390,25 @@ fn target_reports_the_first_evaluation_that_reached_it() {
             2,
             // A fixed step (not the start-up search's): the target must be crossed after the first
             // evaluation, which depends on how fast the first 10 rounds learn.
-            &["train", "--data", &data, "--test-fraction", "0.2", "--sync", "allreduce", "--epochs", "1", "--eval-every", "10",
-              "--lr", "0.3", "--target", target, "--metrics", s(&m)],
+            &[
+                "train",
+                "--data",
+                &data,
+                "--test-fraction",
+                "0.2",
+                "--sync",
+                "allreduce",
+                "--epochs",
+                "1",
+                "--eval-every",
+                "10",
+                "--lr",
+                "0.3",
+                "--target",
+                target,
+                "--metrics",
+                s(&m),
+            ],
             120,
         )
         .expect_ok();
@@ -347,8 +460,31 @@ fn mf_recovers_a_planted_low_rank_matrix() {
     let m = dir.join("m.jsonl");
     mpirun(
         2,
-        &["train", "--data", &data, "--model", "mf", "--rank", "2", "--test-fraction", "0.2", "--sync", "allreduce",
-          "--epochs", "30", "--batch-size", "32", "--lr", "1", "--lr-schedule", "constant", "--lambda", "1e-4", "--metrics", s(&m)],
+        &[
+            "train",
+            "--data",
+            &data,
+            "--model",
+            "mf",
+            "--rank",
+            "2",
+            "--test-fraction",
+            "0.2",
+            "--sync",
+            "allreduce",
+            "--epochs",
+            "30",
+            "--batch-size",
+            "32",
+            "--lr",
+            "1",
+            "--lr-schedule",
+            "constant",
+            "--lambda",
+            "1e-4",
+            "--metrics",
+            s(&m),
+        ],
         120,
     )
     .expect_ok();
@@ -365,8 +501,25 @@ fn mlp_learns_fashion_mnist() {
     let m = dir.join("m.jsonl");
     mpirun(
         2,
-        &["train", "--data", &fashion("t10k-images-idx3-ubyte.gz"), "--test-fraction", "0.2", "--model", "mlp", "--hidden", "32",
-          "--sync", "allreduce", "--epochs", "2", "--lr", "0.05", "--metrics", s(&m)],
+        &[
+            "train",
+            "--data",
+            &fashion("t10k-images-idx3-ubyte.gz"),
+            "--test-fraction",
+            "0.2",
+            "--model",
+            "mlp",
+            "--hidden",
+            "32",
+            "--sync",
+            "allreduce",
+            "--epochs",
+            "2",
+            "--lr",
+            "0.05",
+            "--metrics",
+            s(&m),
+        ],
         180,
     )
     .expect_ok();
@@ -383,8 +536,21 @@ fn checkpoints_are_pruned_to_the_newest_two() {
     let ck = dir.join("ck");
     mpirun(
         2,
-        &["train", "--data", &fashion("t10k-images-idx3-ubyte.gz"), "--sync", "allreduce", "--epochs", "1",
-          "--checkpoint-dir", s(&ck), "--checkpoint-every", "10", "--max-rounds", "50"],
+        &[
+            "train",
+            "--data",
+            &fashion("t10k-images-idx3-ubyte.gz"),
+            "--sync",
+            "allreduce",
+            "--epochs",
+            "1",
+            "--checkpoint-dir",
+            s(&ck),
+            "--checkpoint-every",
+            "10",
+            "--max-rounds",
+            "50",
+        ],
         120,
     )
     .expect_ok();
@@ -398,7 +564,8 @@ fn checkpoints_are_pruned_to_the_newest_two() {
 #[test]
 fn help_explains_every_mode() {
     let h = run(&["train", "--help"], 30).expect_ok().stdout;
-    for k in ["--sync", "--graph", "--notify", "--sync-every", "--checkpoint-dir", "--resume", "--metrics", "--straggler", "--lr-schedule"] {
+    for k in ["--sync", "--graph", "--notify", "--sync-every", "--checkpoint-dir", "--resume", "--metrics", "--straggler", "--lr-schedule"]
+    {
         assert!(h.contains(k), "help lacks {k}");
     }
     assert!(run(&["--help"], 30).expect_ok().stdout.contains("graph"));

@@ -44,8 +44,8 @@ fn init() -> PyResult<(i32, i32, bool)> {
     let mut here = false;
     if !mpi::environment::is_initialized() {
         asap_train::comm::prepare_environment();
-        let (universe, _threading) = mpi::initialize_with_threading(mpi::Threading::Funneled)
-            .ok_or_else(|| Error::new_err("MPI_Init_thread failed"))?;
+        let (universe, _threading) =
+            mpi::initialize_with_threading(mpi::Threading::Funneled).ok_or_else(|| Error::new_err("MPI_Init_thread failed"))?;
         *UNIVERSE.lock().map_err(|_| Error::new_err("MPI state lock poisoned"))? = Some(universe);
         here = true;
         // A panic in the sync layer on one rank must not leave the others waiting for it.
@@ -171,13 +171,13 @@ pub(crate) fn text(e: &anyhow::Error) -> String {
 #[pymodule]
 mod _native {
     #[pymodule_export]
-    use super::{abort, allreduce_sum, allreduce_sum_array, barrier, finalize, init, mpi_active, osc_ok, Error, OptionError};
+    use super::files::read_model;
     #[pymodule_export]
     use super::graph::{graph_gap, graph_gap_edges, graph_mix, graph_search};
-    #[pymodule_export]
-    use super::files::read_model;
     #[pymodule_export]
     use super::reducer::Reducer;
     #[pymodule_export]
     use super::table::Table;
+    #[pymodule_export]
+    use super::{abort, allreduce_sum, allreduce_sum_array, barrier, finalize, init, mpi_active, osc_ok, Error, OptionError};
 }

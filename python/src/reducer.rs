@@ -7,9 +7,9 @@ use std::time::Duration;
 use asap_train::comm::collectives;
 use asap_train::comm::pace::Links;
 use asap_train::config::{Merged, SyncKind, TrainConfig};
-use asap_train::train::plan::RunPlan;
 use asap_train::model::RowLayout;
 use asap_train::sync::{Aggregate, ModeMetric, SyncContext, SyncMode};
+use asap_train::train::plan::RunPlan;
 use clap::parser::ValueSource;
 use clap::{Args, FromArgMatches};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -59,7 +59,8 @@ pub(crate) fn release(mode: Box<dyn SyncMode>) {
 /// Closes every open reducer in creation order (collective; `finalize` calls it before
 /// MPI_Finalize).
 pub fn close_all() {
-    let modes: Vec<Box<dyn SyncMode>> = MODES.try_with(|m| m.borrow_mut().iter_mut().filter_map(Option::take).collect()).unwrap_or_default();
+    let modes: Vec<Box<dyn SyncMode>> =
+        MODES.try_with(|m| m.borrow_mut().iter_mut().filter_map(Option::take).collect()).unwrap_or_default();
     modes.into_iter().for_each(release);
 }
 
@@ -159,7 +160,8 @@ fn with_params<R>(params: &Bound<'_, PyAny>, n: usize, f: impl FnOnce(&mut [f32]
         PyTypeError::new_err(format!("params must be a 1-D numpy float32 array, got {dtype} with ndim {ndim} (np.ascontiguousarray(x, dtype=np.float32).ravel() makes one)"))
     })?;
     let mut rw = arr.try_readwrite().map_err(|e| PyValueError::new_err(format!("params cannot be written in place: {e}")))?;
-    let slice = rw.as_slice_mut().map_err(|_| PyValueError::new_err("params must be C-contiguous (np.ascontiguousarray makes a copy that is)"))?;
+    let slice =
+        rw.as_slice_mut().map_err(|_| PyValueError::new_err("params must be C-contiguous (np.ascontiguousarray makes a copy that is)"))?;
     if slice.len() != n {
         return Err(PyValueError::new_err(format!("params has {} values but this Reducer was made for {n}", slice.len())));
     }
@@ -192,7 +194,8 @@ impl Reducer {
 
     /// Runs `f` on this reducer's mode, or raises when it is closed.
     fn with_mode<R>(&self, f: impl FnOnce(&mut Box<dyn SyncMode>) -> R) -> PyResult<R> {
-        MODES.with_borrow_mut(|m| m.get_mut(self.slot).and_then(Option::as_mut).map(f))
+        MODES
+            .with_borrow_mut(|m| m.get_mut(self.slot).and_then(Option::as_mut).map(f))
             .ok_or_else(|| Error::new_err("this Reducer is closed (after finish() or close())"))
     }
 }

@@ -108,7 +108,13 @@ impl Table {
     /// every rank) is the starting table; zeros when None.
     #[new]
     #[pyo3(signature = (rows, row_len, init=None, sync="ssp", **options))]
-    fn new(rows: usize, row_len: usize, init: Option<PyReadonlyArray2<'_, f32>>, sync: &str, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+    fn new(
+        rows: usize,
+        row_len: usize,
+        init: Option<PyReadonlyArray2<'_, f32>>,
+        sync: &str,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
         if !crate::mpi_active() {
             return Err(Error::new_err("MPI is not active"));
         }
@@ -171,7 +177,12 @@ impl Table {
     fn inc(&mut self, rows: Vec<i64>, deltas: PyReadonlyArray2<'_, f32>) -> PyResult<()> {
         let idx = self.row_indices(rows)?;
         if deltas.shape() != [idx.len(), self.row_len] {
-            return Err(PyValueError::new_err(format!("deltas has shape {:?}, expected ({}, {})", deltas.shape(), idx.len(), self.row_len)));
+            return Err(PyValueError::new_err(format!(
+                "deltas has shape {:?}, expected ({}, {})",
+                deltas.shape(),
+                idx.len(),
+                self.row_len
+            )));
         }
         let d = deltas.as_array();
         let w = self.row_len;

@@ -103,10 +103,7 @@ struct Args {
 
 fn parse_fault(s: &str) -> Result<(usize, u64), String> {
     let (r, k) = s.split_once(':').ok_or("expected RANK:ROUND, e.g. 1:3")?;
-    Ok((
-        r.parse().map_err(|e| format!("bad rank '{r}': {e}"))?,
-        k.parse().map_err(|e| format!("bad round '{k}': {e}"))?,
-    ))
+    Ok((r.parse().map_err(|e| format!("bad rank '{r}': {e}"))?, k.parse().map_err(|e| format!("bad round '{k}': {e}"))?))
 }
 
 /// In-neighbour lists of every rank.
@@ -152,23 +149,15 @@ fn window_selftest(world: &SimpleCommunicator) -> Result<(), String> {
     let next = ((me + 1) % n) as i32;
     win.fetch_add_u64(0, 0, 1).map_err(e)?;
     win.put(next, 8, &[me as u64 + 100]).map_err(e)?;
-    win.accumulate(0, 16, &[(me + 1) as f64], RmaOp::Sum)
-        .map_err(e)?;
-    let old = win
-        .compare_and_swap_u64(0, 24, 0, me as u64 + 1)
-        .map_err(e)?;
-    win.accumulate(next, 32, &[7.5f32, me as f32], RmaOp::Replace)
-        .map_err(e)?;
+    win.accumulate(0, 16, &[(me + 1) as f64], RmaOp::Sum).map_err(e)?;
+    let old = win.compare_and_swap_u64(0, 24, 0, me as u64 + 1).map_err(e)?;
+    win.accumulate(next, 32, &[7.5f32, me as f32], RmaOp::Replace).map_err(e)?;
     win.flush_all().map_err(e)?;
     world.barrier();
     win.sync().map_err(e)?;
     let prev = (me + n - 1) % n;
     if win.load_u64(8) != prev as u64 + 100 {
-        return Err(format!(
-            "put: found {} expected {}",
-            win.load_u64(8),
-            prev + 100
-        ));
+        return Err(format!("put: found {} expected {}", win.load_u64(8), prev + 100));
     }
     let mut f = [0f32; 2];
     win.read_local(32, &mut f);
@@ -177,18 +166,12 @@ fn window_selftest(world: &SimpleCommunicator) -> Result<(), String> {
     }
     let count = win.atomic_read_u64(0, 0).map_err(e)?;
     if count != n as u64 {
-        return Err(format!(
-            "fetch_add/no-op read: counter {count}, expected {n}"
-        ));
+        return Err(format!("fetch_add/no-op read: counter {count}, expected {n}"));
     }
     let mut sum = [0f64];
     win.get(0, 16, &mut sum).map_err(e)?;
     if sum[0] != (n * (n + 1) / 2) as f64 {
-        return Err(format!(
-            "accumulate(sum)/get: {} expected {}",
-            sum[0],
-            n * (n + 1) / 2
-        ));
+        return Err(format!("accumulate(sum)/get: {} expected {}", sum[0], n * (n + 1) / 2));
     }
     let winners_local = u64::from(old == 0);
     let mut winners = 0u64;
@@ -417,12 +400,7 @@ fn summed_histogram(world: &SimpleCommunicator, sr: &StochasticReduce) -> Vec<u6
     total
 }
 
-fn run(
-    world: &SimpleCommunicator,
-    kind: GraphKind,
-    mode: NotifyMode,
-    args: &Args,
-) -> anyhow::Result<RunReport> {
+fn run(world: &SimpleCommunicator, kind: GraphKind, mode: NotifyMode, args: &Args) -> anyhow::Result<RunReport> {
     let n = world.size() as usize;
     let me = world.rank() as usize;
     let ins = graph(kind, n);
@@ -454,27 +432,19 @@ fn run(
             }
         }
         if let Some(bad) = params.iter().find(|v| !(lo..=hi).contains(*v)) {
-            fail(format!(
-                "rank {me} {kind:?} {mode:?} round {round}: {bad} outside [{lo}, {hi}]"
-            ));
+            fail(format!("rank {me} {kind:?} {mode:?} round {round}: {bad} outside [{lo}, {hi}]"));
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
     // Distance to the global mean of the initial values (mean rank + (k mod 3)).
     let mean_rank = (n - 1) as f64 / 2.0;
-    let distance = params
-        .iter()
-        .enumerate()
-        .map(|(k, v)| (*v as f64 - mean_rank - (k % 3) as f64).abs())
-        .fold(0.0, f64::max);
+    let distance = params.iter().enumerate().map(|(k, v)| (*v as f64 - mean_rank - (k % 3) as f64).abs()).fold(0.0, f64::max);
     let distance = all_max(world, distance);
     if mode == NotifyMode::NotifyAck {
         let d = ins[me].len();
         let h = sr.consistency_histogram();
         if h[d] != args.rounds || sr.torn() != 0 || sr.stale() != 0 {
-            fail(format!(
-                "rank {me} notify-ack did not use all {d} inputs every round: {h:?}"
-            ));
+            fail(format!("rank {me} notify-ack did not use all {d} inputs every round: {h:?}"));
         }
     }
     sr.finish(&mut params)?;
@@ -486,25 +456,16 @@ fn run(
         fail(format!("after finish ranks differ: {vmin} .. {vmax}"));
     }
     if mode == NotifyMode::NotifyAck && ((params[0] as f64) - mean_rank).abs() > 1e-4 {
-        fail(format!(
-            "notify-ack final average {} is not the global mean {mean_rank}",
-            params[0]
-        ));
+        fail(format!("notify-ack final average {} is not the global mean {mean_rank}", params[0]));
     }
     if let Some(tol) = args.expect_converge {
         if distance > tol {
-            fail(format!(
-                "{kind:?} {mode:?}: after {} rounds distance {distance} > {tol}",
-                args.rounds
-            ));
+            fail(format!("{kind:?} {mode:?}: after {} rounds distance {distance} > {tol}", args.rounds));
         }
     }
     let stats = sr.stats().clone();
     if stats.rounds != args.rounds {
-        fail(format!(
-            "stats count {} rounds, ran {}",
-            stats.rounds, args.rounds
-        ));
+        fail(format!("stats count {} rounds, ran {}", stats.rounds, args.rounds));
     }
     let total = summed_histogram(world, &sr);
     let max_in = all_max(world, ins[me].len() as f64) as usize;
@@ -728,7 +689,14 @@ mod probe {
     /// Puts `data` at offset 0 of the next rank's window and flushes, `rounds` times, in
     /// `pattern`. With `between`, the ranks meet in a barrier after every put, run `between`
     /// (untimed: a peer's put is complete by then), and meet again.
-    fn raw(world: &SimpleCommunicator, win: &Window, data: &mut [f32], rounds: u64, pattern: Pattern, mut between: Option<Between>) -> anyhow::Result<Times> {
+    fn raw(
+        world: &SimpleCommunicator,
+        win: &Window,
+        data: &mut [f32],
+        rounds: u64,
+        pattern: Pattern,
+        mut between: Option<Between>,
+    ) -> anyhow::Result<Times> {
         let (me, n) = (world.rank(), world.size());
         let next = (me + 1) % n;
         let mut t = Times { rounds, ..Times::default() };
@@ -843,7 +811,14 @@ mod probe {
     }
 
     /// NOTIFY-ACK on the library's mailboxes over `ins`, `rounds` rounds.
-    fn mailbox(world: &SimpleCommunicator, ins: &[Vec<usize>], len: usize, rounds: u64, reduce: Reduce, timeout: Duration) -> anyhow::Result<Times> {
+    fn mailbox(
+        world: &SimpleCommunicator,
+        ins: &[Vec<usize>],
+        len: usize,
+        rounds: u64,
+        reduce: Reduce,
+        timeout: Duration,
+    ) -> anyhow::Result<Times> {
         let mut mail = Mailboxes::new(world, ins, len)?;
         let me = world.rank() as usize;
         let mut params = initial(me, len);

@@ -24,12 +24,7 @@ impl Backoff {
     /// A back-off that yields (instead of sleeping) for `yield_window` after the spins: longer
     /// for waits that only complete while this rank keeps calling into MPI (a polled barrier).
     pub fn with_yield_window(yield_window: Duration) -> Self {
-        Backoff {
-            start: Instant::now(),
-            step: 0,
-            sleep: Duration::ZERO,
-            yield_window,
-        }
+        Backoff { start: Instant::now(), step: 0, sleep: Duration::ZERO, yield_window }
     }
 
     /// Pauses a little longer each call.
@@ -40,8 +35,7 @@ impl Backoff {
         } else if self.start.elapsed() < self.yield_window {
             std::thread::yield_now();
         } else {
-            self.sleep =
-                (self.sleep * 2).clamp(Duration::from_micros(20), Duration::from_millis(1));
+            self.sleep = (self.sleep * 2).clamp(Duration::from_micros(20), Duration::from_millis(1));
             std::thread::sleep(self.sleep);
         }
     }

@@ -263,7 +263,9 @@ pub fn all_to_all_bytes(comm: &SimpleCommunicator, out: &[Vec<u8>]) -> anyhow::R
     let armed = deadline::armed();
     if armed {
         deadline::enter();
-        mpi::request::scope(|sc| deadline::wait(comm.immediate_all_to_all_into(sc, &send_counts[..], &mut recv_counts[..]), "an all-to-all"));
+        mpi::request::scope(|sc| {
+            deadline::wait(comm.immediate_all_to_all_into(sc, &send_counts[..], &mut recv_counts[..]), "an all-to-all")
+        });
     } else {
         comm.all_to_all_into(&send_counts[..], &mut recv_counts[..]);
     }
@@ -294,11 +296,14 @@ pub fn all_to_all_bytes(comm: &SimpleCommunicator, out: &[Vec<u8>]) -> anyhow::R
 
 /// Exclusive prefix sums of `counts`: where each rank's part starts.
 fn displacements(counts: &[i32]) -> Vec<i32> {
-    counts.iter().scan(0, |acc, &c| {
-        let d = *acc;
-        *acc += c;
-        Some(d)
-    }).collect()
+    counts
+        .iter()
+        .scan(0, |acc, &c| {
+            let d = *acc;
+            *acc += c;
+            Some(d)
+        })
+        .collect()
 }
 
 /// Every rank's `v`, concatenated in rank order, on every rank, where every rank knows every

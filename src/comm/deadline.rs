@@ -299,7 +299,9 @@ fn judge(entered: Option<u64>, me: usize, first: &[Option<[u64; 3]>], second: &[
     };
     let starved = own < MIN_OWN_BEATS;
     if starved {
-        notes.push(format!("this rank itself beat {own} times in {watch:.1} s (the machine starves it: a still rank may be starved too, not stopped)"));
+        notes.push(format!(
+            "this rank itself beat {own} times in {watch:.1} s (the machine starves it: a still rank may be starved too, not stopped)"
+        ));
     }
     for (r, (x, y)) in first.iter().zip(second).enumerate() {
         if r == me {
@@ -364,7 +366,10 @@ impl WaitDeadline {
             return None;
         }
         let Some(seen) = watch(None, keep) else {
-            return Some("cannot tell which rank holds it up (no sign-of-life board outside a training run): it may be stuck, dead or too slow".to_owned());
+            return Some(
+                "cannot tell which rank holds it up (no sign-of-life board outside a training run): it may be stuck, dead or too slow"
+                    .to_owned(),
+            );
         };
         if let Some(blame) = seen.blame() {
             return Some(blame);
@@ -390,7 +395,9 @@ mod tests {
     #[test]
     fn only_stopped_ranks_are_named() {
         let w = Duration::from_secs(3);
-        let verdict = |entered, me, first: &[Option<[u64; 3]>], second: &[Option<[u64; 3]>]| collective_verdict("an allreduce", w, &judge(Some(entered), me, first, second));
+        let verdict = |entered, me, first: &[Option<[u64; 3]>], second: &[Option<[u64; 3]>]| {
+            collective_verdict("an allreduce", w, &judge(Some(entered), me, first, second))
+        };
         // Rank 0 behind but alive, rank 1 stopped inside, rank 2 (me) waiting.
         let first = [Some([4, 10, 100]), Some([5, 7, 50]), Some([5, 1, 1])];
         let second = [Some([4, 10, 140]), Some([5, 7, 50]), Some([5, 1, 51])];
@@ -404,13 +411,21 @@ mod tests {
         // Everyone alive: nobody is blamed, and the message says it cannot tell.
         let second = [Some([5, 12, 140]), Some([4, 7, 90]), Some([5, 1, 3])];
         let v = verdict(5, 0, &first, &second);
-        assert!(!v.blamed && v.message.contains("cannot tell") && v.message.contains("rank 1 runs but is still before it"), "{}", v.message);
+        assert!(
+            !v.blamed && v.message.contains("cannot tell") && v.message.contains("rank 1 runs but is still before it"),
+            "{}",
+            v.message
+        );
         // A watcher that itself got no CPU (its own sign of life barely moved) names nobody:
         // rank 1 standing still proves nothing then.
         let first = [Some([5, 10, 100]), Some([4, 7, 50]), Some([5, 1, 1])];
         let second = [Some([5, 12, 103]), Some([4, 7, 50]), Some([5, 1, 1])];
         let v = verdict(5, 0, &first, &second);
-        assert!(!v.blamed && v.message.contains("starves it") && v.message.contains("rank 1 showed no sign of life either"), "{}", v.message);
+        assert!(
+            !v.blamed && v.message.contains("starves it") && v.message.contains("rank 1 showed no sign of life either"),
+            "{}",
+            v.message
+        );
         // An unreadable rank is named.
         let v = verdict(5, 0, &[Some([5, 1, 1]), None], &[Some([5, 1, 1]), None]);
         assert!(v.blamed && v.message.contains("rank(s) [1]"), "{}", v.message);

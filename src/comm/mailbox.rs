@@ -155,19 +155,9 @@ pub type Adjacency = Vec<Vec<usize>>;
 /// range, and derives the sorted out-neighbour lists: `(ins, outs)`, indexed by rank.
 pub fn derive_graph(in_neighbours: &[Vec<usize>]) -> MailboxResult<(Adjacency, Adjacency)> {
     let n = in_neighbours.len();
-    let ins: Vec<Vec<usize>> = in_neighbours
-        .iter()
-        .enumerate()
-        .map(|(r, l)| clean(l, r))
-        .collect();
-    if let Some((r, bad)) = ins
-        .iter()
-        .enumerate()
-        .find_map(|(r, l)| l.iter().find(|&&j| j >= n).map(|&j| (r, j)))
-    {
-        return Err(MailboxError::Graph(format!(
-            "rank {r} lists in-neighbour {bad}, but the job has only ranks 0..{n}"
-        )));
+    let ins: Vec<Vec<usize>> = in_neighbours.iter().enumerate().map(|(r, l)| clean(l, r)).collect();
+    if let Some((r, bad)) = ins.iter().enumerate().find_map(|(r, l)| l.iter().find(|&&j| j >= n).map(|&j| (r, j))) {
+        return Err(MailboxError::Graph(format!("rank {r} lists in-neighbour {bad}, but the job has only ranks 0..{n}")));
     }
     let mut outs: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (r, l) in ins.iter().enumerate() {
@@ -226,11 +216,7 @@ impl Mailboxes {
     /// Collectively allocates the mailboxes. `in_neighbours[r]` lists the ranks r receives from,
     /// for every rank r of `comm` (all ranks must pass the same lists); `payload_len` is the f32
     /// count per message.
-    pub fn new(
-        comm: &SimpleCommunicator,
-        in_neighbours: &[Vec<usize>],
-        payload_len: usize,
-    ) -> MailboxResult<Mailboxes> {
+    pub fn new(comm: &SimpleCommunicator, in_neighbours: &[Vec<usize>], payload_len: usize) -> MailboxResult<Mailboxes> {
         Mailboxes::with_depth(comm, in_neighbours, payload_len, 1)
     }
 
@@ -245,10 +231,7 @@ impl Mailboxes {
         let n = comm.size() as usize;
         let me = comm.rank() as usize;
         if in_neighbours.len() != n {
-            return Err(MailboxError::Graph(format!(
-                "{} in-neighbour lists given for {n} ranks",
-                in_neighbours.len()
-            )));
+            return Err(MailboxError::Graph(format!("{} in-neighbour lists given for {n} ranks", in_neighbours.len())));
         }
         let (ins, outs) = derive_graph(in_neighbours)?;
         let layouts: Vec<Layout> = (0..n).map(|r| Layout::new(ins[r].len(), outs[r].len(), payload_len, depth)).collect();
@@ -410,13 +393,7 @@ impl Mailboxes {
         Ok(())
     }
 
-    fn post_to<T: RmaElement>(
-        &mut self,
-        j: usize,
-        round: u64,
-        payload: &[T],
-        ordered: bool,
-    ) -> MailboxResult<()> {
+    fn post_to<T: RmaElement>(&mut self, j: usize, round: u64, payload: &[T], ordered: bool) -> MailboxResult<()> {
         let t = self.out_nb[j];
         // Without a NOTIFY the data is visible as soon as it lands: wait for the link first.
         let end = self.reserve(t, self.layouts[t].message_bytes() as u64);
@@ -435,11 +412,7 @@ impl Mailboxes {
         ordered: bool,
         arrival: Option<Instant>,
     ) -> MailboxResult<()> {
-        assert_eq!(
-            std::mem::size_of_val(payload),
-            4 * self.len,
-            "payload size differs from the mailbox's"
-        );
+        assert_eq!(std::mem::size_of_val(payload), 4 * self.len, "payload size differs from the mailbox's");
         let t = self.out_nb[j];
         let lay = self.layouts[t];
         let base = lay.message(self.slot_at[j], self.sends[j] + 1);
@@ -511,11 +484,7 @@ impl Mailboxes {
     /// Mailboxes for variable-length byte messages of at most `max_body` bytes
     /// ([`Mailboxes::send_bytes_to`], [`Mailboxes::read_bytes`]): the slot holds
     /// `[round | length | body ... | round]`, the footer at the slot's fixed end.
-    pub fn for_bytes(
-        comm: &SimpleCommunicator,
-        in_neighbours: &[Vec<usize>],
-        max_body: usize,
-    ) -> MailboxResult<Mailboxes> {
+    pub fn for_bytes(comm: &SimpleCommunicator, in_neighbours: &[Vec<usize>], max_body: usize) -> MailboxResult<Mailboxes> {
         Mailboxes::new(comm, in_neighbours, (WORD as usize + max_body).div_ceil(4))
     }
 
@@ -530,12 +499,7 @@ impl Mailboxes {
     /// short message costs little however large the slot. Call [`Mailboxes::wait_ack`] first.
     /// Returns the bytes put (notify word included).
     pub fn send_bytes_to(&mut self, j: usize, round: u64, body: &[u8]) -> MailboxResult<u64> {
-        assert!(
-            body.len() <= self.max_body_bytes(),
-            "message of {} bytes exceeds the slot's {}",
-            body.len(),
-            self.max_body_bytes()
-        );
+        assert!(body.len() <= self.max_body_bytes(), "message of {} bytes exceeds the slot's {}", body.len(), self.max_body_bytes());
         let t = self.out_nb[j];
         let lay = self.layouts[t];
         let base = lay.message(self.slot_at[j], self.sends[j] + 1);
@@ -545,8 +509,7 @@ impl Mailboxes {
         let end = self.reserve(t, bytes);
         self.win.put(target, base, &[round, body.len() as u64])?;
         self.win.put(target, base + 2 * WORD as usize, body)?;
-        self.win
-            .put(target, lay.footer(base), &[round])?;
+        self.win.put(target, lay.footer(base), &[round])?;
         self.win.flush(target)?;
         self.finish_transfer(started, end);
         self.sends[j] += 1;
@@ -657,13 +620,7 @@ impl Mailboxes {
                 return Ok(());
             }
             if start.elapsed() > timeout {
-                let missing = self
-                    .in_nb
-                    .iter()
-                    .zip(&ready)
-                    .filter(|(_, &r)| !r)
-                    .map(|(&s, _)| s)
-                    .collect();
+                let missing = self.in_nb.iter().zip(&ready).filter(|(_, &r)| !r).map(|(&s, _)| s).collect();
                 return Err(self.timeout(round, "NOTIFY", missing, start, timeout));
             }
             self.win.progress()?;
@@ -671,22 +628,8 @@ impl Mailboxes {
         }
     }
 
-    fn timeout(
-        &self,
-        round: u64,
-        what: &'static str,
-        missing: Vec<usize>,
-        start: Instant,
-        timeout: Duration,
-    ) -> MailboxError {
-        MailboxError::Timeout {
-            rank: self.me,
-            round,
-            what,
-            missing,
-            waited: start.elapsed(),
-            timeout,
-        }
+    fn timeout(&self, round: u64, what: &'static str, missing: Vec<usize>, start: Instant, timeout: Duration) -> MailboxError {
+        MailboxError::Timeout { rank: self.me, round, what, missing, waited: start.elapsed(), timeout }
     }
 
     /// A barrier over the window's communicator that gives up after `timeout` (MPI_Ibarrier
@@ -761,11 +704,7 @@ impl Mailboxes {
     /// Copies slot `i` (of `in_neighbours()[i]`) into `out` as footer, payload, header and reports
     /// whether it was consistent. `out` is only meaningful for [`SlotRead::Consistent`].
     pub fn read_slot<T: RmaElement>(&mut self, i: usize, out: &mut [T]) -> MailboxResult<SlotRead> {
-        assert_eq!(
-            std::mem::size_of_val(out),
-            4 * self.len,
-            "output size differs from the mailbox's"
-        );
+        assert_eq!(std::mem::size_of_val(out), 4 * self.len, "output size differs from the mailbox's");
         let lay = self.layouts[self.me];
         let base = lay.slot(i, 0);
         // Make remote writes completed so far visible to local loads (MPI unified model).
@@ -862,8 +801,7 @@ impl Mailboxes {
         loop {
             self.win.sync()?;
             let visible: Vec<u64> = (0..self.in_nb.len()).map(|i| self.visible(i)).collect();
-            let missing: Vec<usize> =
-                (0..self.in_nb.len()).filter(|&i| visible[i] < count).map(|i| self.in_nb[i]).collect();
+            let missing: Vec<usize> = (0..self.in_nb.len()).filter(|&i| visible[i] < count).map(|i| self.in_nb[i]).collect();
             if missing.is_empty() {
                 return Ok(());
             }

@@ -105,9 +105,7 @@ pub fn oversubscribed_niceness(local: usize, cores: usize) -> i32 {
 /// exited improperly again (2 of 2). When the launcher already runs at 19 there is no lower
 /// nice level, so the ranks take `SCHED_IDLE` (a CFS weight of 3 against nice 19's 15).
 fn yield_to_the_launcher() {
-    let local = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok());
+    let local = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"].iter().find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok());
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let Some(extra) = local.map(|l| oversubscribed_niceness(l, cores)).filter(|&n| n > 0) else { return };
     // getpriority can return -1 legitimately, so errno is cleared first and checked after.
@@ -154,9 +152,7 @@ fn yield_to_the_launcher() {
 /// improper. A rank that sleeps after `MPI_Finalize` uses no CPU and leaves the message time to
 /// be handled before its exit is seen.
 pub fn linger_after_finalize() -> Option<std::time::Duration> {
-    let local = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok())?;
+    let local = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"].iter().find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok())?;
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     (oversubscribed_niceness(local, cores) > 0).then(|| std::time::Duration::from_secs(5))
 }
@@ -206,8 +202,8 @@ pub fn single_threaded_blas() {
 /// job, so a panic on one rank can never leave the others hung in a collective.
 pub fn init() -> anyhow::Result<mpi::environment::Universe> {
     prepare_environment();
-    let (universe, _threading) = mpi::initialize_with_threading(mpi::Threading::Funneled)
-        .ok_or_else(|| anyhow::anyhow!("MPI was already initialised"))?;
+    let (universe, _threading) =
+        mpi::initialize_with_threading(mpi::Threading::Funneled).ok_or_else(|| anyhow::anyhow!("MPI was already initialised"))?;
     install_abort_on_panic();
     Ok(universe)
 }

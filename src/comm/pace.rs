@@ -175,7 +175,15 @@ impl Pacer {
     pub fn new(megabits_per_second: f64, latency: Duration) -> Self {
         assert!(megabits_per_second > 0.0 && megabits_per_second.is_finite(), "rate must be positive");
         let now = Instant::now();
-        Pacer { bytes_per_second: megabits_per_second * 1e6 / 8.0, latency, path_rates: None, path_latency: None, free_at: now, start: now, log: None }
+        Pacer {
+            bytes_per_second: megabits_per_second * 1e6 / 8.0,
+            latency,
+            path_rates: None,
+            path_latency: None,
+            free_at: now,
+            start: now,
+            log: None,
+        }
     }
 
     /// This rank's link within `links`: its own rate and latency, and a message to rank `d` is
@@ -188,7 +196,15 @@ impl Pacer {
         let n = links.bytes_per_second.len();
         let paths = (0..n).map(|d| links.path_rate(rank, d).min(cap)).collect();
         let lat = (0..n).map(|d| links.latency[rank].max(links.latency[d])).collect();
-        Pacer { bytes_per_second: own, latency: links.latency[rank], path_rates: Some(paths), path_latency: Some(lat), free_at: now, start: now, log: None }
+        Pacer {
+            bytes_per_second: own,
+            latency: links.latency[rank],
+            path_rates: Some(paths),
+            path_latency: Some(lat),
+            free_at: now,
+            start: now,
+            log: None,
+        }
     }
 
     /// Keeps a log of every reservation (see [`Pacer::log`]).

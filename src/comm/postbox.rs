@@ -211,9 +211,7 @@ impl Postbox {
             let mut flag: c_int = 0;
             // SAFETY: the request came from MPI_Isend and was not completed yet (completed ones
             // are removed below); MPI_Test sets it to MPI_REQUEST_NULL when it completes.
-            let code = unsafe {
-                ffi::MPI_Test(&mut self.in_flight[i].request, &mut flag, ffi::RSMPI_STATUS_IGNORE)
-            };
+            let code = unsafe { ffi::MPI_Test(&mut self.in_flight[i].request, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
             check("MPI_Test", code)?;
             if flag != 0 {
                 self.in_flight.swap_remove(i);
@@ -271,11 +269,7 @@ impl Postbox {
     /// others) until every send of this rank has completed; past `timeout` the sign-of-life board
     /// judges the wait ([`super::deadline::WaitDeadline`]: only ranks without a sign of life are
     /// named as holding it up, and the wait goes on while every rank lives).
-    pub fn flush_sends(
-        &mut self,
-        timeout: Duration,
-        mut serve: impl FnMut(&mut Self) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
+    pub fn flush_sends(&mut self, timeout: Duration, mut serve: impl FnMut(&mut Self) -> anyhow::Result<()>) -> anyhow::Result<()> {
         let mut deadline = super::deadline::WaitDeadline::new(timeout);
         let mut backoff = Backoff::default();
         while self.progress_sends()? > 0 || self.arrivals_due().is_some_and(|t| t > Instant::now()) {

@@ -54,11 +54,7 @@ fn check(call: &'static str, code: c_int) -> RmaResult<()> {
     } else {
         "unknown MPI error".to_owned()
     };
-    Err(RmaError {
-        call,
-        code,
-        message,
-    })
+    Err(RmaError { call, code, message })
 }
 
 mod sealed {
@@ -158,24 +154,14 @@ impl Window {
         })?;
         // SAFETY: `win` is the window just created; errors must come back as codes so they turn
         // into `RmaError`s instead of aborting the job.
-        check("MPI_Win_set_errhandler", unsafe {
-            ffi::MPI_Win_set_errhandler(win, ffi::RSMPI_ERRORS_RETURN)
-        })?;
+        check("MPI_Win_set_errhandler", unsafe { ffi::MPI_Win_set_errhandler(win, ffi::RSMPI_ERRORS_RETURN) })?;
         let rank = comm.rank();
-        let window = Window {
-            win,
-            base,
-            len,
-            comm,
-            rank,
-        };
+        let window = Window { win, base, len, comm, rank };
         // SAFETY: `base` points to `len` bytes we own; nobody else writes them before the barrier
         // below, and the epoch is not open yet.
         unsafe { std::ptr::write_bytes(window.base, 0, window.len) };
         // SAFETY: `win` is valid and no epoch is open on it yet.
-        check("MPI_Win_lock_all", unsafe {
-            ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, window.win)
-        })?;
+        check("MPI_Win_lock_all", unsafe { ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, window.win) })?;
         window.sync()?;
         window.comm.barrier();
         Ok(window)
@@ -208,21 +194,13 @@ impl Window {
 
     fn check_target(&self, target: i32) -> RmaResult<()> {
         if target < 0 || target >= self.size() {
-            return Err(RmaError {
-                call: "target check",
-                code: -1,
-                message: format!("rank {target} is outside 0..{}", self.size()),
-            });
+            return Err(RmaError { call: "target check", code: -1, message: format!("rank {target} is outside 0..{}", self.size()) });
         }
         Ok(())
     }
 
     fn count(call: &'static str, n: usize) -> RmaResult<c_int> {
-        c_int::try_from(n).map_err(|_| RmaError {
-            call,
-            code: -1,
-            message: format!("{n} elements exceed the MPI count range"),
-        })
+        c_int::try_from(n).map_err(|_| RmaError { call, code: -1, message: format!("{n} elements exceed the MPI count range") })
     }
 
     /// Writes `data` into `target`'s window at byte `offset`. Locally complete on return;
@@ -234,16 +212,7 @@ impl Window {
         // epoch. MPI reads the origin buffer until local completion, which flush_local forces
         // before `data`'s borrow ends. Remote bounds are checked by MPI (error, not UB).
         check("MPI_Put", unsafe {
-            ffi::MPI_Put(
-                data.as_ptr().cast(),
-                n,
-                T::datatype(),
-                target,
-                offset as ffi::MPI_Aint,
-                n,
-                T::datatype(),
-                self.win,
-            )
+            ffi::MPI_Put(data.as_ptr().cast(), n, T::datatype(), target, offset as ffi::MPI_Aint, n, T::datatype(), self.win)
         })?;
         self.flush_local(target)
     }
@@ -256,16 +225,7 @@ impl Window {
         // SAFETY: `out` is a live exclusive slice of n elements; MPI writes it until the flush
         // below completes the get, all within `out`'s borrow. Every bit pattern is a valid T.
         check("MPI_Get", unsafe {
-            ffi::MPI_Get(
-                out.as_mut_ptr().cast(),
-                n,
-                T::datatype(),
-                target,
-                offset as ffi::MPI_Aint,
-                n,
-                T::datatype(),
-                self.win,
-            )
+            ffi::MPI_Get(out.as_mut_ptr().cast(), n, T::datatype(), target, offset as ffi::MPI_Aint, n, T::datatype(), self.win)
         })?;
         self.flush(target)
     }
@@ -319,13 +279,7 @@ impl Window {
     /// Element-wise atomic `op` of `data` into `target`'s window at byte `offset` (atomic with
     /// respect to other accumulate-family operations on the same location). Locally complete on
     /// return.
-    pub fn accumulate<T: RmaElement>(
-        &self,
-        target: i32,
-        offset: usize,
-        data: &[T],
-        op: RmaOp,
-    ) -> RmaResult<()> {
+    pub fn accumulate<T: RmaElement>(&self, target: i32, offset: usize, data: &[T], op: RmaOp) -> RmaResult<()> {
         self.check_target(target)?;
         let n = Self::count("MPI_Accumulate", data.len())?;
         // SAFETY: as in `put`: the origin buffer is live until flush_local completes the call.
@@ -347,13 +301,7 @@ impl Window {
 
     /// Atomically applies `op` with `value` to the element at byte `offset` of `target`'s window
     /// and returns its previous value (blocking).
-    pub fn fetch_and_op<T: RmaElement>(
-        &self,
-        target: i32,
-        offset: usize,
-        value: T,
-        op: RmaOp,
-    ) -> RmaResult<T> {
+    pub fn fetch_and_op<T: RmaElement>(&self, target: i32, offset: usize, value: T, op: RmaOp) -> RmaResult<T> {
         self.check_target(target)?;
         let mut result = T::default();
         // SAFETY: `value` and `result` are live locals for the whole call including the flush
@@ -386,13 +334,7 @@ impl Window {
 
     /// Atomic compare-and-swap of the u64 at `offset` in `target`'s window: stores `new` if the
     /// value equals `compare`; returns the previous value either way.
-    pub fn compare_and_swap_u64(
-        &self,
-        target: i32,
-        offset: usize,
-        compare: u64,
-        new: u64,
-    ) -> RmaResult<u64> {
+    pub fn compare_and_swap_u64(&self, target: i32, offset: usize, compare: u64, new: u64) -> RmaResult<u64> {
         self.check_target(target)?;
         let mut result = 0u64;
         // SAFETY: all three buffers are live locals until the flush completes the operation.
@@ -415,25 +357,19 @@ impl Window {
     pub fn flush(&self, target: i32) -> RmaResult<()> {
         self.check_target(target)?;
         // SAFETY: `win` is valid and in a lock_all epoch.
-        check("MPI_Win_flush", unsafe {
-            ffi::MPI_Win_flush(target, self.win)
-        })
+        check("MPI_Win_flush", unsafe { ffi::MPI_Win_flush(target, self.win) })
     }
 
     /// Completes every operation this rank issued to `target`, locally (origin buffers free).
     pub fn flush_local(&self, target: i32) -> RmaResult<()> {
         // SAFETY: `win` is valid and in a lock_all epoch.
-        check("MPI_Win_flush_local", unsafe {
-            ffi::MPI_Win_flush_local(target, self.win)
-        })
+        check("MPI_Win_flush_local", unsafe { ffi::MPI_Win_flush_local(target, self.win) })
     }
 
     /// Completes every operation this rank issued, at all targets.
     pub fn flush_all(&self) -> RmaResult<()> {
         // SAFETY: `win` is valid and in a lock_all epoch.
-        check("MPI_Win_flush_all", unsafe {
-            ffi::MPI_Win_flush_all(self.win)
-        })
+        check("MPI_Win_flush_all", unsafe { ffi::MPI_Win_flush_all(self.win) })
     }
 
     /// Synchronises the public and private copies of the local window (`MPI_Win_sync`): call it
@@ -450,20 +386,13 @@ impl Window {
         // SAFETY: the communicator is live; flag is a valid out-pointer; RSMPI_STATUS_IGNORE is
         // the predefined "no status" pointer.
         check("MPI_Iprobe", unsafe {
-            ffi::MPI_Iprobe(
-                ffi::RSMPI_ANY_SOURCE,
-                ffi::RSMPI_ANY_TAG,
-                self.comm.as_raw(),
-                &mut flag,
-                ffi::RSMPI_STATUS_IGNORE,
-            )
+            ffi::MPI_Iprobe(ffi::RSMPI_ANY_SOURCE, ffi::RSMPI_ANY_TAG, self.comm.as_raw(), &mut flag, ffi::RSMPI_STATUS_IGNORE)
         })
     }
 
     fn check_local(&self, offset: usize, bytes: usize, align: usize) {
         assert!(
-            offset.is_multiple_of(align)
-                && offset.checked_add(bytes).is_some_and(|end| end <= self.len),
+            offset.is_multiple_of(align) && offset.checked_add(bytes).is_some_and(|end| end <= self.len),
             "local window access [{offset}, +{bytes}) misaligned (need {align}) or outside 0..{}",
             self.len
         );

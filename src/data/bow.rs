@@ -84,7 +84,10 @@ pub fn read_vocab(path: &str, words: usize) -> Result<Vec<String>, DataError> {
     let text = std::fs::read_to_string(path).map_err(|e| DataError::io(path, &e))?;
     let vocab: Vec<String> = text.lines().map(|l| l.trim().to_string()).collect();
     if vocab.len() != words {
-        return Err(DataError::at(path, &format!("has {} lines but the docword header says W = {words} words (one word per line, line w naming word w)", vocab.len())));
+        return Err(DataError::at(
+            path,
+            &format!("has {} lines but the docword header says W = {words} words (one word per line, line w naming word w)", vocab.len()),
+        ));
     }
     Ok(vocab)
 }
@@ -121,7 +124,16 @@ pub fn read_header(path: &str) -> Result<(u64, u64, u64, u64), DataError> {
         let mut v = [0u64; 1];
         match parse_ints(&line, &mut v) {
             Ok(1) => vals[i] = v[0],
-            Ok(_) if k == 0 => return Err(err_line(path, i + 1, format!("the file ends before header line {} ({name}): a UCI docword file starts with D, W and NNZ, one per line", i + 1))),
+            Ok(_) if k == 0 => {
+                return Err(err_line(
+                    path,
+                    i + 1,
+                    format!(
+                        "the file ends before header line {} ({name}): a UCI docword file starts with D, W and NNZ, one per line",
+                        i + 1
+                    ),
+                ))
+            }
             Ok(_) => return Err(err_line(path, i + 1, format!("header line {} must hold one number, {name}", i + 1))),
             Err(e) => return Err(err_line(path, i + 1, format!("header line {} must hold {name}: {e}", i + 1))),
         }
@@ -181,7 +193,13 @@ fn doc_before(f: &mut File, p: u64, body: u64, d: u64, w: u64, path: &str) -> Re
     let start = match body_part.iter().rposition(|&b| b == b'\n') {
         Some(i) => i + 1,
         None if from == body => 0,
-        None => return Err(err_line(path, super::text::line_number(path, from), "a line longer than 4 KiB: not a `docID wordID count` line".into())),
+        None => {
+            return Err(err_line(
+                path,
+                super::text::line_number(path, from),
+                "a line longer than 4 KiB: not a `docID wordID count` line".into(),
+            ))
+        }
     };
     parse_entry(path, &buf[start..], from + start as u64, d, w).map(|e| Some(e.0))
 }
@@ -198,7 +216,8 @@ pub fn read_docword(path: &str, rank: usize, nranks: usize) -> Result<Corpus, Da
     let left = prev;
     f.seek(SeekFrom::Start(start)).map_err(|e| DataError::io(path, &e))?;
     let mut r = BufReader::with_capacity(1 << 20, f);
-    let mut c = Corpus { doc_ptr: vec![0], words: w as usize, docs_in_file: d, nnz_in_file: nnz, source: path.into(), ..Default::default() };
+    let mut c =
+        Corpus { doc_ptr: vec![0], words: w as usize, docs_in_file: d, nnz_in_file: nnz, source: path.into(), ..Default::default() };
     let (mut at, mut line) = (start, Vec::new());
     loop {
         line.clear();
@@ -214,7 +233,11 @@ pub fn read_docword(path: &str, rank: usize, nranks: usize) -> Result<Corpus, Da
         let (doc, word, count) = parse_entry(path, &line, here, d, w)?;
         if let Some(p) = prev {
             if doc < p {
-                return Err(err_line(path, super::text::line_number(path, here), format!("docID {doc} after docID {p}: the lines must be sorted by docID (sort -n -k1,1 the body)")));
+                return Err(err_line(
+                    path,
+                    super::text::line_number(path, here),
+                    format!("docID {doc} after docID {p}: the lines must be sorted by docID (sort -n -k1,1 the body)"),
+                ));
             }
         }
         let new_doc = prev != Some(doc);

@@ -105,8 +105,19 @@ pub fn run(args: &DataArgs) -> anyhow::Result<()> {
             anyhow::ensure!(*rows > 0 && *features > 0, "--rows and --features must be positive");
             anyhow::ensure!(*density > 0.0 && *density <= 1.0, "--density must be in (0, 1], got {density}");
             anyhow::ensure!((0.0..=0.5).contains(noise), "--noise must be in [0, 0.5], got {noise}");
-            anyhow::ensure!(*features as u64 <= super::text::MAX_FEATURE_INDEX, "--features must be at most {}", super::text::MAX_FEATURE_INDEX);
-            let spec = super::synth::SynthSpec { rows: *rows, features: *features, density: *density, seed: *seed, noise: *noise, sort_by_label: *sort_by_label };
+            anyhow::ensure!(
+                *features as u64 <= super::text::MAX_FEATURE_INDEX,
+                "--features must be at most {}",
+                super::text::MAX_FEATURE_INDEX
+            );
+            let spec = super::synth::SynthSpec {
+                rows: *rows,
+                features: *features,
+                density: *density,
+                seed: *seed,
+                noise: *noise,
+                sort_by_label: *sort_by_label,
+            };
             let out = Path::new(output);
             let h5 = matches!(super::detect_format(output)?, Format::Hdf5);
             let tmp = temp_next_to(out)?;
@@ -124,9 +135,17 @@ pub fn run(args: &DataArgs) -> anyhow::Result<()> {
             Ok(())
         }
         DataCommand::SynthLda { output, docs, words, topics, doc_length, alpha, seed } => {
-            let spec = super::synth_lda::LdaSynthSpec { docs: *docs, words: *words, topics: *topics, doc_length: *doc_length, alpha: *alpha, seed: *seed };
-            let vocab = super::bow::vocab_path_for(output)
-                .ok_or_else(|| anyhow::anyhow!("{output}: name the output docword.NAME.txt (the vocabulary goes to vocab.NAME.txt beside it)"))?;
+            let spec = super::synth_lda::LdaSynthSpec {
+                docs: *docs,
+                words: *words,
+                topics: *topics,
+                doc_length: *doc_length,
+                alpha: *alpha,
+                seed: *seed,
+            };
+            let vocab = super::bow::vocab_path_for(output).ok_or_else(|| {
+                anyhow::anyhow!("{output}: name the output docword.NAME.txt (the vocabulary goes to vocab.NAME.txt beside it)")
+            })?;
             let write = |path: &str, fill: &dyn Fn(&mut std::io::BufWriter<std::fs::File>) -> anyhow::Result<()>| -> anyhow::Result<()> {
                 let out = Path::new(path);
                 let tmp = temp_next_to(out)?;

@@ -14,18 +14,23 @@ fn err(path: &str, what: &str, e: impl std::fmt::Display) -> DataError {
 }
 
 fn dataset(path: &str, f: &File, name: &str) -> Result<hdf5::Dataset, DataError> {
-    f.dataset(name).map_err(|_| DataError::at(path, &format!(
-        "has no dataset `{name}` (expected `X` and `y`; or CSR `indptr`, `indices`, `data`, `y`; or `user`, `item`, `rating`)"
-    )))
+    f.dataset(name).map_err(|_| {
+        DataError::at(
+            path,
+            &format!(
+                "has no dataset `{name}` (expected `X` and `y`; or CSR `indptr`, `indices`, `data`, `y`; or `user`, `item`, `rating`)"
+            ),
+        )
+    })
 }
 
 fn one_d(path: &str, d: &hdf5::Dataset, name: &str, n: Option<usize>) -> Result<usize, DataError> {
     let shape = d.shape();
     if shape.len() != 1 || n.is_some_and(|n| shape[0] != n) {
-        return Err(DataError::at(path, &format!(
-            "dataset `{name}` has shape {shape:?}, expected a vector{}",
-            n.map(|n| format!(" of length {n}")).unwrap_or_default()
-        )));
+        return Err(DataError::at(
+            path,
+            &format!("dataset `{name}` has shape {shape:?}, expected a vector{}", n.map(|n| format!(" of length {n}")).unwrap_or_default()),
+        ));
     }
     Ok(shape[0])
 }
@@ -37,7 +42,14 @@ fn one_d(path: &str, d: &hdf5::Dataset, name: &str, n: Option<usize>) -> Result<
 const BLOCK: usize = 1 << 20;
 
 /// Elements [lo, hi) of a 1-D dataset, read as `T` block by block: `f(i, v)` for global index i.
-fn scan_1d<T: hdf5::H5Type + Copy>(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize, mut f: impl FnMut(usize, T) -> Result<(), String>) -> Result<(), DataError> {
+fn scan_1d<T: hdf5::H5Type + Copy>(
+    path: &str,
+    d: &hdf5::Dataset,
+    name: &str,
+    lo: usize,
+    hi: usize,
+    mut f: impl FnMut(usize, T) -> Result<(), String>,
+) -> Result<(), DataError> {
     let mut a = lo;
     while a < hi {
         let b = (a + BLOCK).min(hi);
@@ -119,7 +131,15 @@ fn read_values(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize) 
 }
 
 /// Ids or indices in 0..=max, as u64, calling `f(i, v)` for each.
-fn scan_ids(path: &str, d: &hdf5::Dataset, name: &str, lo: usize, hi: usize, max: u64, mut f: impl FnMut(usize, u64) -> Result<(), String>) -> Result<(), DataError> {
+fn scan_ids(
+    path: &str,
+    d: &hdf5::Dataset,
+    name: &str,
+    lo: usize,
+    hi: usize,
+    max: u64,
+    mut f: impl FnMut(usize, u64) -> Result<(), String>,
+) -> Result<(), DataError> {
     match via(d) {
         Via::U32 => scan_1d::<u32>(path, d, name, lo, hi, |i, v| {
             if v as u64 > max {
@@ -171,7 +191,13 @@ fn read_x(path: &str, x: &hdf5::Dataset, lo: usize, hi: usize, dim: usize) -> Re
     }
 }
 
-fn read_x_as<T: hdf5::H5Type + Copy + Into<f64>>(path: &str, x: &hdf5::Dataset, lo: usize, hi: usize, dim: usize) -> Result<Vec<f32>, DataError> {
+fn read_x_as<T: hdf5::H5Type + Copy + Into<f64>>(
+    path: &str,
+    x: &hdf5::Dataset,
+    lo: usize,
+    hi: usize,
+    dim: usize,
+) -> Result<Vec<f32>, DataError> {
     let mut out = Vec::with_capacity((hi - lo) * dim);
     let step = (BLOCK / dim.max(1)).max(1);
     let mut a = lo;
@@ -209,7 +235,11 @@ pub fn read_h5(path: &str, rank: usize, nranks: usize) -> Result<Dataset, DataEr
         let y = dataset(path, &f, "y")?;
         one_d(path, &y, "y", Some(n))?;
         let (lo, hi) = part(n);
-        memory(path, format!("rows {lo}..{hi} of `X` ({} x {d} values)", hi - lo), (hi - lo) as u128 * d as u128 * 4 + (hi - lo) as u128 * 4)?;
+        memory(
+            path,
+            format!("rows {lo}..{hi} of `X` ({} x {d} values)", hi - lo),
+            (hi - lo) as u128 * d as u128 * 4 + (hi - lo) as u128 * 4,
+        )?;
         features = Features::Dense { x: read_x(path, &x, lo, hi, d)?, d };
         labels = read_values(path, &y, "y", lo, hi)?;
         first_row = lo;
@@ -226,11 +256,16 @@ pub fn read_h5(path: &str, rank: usize, nranks: usize) -> Result<Dataset, DataEr
         let declared = match f.attr("shape") {
             Ok(a) => {
                 let v = a.read_raw::<f64>().map_err(|e| err(path, "cannot read the `shape` attribute as numbers", e))?;
-                let v: Vec<u64> = v.iter().map(|&x| id(x, text::MAX_FEATURE_INDEX)).collect::<Result<_, _>>().map_err(|m| {
-                    DataError::at(path, &format!("the `shape` attribute {v:?}: a value {m}"))
-                })?;
+                let v: Vec<u64> = v
+                    .iter()
+                    .map(|&x| id(x, text::MAX_FEATURE_INDEX))
+                    .collect::<Result<_, _>>()
+                    .map_err(|m| DataError::at(path, &format!("the `shape` attribute {v:?}: a value {m}")))?;
                 if v.len() != 2 || v[0] != n as u64 {
-                    return Err(DataError::at(path, &format!("the `shape` attribute is {v:?}, expected [{n}, columns] (`indptr` has {n} rows)")));
+                    return Err(DataError::at(
+                        path,
+                        &format!("the `shape` attribute is {v:?}, expected [{n}, columns] (`indptr` has {n} rows)"),
+                    ));
                 }
                 Some(v[1] as usize)
             }
@@ -251,7 +286,9 @@ pub fn read_h5(path: &str, rank: usize, nranks: usize) -> Result<Dataset, DataEr
         memory(path, format!("rows {lo}..{hi} of the CSR data ({} non-zeros)", b - a), (b - a) as u128 * 8 + (hi - lo) as u128 * 12)?;
         let max_col = declared.map_or(text::MAX_FEATURE_INDEX - 1, |d| (d as u64).saturating_sub(1));
         let indices = read_ids(path, &ind, "indices", a, b, max_col).map_err(|e| match declared {
-            Some(d) if e.message.contains("above") => DataError::at(path, &format!("{} (the `shape` attribute says {d} columns)", e.message)),
+            Some(d) if e.message.contains("above") => {
+                DataError::at(path, &format!("{} (the `shape` attribute says {d} columns)", e.message))
+            }
             _ => e,
         })?;
         let data = read_values(path, &dat, "data", a, b)?;
@@ -260,10 +297,15 @@ pub fn read_h5(path: &str, rank: usize, nranks: usize) -> Result<Dataset, DataEr
         for r in 0..hi - lo {
             if let Some(w) = indices[indptr[r]..indptr[r + 1]].windows(2).position(|w| w[0] >= w[1]) {
                 let at = a + indptr[r] + w + 1;
-                return Err(DataError::at(path, &format!(
-                    "`indices`[{at}] = {} in row {} is not larger than the column before it ({}): columns must increase within a row",
-                    indices[at - a], lo + r, indices[at - a - 1]
-                )));
+                return Err(DataError::at(
+                    path,
+                    &format!(
+                        "`indices`[{at}] = {} in row {} is not larger than the column before it ({}): columns must increase within a row",
+                        indices[at - a],
+                        lo + r,
+                        indices[at - a - 1]
+                    ),
+                ));
             }
         }
         let seen = indices.iter().map(|&i| i as usize + 1).max().unwrap_or(0);

@@ -23,10 +23,13 @@ fn header(path: &str, r: &mut dyn Read) -> Result<Vec<usize>, DataError> {
     let mut m = [0u8; 4];
     r.read_exact(&mut m).map_err(|_| DataError::at(path, "file too short for an IDX header"))?;
     if m[0] != 0 || m[1] != 0 || m[2] != 0x08 || m[3] == 0 {
-        return Err(DataError::at(path, &format!(
+        return Err(DataError::at(
+            path,
+            &format!(
             "not an unsigned-byte IDX file (magic {:02x}{:02x}{:02x}{:02x}, expected 000008nn); pass --format if this is another format",
             m[0], m[1], m[2], m[3]
-        )));
+        ),
+        ));
     }
     let mut dims = Vec::new();
     for _ in 0..m[3] {
@@ -50,10 +53,13 @@ fn rows(path: &str, rank: usize, nranks: usize) -> Result<(Vec<u8>, Vec<usize>, 
     let header_len = 4 + 4 * dims.len() as u64;
     let (lo, hi) = shard_rows(n, rank, nranks);
     let what = |got: String| {
-        DataError::at(path, &format!(
-            "truncated or corrupt: the header's dimensions {dims:?} promise {n} rows of {row} bytes ({}), but {got}",
-            super::human_bytes(promised)
-        ))
+        DataError::at(
+            path,
+            &format!(
+                "truncated or corrupt: the header's dimensions {dims:?} promise {n} rows of {row} bytes ({}), but {got}",
+                super::human_bytes(promised)
+            ),
+        )
     };
     if !gz && (header_len as u128).saturating_add(promised) > size as u128 {
         return Err(what(format!("the file holds {} after the header", super::human_bytes((size - header_len.min(size)) as u128))));
@@ -95,7 +101,15 @@ fn labels_for(path: &str, labels: Option<&str>) -> Result<String, DataError> {
 }
 
 /// A dataset from raw IDX rows (`x`: rows of prod(dims[1..]) bytes, `y`: one label byte per row).
-fn dataset(path: &str, labels_path: &str, x: Vec<u8>, dims: &[usize], y: Vec<u8>, ldims: &[usize], first_row: usize) -> Result<Dataset, DataError> {
+fn dataset(
+    path: &str,
+    labels_path: &str,
+    x: Vec<u8>,
+    dims: &[usize],
+    y: Vec<u8>,
+    ldims: &[usize],
+    first_row: usize,
+) -> Result<Dataset, DataError> {
     if ldims.len() != 1 || ldims[0] != dims[0] {
         return Err(DataError::at(labels_path, &format!("has {:?} labels but {path} has {} images", ldims, dims[0])));
     }
@@ -159,7 +173,15 @@ pub fn shard_rows(n: usize, rank: usize, nranks: usize) -> (usize, usize) {
 }
 
 /// A dataset from this rank's raw rows (received from the rank that read the file).
-pub fn dataset_from_raw(path: &str, labels: Option<&str>, x: Vec<u8>, dims: &[usize], y: Vec<u8>, ldims: &[usize], first_row: usize) -> Result<Dataset, DataError> {
+pub fn dataset_from_raw(
+    path: &str,
+    labels: Option<&str>,
+    x: Vec<u8>,
+    dims: &[usize],
+    y: Vec<u8>,
+    ldims: &[usize],
+    first_row: usize,
+) -> Result<Dataset, DataError> {
     dataset(path, &labels_for(path, labels)?, x, dims, y, ldims, first_row)
 }
 
@@ -200,7 +222,9 @@ mod tests {
                     let s = read_idx(&p, None, r, n).unwrap();
                     assert_eq!(s.dim(), 6);
                     labels.extend(s.labels.clone());
-                    if let Features::Dense { x, .. } = s.features { xs.extend(x) }
+                    if let Features::Dense { x, .. } = s.features {
+                        xs.extend(x)
+                    }
                 }
                 assert_eq!(labels, (0..7).map(|i| i as f32).collect::<Vec<_>>());
                 assert_eq!(xs, img.iter().map(|&b| b as f32).collect::<Vec<_>>());

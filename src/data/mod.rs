@@ -161,9 +161,12 @@ pub fn check_regular(path: &str) -> Result<u64, DataError> {
     } else {
         "not a regular file"
     };
-    Err(DataError::at(path, &format!(
-        "is {what}, not a regular file: data is read by offset, once per rank, so it must be a file (copy a stream to a file first)"
-    )))
+    Err(DataError::at(
+        path,
+        &format!(
+            "is {what}, not a regular file: data is read by offset, once per rank, so it must be a file (copy a stream to a file first)"
+        ),
+    ))
 }
 
 /// Memory the kernel says can still be allocated without swapping (`MemAvailable`), in bytes.
@@ -183,7 +186,11 @@ pub fn human_bytes(b: u128) -> String {
         v /= 1000.0;
         u += 1;
     }
-    if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", units[u]) }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
 }
 
 /// Refuses an allocation of `bytes` (for `what`, e.g. "rows 0..5 of `X` (5 x 10^9 values)")
@@ -197,12 +204,15 @@ fn check_memory_against(path: &str, what: &str, bytes: u128, avail: Option<u64>)
     // Without /proc/meminfo, still refuse what no machine has (and what would overflow usize).
     let limit = avail.map_or(1u128 << 50, |a| a as u128).min(isize::MAX as u128);
     if bytes > limit {
-        return Err(DataError::at(path, &format!(
-            "{what} needs {} but only {} of memory is available: check the file (a corrupt header or \
+        return Err(DataError::at(
+            path,
+            &format!(
+                "{what} needs {} but only {} of memory is available: check the file (a corrupt header or \
              out-of-range value?) or use more ranks/nodes",
-            human_bytes(bytes),
-            human_bytes(limit)
-        )));
+                human_bytes(bytes),
+                human_bytes(limit)
+            ),
+        ));
     }
     Ok(())
 }
@@ -259,9 +269,10 @@ pub fn detect_format(path: &str) -> Result<Format, DataError> {
         _ if base.ends_with("-ubyte") || ext.starts_with("idx") => Format::Idx,
         "svm" | "libsvm" | "svmlight" | "txt" | "" => Format::Libsvm,
         _ => {
-            return Err(DataError::at(path, &format!(
-                "cannot tell the format from the extension .{ext}: pass --format libsvm|idx|hdf5|ratings"
-            )))
+            return Err(DataError::at(
+                path,
+                &format!("cannot tell the format from the extension .{ext}: pass --format libsvm|idx|hdf5|ratings"),
+            ))
         }
     })
 }
@@ -323,7 +334,9 @@ pub fn select_rows(d: &Dataset, keep: impl Fn(usize) -> bool) -> Dataset {
     let idx: Vec<usize> = (0..d.len()).filter(|&i| keep(i)).collect();
     let labels: Vec<f32> = idx.iter().map(|&i| d.labels[i]).collect();
     let features = match &d.features {
-        Features::Dense { x, d: dim } => Features::Dense { x: idx.iter().flat_map(|&i| x[i * dim..(i + 1) * dim].iter().copied()).collect(), d: *dim },
+        Features::Dense { x, d: dim } => {
+            Features::Dense { x: idx.iter().flat_map(|&i| x[i * dim..(i + 1) * dim].iter().copied()).collect(), d: *dim }
+        }
         Features::Sparse(c) => {
             let mut o = Csr { indptr: vec![0], ncols: c.ncols, ..Default::default() };
             for &i in &idx {
@@ -364,7 +377,9 @@ pub fn split_holdout(d: Dataset, fraction: f64, seed: u64) -> (Dataset, Dataset)
 pub fn column_max_abs(d: &Dataset) -> Vec<f32> {
     let mut m = vec![0f32; d.dim()];
     match &d.features {
-        Features::Dense { x, d: dim } => x.chunks((*dim).max(1)).for_each(|r| r.iter().zip(m.iter_mut()).for_each(|(v, m)| *m = m.max(v.abs()))),
+        Features::Dense { x, d: dim } => {
+            x.chunks((*dim).max(1)).for_each(|r| r.iter().zip(m.iter_mut()).for_each(|(v, m)| *m = m.max(v.abs())))
+        }
         Features::Sparse(c) => c.indices.iter().zip(&c.data).for_each(|(&j, v)| m[j as usize] = m[j as usize].max(v.abs())),
         Features::Ratings { .. } => {}
     }
@@ -424,7 +439,12 @@ mod tests {
 
     #[test]
     fn holdout_is_a_partition_and_scaling_works() {
-        let d = Dataset { features: Features::Dense { x: (0..200).map(|i| i as f32).collect(), d: 2 }, labels: (0..100).map(|i| i as f32).collect(), source: "t".into(), first_row: 0 };
+        let d = Dataset {
+            features: Features::Dense { x: (0..200).map(|i| i as f32).collect(), d: 2 },
+            labels: (0..100).map(|i| i as f32).collect(),
+            source: "t".into(),
+            first_row: 0,
+        };
         let (a, b) = split_holdout(d.clone(), 0.3, 5);
         assert_eq!(a.len() + b.len(), 100);
         assert!(b.len() > 15 && b.len() < 45, "{}", b.len());
@@ -435,6 +455,8 @@ mod tests {
         let m = column_max_abs(&s);
         assert_eq!(m, vec![198.0, 199.0]);
         scale_columns(&mut s, &[0.5, 1.0], &[1.0, 0.0]);
-        if let Row::Dense(r) = s.row(1) { assert_eq!(r, &[0.5, 3.0]) }
+        if let Row::Dense(r) = s.row(1) {
+            assert_eq!(r, &[0.5, 3.0])
+        }
     }
 }

@@ -41,7 +41,11 @@ pub fn class_shares(p: Partition, classes: usize, ranks: usize, seed: u64) -> Re
             Partition::Iid => row.iter_mut().for_each(|s| *s = 1.0),
             Partition::ByLabel(k) => {
                 if ranks * k < classes {
-                    return Err(format!("--partition by-label:{k} on {ranks} ranks covers only {} of the {classes} classes: use K >= {}", ranks * k, classes.div_ceil(ranks)));
+                    return Err(format!(
+                        "--partition by-label:{k} on {ranks} ranks covers only {} of the {classes} classes: use K >= {}",
+                        ranks * k,
+                        classes.div_ceil(ranks)
+                    ));
                 }
                 for (r, s) in row.iter_mut().enumerate() {
                     // Rank r holds classes r*K .. r*K+K-1 (mod C).
@@ -101,7 +105,15 @@ mod tests {
         let count = spread(Partition::ByLabel(2), 10, 8, 100_000);
         for (r, row) in count.iter().enumerate() {
             let held: Vec<usize> = (0..10).filter(|&c| row[c] > 0).collect();
-            assert_eq!(held, { let mut h = vec![(2 * r) % 10, (2 * r + 1) % 10]; h.sort(); h }, "rank {r}");
+            assert_eq!(
+                held,
+                {
+                    let mut h = vec![(2 * r) % 10, (2 * r + 1) % 10];
+                    h.sort();
+                    h
+                },
+                "rank {r}"
+            );
         }
         // Class 0 is held by ranks 0 and 5: about half each.
         assert!((count[0][0] as f64 / count[5][0] as f64 - 1.0).abs() < 0.05);
@@ -112,10 +124,13 @@ mod tests {
         let skew = |alpha: f64| {
             let count = spread(Partition::Dirichlet(alpha), 10, 8, 200_000);
             // Mean over classes of the largest rank's share of that class.
-            (0..10).map(|c| {
-                let col: Vec<u64> = count.iter().map(|r| r[c]).collect();
-                *col.iter().max().unwrap() as f64 / col.iter().sum::<u64>() as f64
-            }).sum::<f64>() / 10.0
+            (0..10)
+                .map(|c| {
+                    let col: Vec<u64> = count.iter().map(|r| r[c]).collect();
+                    *col.iter().max().unwrap() as f64 / col.iter().sum::<u64>() as f64
+                })
+                .sum::<f64>()
+                / 10.0
         };
         let (low, high) = (skew(0.1), skew(1000.0));
         assert!(low > 0.6, "ALPHA 0.1: the largest share of a class averages {low}");
@@ -212,7 +227,12 @@ mod codec_tests {
 
     #[test]
     fn rows_survive_the_trip_dense_and_sparse() {
-        let dense = Dataset { features: Features::Dense { x: (0..6).map(|v| v as f32).collect(), d: 2 }, labels: vec![0.0, 1.0, 2.0], source: "d".into(), first_row: 0 };
+        let dense = Dataset {
+            features: Features::Dense { x: (0..6).map(|v| v as f32).collect(), d: 2 },
+            labels: vec![0.0, 1.0, 2.0],
+            source: "d".into(),
+            first_row: 0,
+        };
         let parts = encode_rows(&dense, &[1, 0, 1], 2).unwrap();
         let back = decode_rows(&dense, &parts).unwrap();
         assert_eq!(back.labels, [1.0, 0.0, 2.0]);

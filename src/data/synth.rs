@@ -65,7 +65,11 @@ fn row(spec: &SynthSpec, w: &[f64], i: usize, cols: &mut Vec<u32>, vals: &mut Ve
     vals.iter_mut().for_each(|v| *v /= norm);
     let score: f64 = cols.iter().zip(vals.iter()).map(|(&c, &v)| w[c as usize] * v as f64).sum();
     let y = if score >= 0.0 { 1.0 } else { -1.0 };
-    if r.next_f64() < spec.noise { -y } else { y }
+    if r.next_f64() < spec.noise {
+        -y
+    } else {
+        y
+    }
 }
 
 /// Rows in file order: all of them, or the -1 rows then the +1 rows.

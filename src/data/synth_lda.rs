@@ -36,16 +36,22 @@ impl LdaSynthSpec {
 pub fn planted_topic(w: usize, words: usize, topics: usize) -> usize {
     // Block t is [t*W/K, (t+1)*W/K): the largest t with t*W/K <= w.
     let t = (w * topics) / words;
-    if (t + 1) * words / topics <= w { t + 1 } else { t }
+    if (t + 1) * words / topics <= w {
+        t + 1
+    } else {
+        t
+    }
 }
 
 /// Cumulative Zipf weights of a block of `n` words.
 fn zipf_cdf(n: usize) -> Vec<f64> {
     let mut acc = 0.0;
-    let mut c: Vec<f64> = (0..n).map(|j| {
-        acc += 1.0 / (j + 1) as f64;
-        acc
-    }).collect();
+    let mut c: Vec<f64> = (0..n)
+        .map(|j| {
+            acc += 1.0 / (j + 1) as f64;
+            acc
+        })
+        .collect();
     c.iter_mut().for_each(|x| *x /= acc);
     c
 }
@@ -85,7 +91,12 @@ fn document(spec: &LdaSynthSpec, d: usize, cdfs: &[Vec<f64>]) -> Vec<(u32, u32)>
 /// Writes the docword file (two passes over the per-document streams: NNZ comes first) and
 /// returns (NNZ, tokens).
 pub fn write_docword(spec: &LdaSynthSpec, out: &mut impl Write) -> anyhow::Result<(u64, u64)> {
-    anyhow::ensure!(spec.topics >= 1 && spec.words >= spec.topics, "--words ({}) must be at least --topics ({}) >= 1", spec.words, spec.topics);
+    anyhow::ensure!(
+        spec.topics >= 1 && spec.words >= spec.topics,
+        "--words ({}) must be at least --topics ({}) >= 1",
+        spec.words,
+        spec.topics
+    );
     anyhow::ensure!(spec.docs >= 1 && spec.doc_length >= 1, "--docs and --doc-length must be positive");
     anyhow::ensure!(spec.alpha > 0.0 && spec.alpha.is_finite(), "--alpha must be positive, got {}", spec.alpha);
     let k = spec.topics;

@@ -382,9 +382,9 @@ pub fn gunzip_if_compressed(path: &str) -> Result<Option<Gunzipped>, DataError> 
     let out = Gunzipped { path: std::env::temp_dir().join(format!("asap-train-{}-{k}.gunzipped", std::process::id())) };
     let mut w = std::io::BufWriter::new(File::create(&out.path).map_err(|e| DataError::io(out.path(), &e))?);
     let mut r = flate2::read::MultiGzDecoder::new(BufReader::new(f));
-    std::io::copy(&mut r, &mut w)
-        .and_then(|_| std::io::Write::flush(&mut w))
-        .map_err(|e| DataError::at(path, &format!("starts like a gzip file but cannot be decompressed: {e} (a truncated or corrupt .gz?)")))?;
+    std::io::copy(&mut r, &mut w).and_then(|_| std::io::Write::flush(&mut w)).map_err(|e| {
+        DataError::at(path, &format!("starts like a gzip file but cannot be decompressed: {e} (a truncated or corrupt .gz?)"))
+    })?;
     Ok(Some(out))
 }
 
@@ -427,19 +427,30 @@ pub fn read_libsvm_range(path: &str, range: TextRange, width: Option<usize>, zer
                 Some(i) => i,
                 None if !it.is_empty() && it.iter().all(u8::is_ascii_digit) => u64::MAX,
                 None if parse_num::<i64>(it).is_some() => {
-                    return Err((c, format!("feature index {} in {:?} is negative: indices are 1-based (0-based with --zero-based true)", show(it), show(t))));
+                    return Err((
+                        c,
+                        format!(
+                            "feature index {} in {:?} is negative: indices are 1-based (0-based with --zero-based true)",
+                            show(it),
+                            show(t)
+                        ),
+                    ));
                 }
                 None => return Err((c, format!("expected index:value with an integer index, found {:?}", show(t)))),
             };
             if idx < first {
-                let fix = if zero == ZeroBased::False { " (the first feature is 1; --zero-based auto or true reads 0-based files)" } else { "" };
+                let fix =
+                    if zero == ZeroBased::False { " (the first feature is 1; --zero-based auto or true reads 0-based files)" } else { "" };
                 return Err((c, format!("feature index {} in {:?}: indices are {}-based{fix}", show(it), show(t), first)));
             }
             if idx > MAX_FEATURE_INDEX {
                 return Err((c, format!("feature index {} is above the largest supported index {MAX_FEATURE_INDEX}", show(it))));
             }
             if let Some(last) = last.filter(|&l| idx <= l) {
-                return Err((c, format!("feature index {idx} is not larger than the previous {last}: indices must increase within a line")));
+                return Err((
+                    c,
+                    format!("feature index {idx} is not larger than the previous {last}: indices must increase within a line"),
+                ));
             }
             let col = idx - first;
             if let Some(w) = width {
@@ -449,7 +460,8 @@ pub fn read_libsvm_range(path: &str, range: TextRange, width: Option<usize>, zer
                 }
             }
             last = Some(idx);
-            let v = parse_finite(vt).map_err(|why| (c + colon + 1, format!("cannot use the value in {:?}: {why} (expected a finite number)", show(t))))?;
+            let v = parse_finite(vt)
+                .map_err(|why| (c + colon + 1, format!("cannot use the value in {:?}: {why} (expected a finite number)", show(t))))?;
             csr.indices.push(col as u32);
             csr.data.push(v);
             csr.ncols = csr.ncols.max(col as usize + 1);
@@ -468,10 +480,13 @@ pub fn read_libsvm_range(path: &str, range: TextRange, width: Option<usize>, zer
 /// The counting pass and the parse must agree (they differ only if the file changed in between).
 fn check_rows(path: &str, range: TextRange, got: usize) -> Result<(), DataError> {
     if range.rows != u64::MAX && range.rows != got as u64 {
-        return Err(DataError::at(path, &format!(
-            "changed while being read: bytes {}..{} held {} example lines when counted and {got} when parsed",
-            range.start, range.end, range.rows
-        )));
+        return Err(DataError::at(
+            path,
+            &format!(
+                "changed while being read: bytes {}..{} held {} example lines when counted and {got} when parsed",
+                range.start, range.end, range.rows
+            ),
+        ));
     }
     Ok(())
 }
@@ -495,9 +510,8 @@ pub fn read_ratings_range(path: &str, range: TextRange) -> Result<Dataset, DataE
             return Err((toks[0].0, format!("expected `user item rating`, found {} field(s)", toks.len())));
         }
         let id = |(c, t): (usize, &[u8]), what: &str| -> Result<u32, (usize, String)> {
-            parse_num::<u32>(t).ok_or_else(|| {
-                (c, format!("cannot parse the {what} id {:?} (expected an integer from 0 to {})", show(t), u32::MAX))
-            })
+            parse_num::<u32>(t)
+                .ok_or_else(|| (c, format!("cannot parse the {what} id {:?} (expected an integer from 0 to {})", show(t), u32::MAX)))
         };
         let u = id(toks[0], "user")?;
         let i = id(toks[1], "item")?;

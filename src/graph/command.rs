@@ -218,12 +218,14 @@ pub fn search(n: usize, k: usize, candidates: usize, seed: u64) -> anyhow::Resul
     let shift_sets: Vec<Vec<usize>> = if binomial(n - 1, k) <= 5_000 {
         combinations(n - 1, k).into_iter().map(|c| c.into_iter().map(|s| s + 1).collect()).collect()
     } else {
-        (0..candidates).map(|_| {
-            let mut v: Vec<usize> = (1..n).collect();
-            rng.shuffle(&mut v);
-            v.truncate(k);
-            v
-        }).collect()
+        (0..candidates)
+            .map(|_| {
+                let mut v: Vec<usize> = (1..n).collect();
+                rng.shuffle(&mut v);
+                v.truncate(k);
+                v
+            })
+            .collect()
     };
     for shifts in shift_sets {
         let edges = (0..n).flat_map(|i| shifts.iter().map(move |&s| (i, (i + s) % n)));
@@ -346,11 +348,17 @@ pub fn run(args: &GraphArgs) -> anyhow::Result<()> {
         GraphCommand::Search { nodes, out_degree, candidates, seed, out } => {
             let (g, r, tried) = search(*nodes, *out_degree, *candidates, *seed)?;
             let root = analyse_with(&generate("root-expander", *nodes, 1)?, 0, Method::Auto, 1e-3);
-            println!("tried {tried} candidates; best: {} with spectral gap {:.6} (root expander: {:.6})", r.name, r.spectral_gap, root.spectral_gap);
-            let text = file::format(&g, &format!(
-                "{}\nfound by: asap-train graph search --nodes {nodes} --out-degree {out_degree} --seed {seed}\nspectral gap {:.6}",
-                r.name, r.spectral_gap
-            ));
+            println!(
+                "tried {tried} candidates; best: {} with spectral gap {:.6} (root expander: {:.6})",
+                r.name, r.spectral_gap, root.spectral_gap
+            );
+            let text = file::format(
+                &g,
+                &format!(
+                    "{}\nfound by: asap-train graph search --nodes {nodes} --out-degree {out_degree} --seed {seed}\nspectral gap {:.6}",
+                    r.name, r.spectral_gap
+                ),
+            );
             match out {
                 Some(p) => {
                     std::fs::write(p, text).map_err(|e| anyhow::anyhow!("cannot write {p}: {e}"))?;
@@ -387,10 +395,17 @@ pub fn run(args: &GraphArgs) -> anyhow::Result<()> {
         GraphCommand::Export { which, out } => {
             let g = which.build()?;
             let r = analyse_with(&g, 0, Method::Auto, 1e-3);
-            let text = file::format(&g, &format!(
-                "{} on {} nodes, spectral gap {:.6}\nmade by: asap-train graph export --kind {} --nodes {}",
-                which.kind, g.nodes(), r.spectral_gap, which.kind, g.nodes()
-            ));
+            let text = file::format(
+                &g,
+                &format!(
+                    "{} on {} nodes, spectral gap {:.6}\nmade by: asap-train graph export --kind {} --nodes {}",
+                    which.kind,
+                    g.nodes(),
+                    r.spectral_gap,
+                    which.kind,
+                    g.nodes()
+                ),
+            );
             match out {
                 Some(p) => std::fs::write(p, text).map_err(|e| anyhow::anyhow!("cannot write {p}: {e}"))?,
                 None => print!("{text}"),

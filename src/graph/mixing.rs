@@ -186,7 +186,9 @@ mod tests {
 
     #[test]
     fn measured_rounds_never_exceed_the_spectral_bound_on_doubly_stochastic_graphs() {
-        for (kind, n) in [("ring", 64), ("root-expander", 300), ("exponential", 1000), ("hypercube", 512), ("random:3", 500), ("torus", 400)] {
+        for (kind, n) in
+            [("ring", 64), ("root-expander", 300), ("exponential", 1000), ("hypercube", 512), ("random:3", 500), ("torus", 400)]
+        {
             let r = mix(kind, n, 5, 1e-3, 100_000, 30.0).unwrap();
             let (p, m) = (r.predicted_rounds.unwrap(), r.measured_rounds.unwrap());
             assert!(m <= p, "{kind} {n}: measured {m} > predicted {p}");

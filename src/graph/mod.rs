@@ -454,7 +454,8 @@ pub fn graph_for_training(spec: &str, nranks: usize, seed: u64) -> anyhow::Resul
         log::warn!(
             "graph {spec}: in-degrees differ ({}..{}), so averaging is not doubly stochastic and the \
              consensus is biased towards some ranks",
-            r.min_in_degree, r.max_in_degree
+            r.min_in_degree,
+            r.max_in_degree
         );
     }
     Ok((g, r))

@@ -170,8 +170,14 @@ const CHUNK: usize = 1 << 12;
 /// traffic of usize: the products are bound by it and by the gathers of x.
 enum Rows {
     /// Every row has `degree` entries: no offsets, and a kernel unrolled for the degree.
-    Regular { degree: usize, idx: Vec<u32> },
-    Irregular { off: Vec<usize>, idx: Vec<u32> },
+    Regular {
+        degree: usize,
+        idx: Vec<u32>,
+    },
+    Irregular {
+        off: Vec<usize>,
+        idx: Vec<u32>,
+    },
 }
 
 impl Rows {
@@ -606,7 +612,9 @@ impl LanczosStep<'_> {
                 for (k, u) in deflate.iter().enumerate() {
                     match u.part(n, c * CHUNK, y.len()) {
                         UnitPart::Const(u) => (d[6 + k], d[6 + m + k], d[6 + 2 * m + k]) = (u * a[6], u * a[7], u * a[8]),
-                        UnitPart::Slice(u) => (d[6 + k], d[6 + m + k], d[6 + 2 * m + k]) = (dot_serial(u, y), dot_serial(u, q), dot_serial(u, p)),
+                        UnitPart::Slice(u) => {
+                            (d[6 + k], d[6 + m + k], d[6 + 2 * m + k]) = (dot_serial(u, y), dot_serial(u, q), dot_serial(u, p))
+                        }
                     }
                 }
                 d
@@ -1032,7 +1040,9 @@ pub fn analyse_with(g: &Graph, model_bytes: u64, method: Method, epsilon: f64) -
             if !t.converged {
                 log::warn!(
                     "Lanczos stopped after {} steps with residual {:.1e} (> {LANCZOS_TOL:.0e}): sigma_2 {:.8} is a lower bound",
-                    t.steps, t.residual, t.sigma_2
+                    t.steps,
+                    t.residual,
+                    t.sigma_2
                 );
             }
             (t.sigma_1, t.sigma_2)
@@ -1041,7 +1051,9 @@ pub fn analyse_with(g: &Graph, model_bytes: u64, method: Method, epsilon: f64) -
     let t_spectrum = t0.elapsed().as_secs_f64();
     log::debug!(
         "graph analysis of {} nodes: degrees and stochasticity {t_degrees:.3} s, connectivity and diameter {:.3} s, {chosen} {:.3} s",
-        n, t_connectivity - t_degrees, t_spectrum - t_connectivity
+        n,
+        t_connectivity - t_degrees,
+        t_spectrum - t_connectivity
     );
     let gap = (1.0 - s2).max(0.0);
     let slem = slem(g, chosen, s2);
@@ -1262,8 +1274,14 @@ mod tests {
         let mut rng = Rng::new(21);
         // Regular rows of an unrolled degree (3), of the generic fixed-degree loop (20),
         // irregular rows, and the degree-0 single node.
-        let irregular = Graph::from_edges(300, (0..300).flat_map(|i| [(i, (i + 1) % 300), (i, (i * 7 + 3) % 300), (i, i / 2)]), "irregular");
-        let graphs = [super::super::random_regular(300, 3, 1).unwrap(), super::super::random_regular(300, 20, 2).unwrap(), irregular, Graph::from_edges(1, [], "one")];
+        let irregular =
+            Graph::from_edges(300, (0..300).flat_map(|i| [(i, (i + 1) % 300), (i, (i * 7 + 3) % 300), (i, i / 2)]), "irregular");
+        let graphs = [
+            super::super::random_regular(300, 3, 1).unwrap(),
+            super::super::random_regular(300, 20, 2).unwrap(),
+            irregular,
+            Graph::from_edges(1, [], "one"),
+        ];
         for g in &graphs {
             let n = g.nodes();
             let p = p_matrix(g);
@@ -1284,7 +1302,9 @@ mod tests {
     fn bidiagonal_chains_and_the_closed_form_complete_graph() {
         // The one-way chain and a chain with a missing link (two pieces), against dense SVD.
         for n in [2usize, 3, 25, 100, 256] {
-            for g in [generate("chain", n, 1).unwrap(), Graph::from_edges(n, (1..n).filter(|&i| i != n / 2).map(|i| (i - 1, i)), "cut chain")] {
+            for g in
+                [generate("chain", n, 1).unwrap(), Graph::from_edges(n, (1..n).filter(|&i| i != n / 2).map(|i| (i - 1, i)), "cut chain")]
+            {
                 assert!(is_bidiagonal(&g));
                 let (a1, a2) = top_two_dense(&g);
                 let (b1, b2) = top_two_bidiagonal(&g);
@@ -1298,7 +1318,10 @@ mod tests {
         let n = 300;
         let built = analyse(&generate("complete", n, 1).unwrap(), 8);
         let closed = complete_report(n, 8, 1e-3);
-        assert_eq!((closed.edges, closed.diameter, closed.mixing_rounds, closed.bytes_per_round), (built.edges, built.diameter, built.mixing_rounds, built.bytes_per_round));
+        assert_eq!(
+            (closed.edges, closed.diameter, closed.mixing_rounds, closed.bytes_per_round),
+            (built.edges, built.diameter, built.mixing_rounds, built.bytes_per_round)
+        );
         assert!((closed.spectral_gap - built.spectral_gap).abs() < 1e-6 && (closed.sigma_1 - built.sigma_1).abs() < 1e-9);
         assert!(closed.regular && closed.doubly_stochastic && closed.strongly_connected);
     }

@@ -189,7 +189,11 @@ pub struct Sampler {
 /// max(n, 0) of a replica cell.
 #[inline]
 fn cnt(x: f32) -> f64 {
-    if x > 0.0 { x as f64 } else { 0.0 }
+    if x > 0.0 {
+        x as f64
+    } else {
+        0.0
+    }
 }
 
 impl Sampler {

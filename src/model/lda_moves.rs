@@ -143,11 +143,8 @@ fn merge_candidates(global: &[f64], nk: &[f64]) -> Vec<(usize, usize, f64)> {
             }
         }
     }
-    let mut pairs: Vec<(f64, usize, usize)> = best
-        .iter()
-        .enumerate()
-        .filter_map(|(a, b)| b.map(|(o, b)| if (nk[a], a) < (nk[b], b) { (o, a, b) } else { (o, b, a) }))
-        .collect();
+    let mut pairs: Vec<(f64, usize, usize)> =
+        best.iter().enumerate().filter_map(|(a, b)| b.map(|(o, b)| if (nk[a], a) < (nk[b], b) { (o, a, b) } else { (o, b, a) })).collect();
     pairs.sort_by(|x, y| y.0.total_cmp(&x.0).then((x.1, x.2).cmp(&(y.1, y.2))));
     let mut from_seen = vec![false; k];
     pairs.into_iter().filter(|&(_, f, _)| !std::mem::replace(&mut from_seen[f], true)).map(|(o, f, t)| (f, t, o)).collect()
@@ -272,7 +269,14 @@ fn split_candidates(global: &[f64], nk: &[f64], shared: &mut Rng) -> Vec<(usize,
             break;
         }
         let mut u = shared.next_f64() * total;
-        let from = (0..k).find(|&t| weight[t] > 0.0 && { u -= weight[t]; u < 0.0 }).unwrap_or_else(|| (0..k).rev().find(|&t| weight[t] > 0.0).expect("total > 0"));
+        let from = (0..k)
+            .find(|&t| {
+                weight[t] > 0.0 && {
+                    u -= weight[t];
+                    u < 0.0
+                }
+            })
+            .unwrap_or_else(|| (0..k).rev().find(|&t| weight[t] > 0.0).expect("total > 0"));
         weight[from] = 0.0;
         let top = top_of(global, k, from, SPLIT_WORDS);
         let word = top[shared.below(top.len())].0;
@@ -290,7 +294,8 @@ fn split_step(p: &mut Phase<'_>, shared: &mut Rng, local: &mut Rng) -> (u64, u64
     if cands.is_empty() {
         return (0, 0);
     }
-    let mut splits: Vec<Split> = cands.iter().map(|&(from, to, _)| Split { from, to, items: Vec::new(), docs: Vec::new(), side: Vec::new() }).collect();
+    let mut splits: Vec<Split> =
+        cands.iter().map(|&(from, to, _)| Split { from, to, items: Vec::new(), docs: Vec::new(), side: Vec::new() }).collect();
     let mut cand_of = vec![usize::MAX; k];
     cands.iter().enumerate().for_each(|(i, &(f, _, _))| cand_of[f] = i);
     let c = p.corpus;

@@ -4,7 +4,7 @@
 //! Sparse rows are computed sparsely, and an SGD step touches only the weights the batch reaches
 //! plus one O(d) multiplicative decay for the regulariser.
 
-use super::{row_dot, row_axpy, EvalSums, MetricKind, Model, ModelKind, ModelSpec, RowLayout};
+use super::{row_axpy, row_dot, EvalSums, MetricKind, Model, ModelKind, ModelSpec, RowLayout};
 use crate::data::Dataset;
 use crate::rng::Rng;
 

@@ -153,17 +153,21 @@ impl Model for Mf {
         MetricKind::Rmse
     }
     fn predict(&self, params: &[f32], data: &Dataset) -> Vec<f32> {
-        (0..data.len()).map(|i| {
-            let (u, v) = self.rows(data, i);
-            self.rating(params, u, v)
-        }).collect()
+        (0..data.len())
+            .map(|i| {
+                let (u, v) = self.rows(data, i);
+                self.rating(params, u, v)
+            })
+            .collect()
     }
     fn describe_layout(&self) -> String {
         let k = self.spec.factors;
         format!(
             "mf: {} user rows, then {} item rows, each {k} factors then the bias ({} values), then one value mu; \
              the predicted rating of user u and item i is l_u . r_i + b_u + c_i + mu",
-            self.spec.users, self.spec.items, k + 1
+            self.spec.users,
+            self.spec.items,
+            k + 1
         )
     }
 }

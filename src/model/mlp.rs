@@ -125,12 +125,14 @@ impl Model for Mlp {
     fn loss_grad(&self, params: &[f32], data: &Dataset, batch: &[usize], grad: &mut [f32]) -> f64 {
         let mut f = self.forward(params, data, batch);
         let last = self.layers() - 1;
-        let (loss, _) = super::softmax_residual(&mut f.z[last], batch.iter().map(|&i| super::class_of(data.labels[i])), 1.0 / batch.len() as f32);
+        let (loss, _) =
+            super::softmax_residual(&mut f.z[last], batch.iter().map(|&i| super::class_of(data.labels[i])), 1.0 / batch.len() as f32);
         let mut g = f.z.pop().unwrap(); // dL/dz of the current layer
         for l in (0..self.layers()).rev() {
             let n_in = self.widths[l];
             let w = self.w(params, l);
-            let mut gw = ArrayViewMut2::from_shape((self.widths[l + 1], n_in + 1), &mut grad[self.offsets[l]..self.offsets[l + 1]]).unwrap();
+            let mut gw =
+                ArrayViewMut2::from_shape((self.widths[l + 1], n_in + 1), &mut grad[self.offsets[l]..self.offsets[l + 1]]).unwrap();
             // Regulariser on weights.
             gw.slice_mut(s![.., ..n_in]).scaled_add(self.spec.lambda, &w.slice(s![.., ..n_in]));
             for (c, col) in g.columns().into_iter().enumerate() {
@@ -158,7 +160,11 @@ impl Model for Mlp {
                 let mut gh = Array2::<f32>::zeros((batch.len(), n_in));
                 general_mat_mul(1.0, &g, &w.slice(s![.., ..n_in]), 0.0, &mut gh);
                 let zprev = f.z.pop().unwrap();
-                gh.zip_mut_with(&zprev, |d, &z| if z <= 0.0 { *d = 0.0 });
+                gh.zip_mut_with(&zprev, |d, &z| {
+                    if z <= 0.0 {
+                        *d = 0.0
+                    }
+                });
                 g = gh;
             }
         }
@@ -197,7 +203,14 @@ impl Model for Mlp {
     }
     fn describe_layout(&self) -> String {
         let blocks: Vec<String> = (0..self.layers())
-            .map(|l| format!("layer {}: {} rows (one per neuron) of {} incoming weights then the bias", l + 1, self.widths[l + 1], self.widths[l]))
+            .map(|l| {
+                format!(
+                    "layer {}: {} rows (one per neuron) of {} incoming weights then the bias",
+                    l + 1,
+                    self.widths[l + 1],
+                    self.widths[l]
+                )
+            })
             .collect();
         format!("mlp (ReLU hidden layers, softmax output; the last layer's rows are the classes in label order): {}", blocks.join("; "))
     }

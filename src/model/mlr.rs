@@ -86,7 +86,6 @@ fn gather_dense(x: &[f32], xd: usize, d: usize, batch: &[usize]) -> Array2<f32> 
     xb
 }
 
-
 impl Model for Mlr {
     fn spec(&self) -> &ModelSpec {
         &self.spec
@@ -148,6 +147,9 @@ impl Model for Mlr {
     }
     fn describe_layout(&self) -> String {
         let (j, d) = self.dims();
-        format!("mlr: {j} rows, one per class in label order; each row is the class's {d} feature weights, then its bias ({} values)", d + 1)
+        format!(
+            "mlr: {j} rows, one per class in label order; each row is the class's {d} feature weights, then its bias ({} values)",
+            d + 1
+        )
     }
 }

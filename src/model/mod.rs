@@ -200,12 +200,18 @@ pub fn row_axpy(row: Row<'_>, a: f32, w: &mut [f32]) {
 
 /// Class index of a label (labels outside 0..J never match a class).
 pub(crate) fn class_of(y: f32) -> usize {
-    if y >= 0.0 { y as usize } else { usize::MAX }
+    if y >= 0.0 {
+        y as usize
+    } else {
+        usize::MAX
+    }
 }
 
 /// The index of each row's largest score, the first one on ties (as [`softmax_residual`] decides).
 pub(crate) fn argmax_rows(z: &ndarray::Array2<f32>) -> impl Iterator<Item = f32> + '_ {
-    z.rows().into_iter().map(|row| row.iter().enumerate().fold((0, f32::NEG_INFINITY), |a, (k, &v)| if v > a.1 { (k, v) } else { a }).0 as f32)
+    z.rows()
+        .into_iter()
+        .map(|row| row.iter().enumerate().fold((0, f32::NEG_INFINITY), |a, (k, &v)| if v > a.1 { (k, v) } else { a }).0 as f32)
 }
 
 /// Softmax cross entropy on a B x J score matrix, in place: each row becomes
@@ -320,7 +326,14 @@ mod tests {
             b[k] -= h;
             let num = (f(&a) - f(&b)) / (2.0 * h as f64);
             let tol = 2e-2 * num.abs().max(g[k].abs() as f64).max(1e-2);
-            assert!((num - g[k] as f64).abs() < tol, "{:?} {} hidden {:?} param {k}: numeric {num}, analytic {}", m.spec().kind, data.source, m.spec().hidden, g[k]);
+            assert!(
+                (num - g[k] as f64).abs() < tol,
+                "{:?} {} hidden {:?} param {k}: numeric {num}, analytic {}",
+                m.spec().kind,
+                data.source,
+                m.spec().hidden,
+                g[k]
+            );
         }
         // The objective's data term equals what evaluate sums.
         let e = m.evaluate(&p, data);
@@ -352,7 +365,8 @@ mod tests {
         let mut rng = Rng::new(4);
         for kind in [ModelKind::Svm, ModelKind::Logreg, ModelKind::Lsq, ModelKind::Mlr, ModelKind::Mlp, ModelKind::Mf] {
             let m = build(&spec(kind, 4)).unwrap();
-            let sets = if kind == ModelKind::Mf { vec![ratings(&mut rng)] } else { vec![dense(700, 4, 3, &mut rng), sparse(600, 4, 3, &mut rng)] };
+            let sets =
+                if kind == ModelKind::Mf { vec![ratings(&mut rng)] } else { vec![dense(700, 4, 3, &mut rng), sparse(600, 4, 3, &mut rng)] };
             for data in sets {
                 let mut p = vec![0f32; m.num_params()];
                 m.init(&mut p, &mut rng);
@@ -361,11 +375,18 @@ mod tests {
                 assert_eq!(pred.len(), data.len());
                 let e = m.evaluate(&p, &data);
                 let sum: f64 = match kind {
-                    ModelKind::Svm | ModelKind::Logreg => pred.iter().zip(&data.labels).filter(|(p, &y)| **p == if y > 0.0 { 1.0 } else { -1.0 }).count() as f64,
+                    ModelKind::Svm | ModelKind::Logreg => {
+                        pred.iter().zip(&data.labels).filter(|(p, &y)| **p == if y > 0.0 { 1.0 } else { -1.0 }).count() as f64
+                    }
                     ModelKind::Mlr | ModelKind::Mlp => pred.iter().zip(&data.labels).filter(|(p, y)| p == y).count() as f64,
                     _ => pred.iter().zip(&data.labels).map(|(p, y)| ((y - p) as f64).powi(2)).sum(),
                 };
-                assert!((sum - e.metric_sum).abs() <= 1e-9 * e.metric_sum.abs().max(1.0), "{kind:?} {}: {sum} against {}", data.source, e.metric_sum);
+                assert!(
+                    (sum - e.metric_sum).abs() <= 1e-9 * e.metric_sum.abs().max(1.0),
+                    "{kind:?} {}: {sum} against {}",
+                    data.source,
+                    e.metric_sum
+                );
                 assert!(!m.describe_layout().is_empty());
             }
         }
@@ -440,8 +461,19 @@ mod tests {
                 labels.push((0..k).map(|t| a[u * k + t] * b[i * k + t]).sum());
             }
         }
-        let data = Dataset { features: Features::Ratings { users, items, n_users: nu, n_items: ni }, labels, source: "r".into(), first_row: 0 };
-        let m = build(&ModelSpec { kind: ModelKind::Mf, lambda: 1e-4, features: 0, classes: 2, hidden: vec![], factors: 3, users: nu, items: ni }).unwrap();
+        let data =
+            Dataset { features: Features::Ratings { users, items, n_users: nu, n_items: ni }, labels, source: "r".into(), first_row: 0 };
+        let m = build(&ModelSpec {
+            kind: ModelKind::Mf,
+            lambda: 1e-4,
+            features: 0,
+            classes: 2,
+            hidden: vec![],
+            factors: 3,
+            users: nu,
+            items: ni,
+        })
+        .unwrap();
         let mut p = vec![0f32; m.num_params()];
         m.init(&mut p, &mut Rng::new(2));
         let start = m.evaluate(&p, &data).metric(MetricKind::Rmse);

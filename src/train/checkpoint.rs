@@ -106,11 +106,7 @@ fn str_attr(loc: &hdf5::Location, name: &str, value: &str) -> hdf5::Result<()> {
 pub fn write_atomic(file: &Path, fill: impl FnOnce(&hdf5::File) -> hdf5::Result<()>) -> anyhow::Result<()> {
     let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     // The directory exists: outputs::check made it (or found it) before training.
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        file.file_name().and_then(|s| s.to_str()).unwrap_or("out"),
-        std::process::id()
-    ));
+    let tmp = dir.join(format!(".{}.{}.tmp", file.file_name().and_then(|s| s.to_str()).unwrap_or("out"), std::process::id()));
     let res = (|| -> hdf5::Result<()> {
         let f = hdf5::File::create(&tmp)?;
         fill(&f)?;
@@ -155,8 +151,13 @@ pub fn save(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, pos: &Positi
         let res = write_atomic(&path, |f| {
             f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, params.len()), all).unwrap()).create("params")?;
             f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, 4), rngs).unwrap()).create("rng")?;
-            for (k, v) in [("epoch", pos.epoch as u64), ("step_in_epoch", pos.step_in_epoch as u64),
-                ("global_step", pos.global_step), ("round", pos.round), ("ranks", n as u64)] {
+            for (k, v) in [
+                ("epoch", pos.epoch as u64),
+                ("step_in_epoch", pos.step_in_epoch as u64),
+                ("global_step", pos.global_step),
+                ("round", pos.round),
+                ("ranks", n as u64),
+            ] {
                 f.new_attr::<u64>().create(k)?.write_scalar(&v)?;
             }
             f.new_attr::<f64>().create("train_seconds")?.write_scalar(&pos.train_seconds)?;

@@ -68,7 +68,16 @@ pub struct StepPacer {
 
 impl StepPacer {
     pub fn new(declared_ms: Option<f64>, plan: StragglerPlan, rank: usize, wait: StragglerWait) -> Self {
-        StepPacer { declared: declared_ms.map(|m| m / 1e3), plan, rank, wait, debt: 0.0, carry: 0.0, stats: EmulationStats::default(), straggle_seconds: 0.0 }
+        StepPacer {
+            declared: declared_ms.map(|m| m / 1e3),
+            plan,
+            rank,
+            wait,
+            debt: 0.0,
+            carry: 0.0,
+            stats: EmulationStats::default(),
+            straggle_seconds: 0.0,
+        }
     }
 
     /// True when steps have a declared time.

@@ -290,7 +290,12 @@ fn own_model_sums(comm: &SimpleCommunicator, model: &dyn Model, owns: &[&[f32]],
                 sums[3 * (i * m + slot)..3 * (i * m + slot + 1)].copy_from_slice(&[s.loss_sum, s.metric_sum, s.count]);
             }
         }
-        log::debug!("own models of {} rank(s) from {}: gathered in {t_gather:.3} s, evaluated in {:.3} s", members.len(), members[0], t.elapsed().as_secs_f64() - t_gather);
+        log::debug!(
+            "own models of {} rank(s) from {}: gathered in {t_gather:.3} s, evaluated in {:.3} s",
+            members.len(),
+            members[0],
+            t.elapsed().as_secs_f64() - t_gather
+        );
     }
     sums
 }

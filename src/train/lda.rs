@@ -79,7 +79,13 @@ fn load(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Data> {
     let mut test = match &cfg.test_data {
         Some(p) => {
             let t = read_agreed(p, comm)?;
-            anyhow::ensure!(t.words == train.words, "{p}: W = {} words but the training file {} has W = {}: both must share one vocabulary", t.words, cfg.data, train.words);
+            anyhow::ensure!(
+                t.words == train.words,
+                "{p}: W = {} words but the training file {} has W = {}: both must share one vocabulary",
+                t.words,
+                cfg.data,
+                train.words
+            );
             Some(t)
         }
         None => None,
@@ -91,10 +97,13 @@ fn load(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<Data> {
         test = Some(held);
     }
     let vocab_file = bow::vocab_path_for(&cfg.data).filter(|p| std::path::Path::new(p).exists());
-    let vocab = agree(comm, match (&vocab_file, rank0) {
-        (Some(p), true) => bow::read_vocab(p, train.words).map(Some).map_err(anyhow::Error::from),
-        _ => Ok(None),
-    })?;
+    let vocab = agree(
+        comm,
+        match (&vocab_file, rank0) {
+            (Some(p), true) => bow::read_vocab(p, train.words).map(Some).map_err(anyhow::Error::from),
+            _ => Ok(None),
+        },
+    )?;
     // Every word-topic cell is at most its word's corpus count: below 2^24, f32 is exact.
     let mut freq = vec![0f64; train.words];
     train.tokens.iter().for_each(|&w| freq[w as usize] += 1.0);
@@ -223,7 +232,8 @@ pub fn run(plan: &super::plan::RunPlan, comm: &SimpleCommunicator, t_start: Inst
             mode.quiesce(&mut params, round)?;
             last = evaluate(cfg, comm, &data, &state, &mut global);
             timers.excluded += t.elapsed().as_secs_f64();
-            let train_seconds = collectives::max_u64(comm, ((train_start.elapsed().as_secs_f64() - timers.excluded) * 1e6) as u64) as f64 / 1e6;
+            let train_seconds =
+                collectives::max_u64(comm, ((train_start.elapsed().as_secs_f64() - timers.excluded) * 1e6) as u64) as f64 / 1e6;
             metrics.write(&json!({"event": "eval", "round": round, "epoch": round as f64 / cps as f64, "train_seconds": train_seconds,
                                   "log_likelihood_per_token": last.0, "perplexity": last.1}))?;
             if rank == 0 {
@@ -238,7 +248,19 @@ pub fn run(plan: &super::plan::RunPlan, comm: &SimpleCommunicator, t_start: Inst
     }
     mode.finish(&mut params)?;
     let exact = check_counts(comm, &params, &global)?;
-    let mut summary = finish_summary(cfg, comm, &data, mode.as_ref(), &sampler, &timers, &global, (load_seconds, train_seconds, t_start), last, total_rounds, exact)?;
+    let mut summary = finish_summary(
+        cfg,
+        comm,
+        &data,
+        mode.as_ref(),
+        &sampler,
+        &timers,
+        &global,
+        (load_seconds, train_seconds, t_start),
+        last,
+        total_rounds,
+        exact,
+    )?;
     summary["split_merge"] = json!(moves);
     summary["sync_metrics"] = mode_numbers(comm, mode.as_ref());
     if cfg.emulate_compute.is_some() {
@@ -272,7 +294,11 @@ fn initialise(cfg: &TrainConfig, comm: &SimpleCommunicator, c: &Corpus, rng: &mu
     let state = match cfg.lda.lda_init {
         lda::InitKind::Random => LocalState::random(c, k, rng, &mut params),
         lda::InitKind::Sequential => {
-            let state = if comm.rank() == 0 { LocalState::sequential(c, &cfg.lda, &mut params) } else { LocalState { k, z: Vec::new(), ndk: Vec::new() } };
+            let state = if comm.rank() == 0 {
+                LocalState::sequential(c, &cfg.lda, &mut params)
+            } else {
+                LocalState { k, z: Vec::new(), ndk: Vec::new() }
+            };
             collectives::broadcast_f32(comm, 0, &mut params);
             if comm.rank() == 0 {
                 state
@@ -318,7 +344,14 @@ fn split_merge_phase(
     let mut phase = lda_moves::Phase { corpus: c, opts: &cfg.lda, state, params, global, sum: &mut sum };
     let m = lda_moves::split_merge(&mut phase, &mut shared, &mut local);
     if comm.rank() == 0 {
-        eprintln!("asap-train lda: split-merge after sweep {}: {} of {} merges, {} of {} splits", round / cfg.lda.clocks_per_sweep as u64, m.merges, m.merges_proposed, m.splits, m.splits_proposed);
+        eprintln!(
+            "asap-train lda: split-merge after sweep {}: {} of {} merges, {} of {} splits",
+            round / cfg.lda.clocks_per_sweep as u64,
+            m.merges,
+            m.merges_proposed,
+            m.splits,
+            m.splits_proposed
+        );
     }
     Ok(m)
 }
@@ -451,10 +484,20 @@ fn print_summary(s: &serde_json::Value) {
     let c = &s["counters"];
     let mm = |k: &str| (c[k]["mean"].as_f64().unwrap_or(0.0), c[k]["max"].as_f64().unwrap_or(0.0));
     println!("== asap-train summary ({} ranks, sync {}, lda K = {}) ==", s["ranks"], s["sync"].as_str().unwrap_or("?"), s["topics"]);
-    println!("epochs {:.2}, rounds {}; wall {:.2} s = load {:.2} s + training {:.2} s + evaluation", f("epochs"), s["rounds"], f("wall_seconds"), f("load_seconds"), f("train_seconds"));
+    println!(
+        "epochs {:.2}, rounds {}; wall {:.2} s = load {:.2} s + training {:.2} s + evaluation",
+        f("epochs"),
+        s["rounds"],
+        f("wall_seconds"),
+        f("load_seconds"),
+        f("train_seconds")
+    );
     let (comp, comp_max) = mm("compute_seconds");
     let (wait, wait_max) = mm("wait_seconds");
-    println!("per rank (mean / max): sampling {comp:.2} / {comp_max:.2} s, waiting {wait:.2} / {wait_max:.2} s; tokens/second per rank {:.0}", f("tokens_per_second_per_rank"));
+    println!(
+        "per rank (mean / max): sampling {comp:.2} / {comp_max:.2} s, waiting {wait:.2} / {wait_max:.2} s; tokens/second per rank {:.0}",
+        f("tokens_per_second_per_rank")
+    );
     println!("tokens {} (counted on the servers: {}, exact: {})", s["tokens"], s["tokens_counted"], s["counts_exact"]);
     println!("log-likelihood per token {:.4}; held-out perplexity {:.2}", f("log_likelihood_per_token"), f("perplexity"));
     for (t, words) in s["top_words"].as_array().into_iter().flatten().enumerate() {

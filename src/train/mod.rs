@@ -265,7 +265,11 @@ impl Run<'_> {
     fn worst_and_mean(&self, own: &[f64]) -> (f64, f64) {
         let kind = self.model.metric_kind();
         let worst = own.iter().copied().fold(if kind == MetricKind::Accuracy { f64::INFINITY } else { f64::NEG_INFINITY }, |a, b| {
-            if kind == MetricKind::Accuracy { a.min(b) } else { a.max(b) }
+            if kind == MetricKind::Accuracy {
+                a.min(b)
+            } else {
+                a.max(b)
+            }
         });
         (worst, own.iter().sum::<f64>() / own.len() as f64)
     }
@@ -297,7 +301,8 @@ impl Run<'_> {
             })
             .collect();
         let own_ranks = self.own_ranks();
-        let results = eval::evaluate_batch(self.comm, self.model.as_ref(), inputs, &self.shards.train, self.shards.test.as_ref(), &own_ranks);
+        let results =
+            eval::evaluate_batch(self.comm, self.model.as_ref(), inputs, &self.shards.train, self.shards.test.as_ref(), &own_ranks);
         for (p, r) in pending.into_iter().zip(results) {
             let ev = r.eval;
             let counters = summary::counters(&r.counters_mean, &r.counters_max);
@@ -477,14 +482,22 @@ fn step_pacer(cfg: &TrainConfig, n: usize, rank: usize) -> anyhow::Result<emulat
     };
     let pacer = emulate::StepPacer::new(cfg.emulate_compute, plan, rank, cfg.straggler_wait);
     if let (Some(ms), true) = (cfg.emulate_compute, rank == 0) {
-        eprintln!("asap-train: emulated cluster: every step takes {ms} ms at nominal speed{}", if cfg.balance { "; --balance: slowed ranks take smaller mini-batches" } else { "" });
+        eprintln!(
+            "asap-train: emulated cluster: every step takes {ms} ms at nominal speed{}",
+            if cfg.balance { "; --balance: slowed ranks take smaller mini-batches" } else { "" }
+        );
     }
     Ok(pacer)
 }
 
 /// The checkpoint this run continues from (`--resume`, or `--auto-resume` finding one of this
 /// run's), after removing the temporaries a killed run left; None for a fresh start.
-fn resume_point(cfg: &TrainConfig, comm: &SimpleCommunicator, run_id: &checkpoint::RunIdentity, n_params: usize) -> anyhow::Result<Option<checkpoint::Restored>> {
+fn resume_point(
+    cfg: &TrainConfig,
+    comm: &SimpleCommunicator,
+    run_id: &checkpoint::RunIdentity,
+    n_params: usize,
+) -> anyhow::Result<Option<checkpoint::Restored>> {
     if let (Some(dir), true) = (&cfg.checkpoint_dir, comm.rank() == 0) {
         checkpoint::remove_stale_temporaries(std::path::Path::new(dir), run_id);
     }
@@ -520,7 +533,8 @@ fn set_up<'a>(
     let step_pacer = step_pacer(cfg, n, rank)?;
     let fault_panic = cfg.fault_panic.as_deref().map(|s| crate::config::parse_rank_round("--fault-panic", s, n)).transpose()?;
     let local_n = shards.train.len();
-    let mut optimizer = optimizer::Optimizer::new((cfg.sync.spec().keeps_history)(&cfg.modes), model.as_ref(), local_n, shards.total_train, p)?;
+    let mut optimizer =
+        optimizer::Optimizer::new((cfg.sync.spec().keeps_history)(&cfg.modes), model.as_ref(), local_n, shards.total_train, p)?;
     let steps_per_epoch = collectives::min_u64(comm, local_n.div_ceil(cfg.batch_size) as u64) as usize;
     let total_rounds_all = (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64;
     let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
@@ -708,7 +722,12 @@ impl Run<'_> {
 
     /// The end of a round: the mode's sync, the evaluation and checkpoint cadences and the stop
     /// vote. Some when the loop ends here.
-    fn end_of_round(&mut self, r: &mut Replica, epoch_rng: [u64; 4], stop_vote: &mut comm::preempt::StopVote) -> anyhow::Result<Option<Ending>> {
+    fn end_of_round(
+        &mut self,
+        r: &mut Replica,
+        epoch_rng: [u64; 4],
+        stop_vote: &mut comm::preempt::StopVote,
+    ) -> anyhow::Result<Option<Ending>> {
         let cfg = self.cfg;
         self.pos.round += 1;
         let rank = self.comm.rank() as usize;
@@ -740,7 +759,11 @@ impl Run<'_> {
             eprintln!(
                 "asap-train: stopping at round {} on SIGTERM/SIGUSR1{}",
                 self.pos.round,
-                if cfg.checkpoint_dir.is_some() { "; checkpoint written, continue with --resume or --auto-resume" } else { " (no --checkpoint-dir: the work so far is not kept)" }
+                if cfg.checkpoint_dir.is_some() {
+                    "; checkpoint written, continue with --resume or --auto-resume"
+                } else {
+                    " (no --checkpoint-dir: the work so far is not kept)"
+                }
             );
         }
         Ok(Some(Ending { stopped_early: true, preempted: stop }))
@@ -769,7 +792,13 @@ impl Run<'_> {
         let saved = self.print_and_save(&summary, &summary_json, &r.params, ending.preempted);
         // The model file is written by rank 0 alone; nobody leaves before it is done or failed.
         collectives::agree(self.comm, saved)?;
-        Ok(Outcome { final_eval, rounds: self.pos.round, train_seconds, time_to_target: self.reached.map(|r| r.0), preempted: ending.preempted })
+        Ok(Outcome {
+            final_eval,
+            rounds: self.pos.round,
+            train_seconds,
+            time_to_target: self.reached.map(|r| r.0),
+            preempted: ending.preempted,
+        })
     }
 
     /// The final model: what the mode defines (the average of the replicas, or the servers'
@@ -824,11 +853,16 @@ impl Run<'_> {
             train_seconds,
         };
         let own_ranks = self.own_ranks();
-        let r = eval::evaluate_batch(self.comm, self.model.as_ref(), vec![point], &self.shards.train, self.shards.test.as_ref(), &own_ranks)
-            .pop()
-            .expect("one result per point");
+        let r =
+            eval::evaluate_batch(self.comm, self.model.as_ref(), vec![point], &self.shards.train, self.shards.test.as_ref(), &own_ranks)
+                .pop()
+                .expect("one result per point");
         if !r.eval.objective.is_finite() {
-            anyhow::bail!("training diverged: the final objective is {}; nothing was saved; try a smaller --lr (now {})", r.eval.objective, self.cfg.lr);
+            anyhow::bail!(
+                "training diverged: the final objective is {}; nothing was saved; try a smaller --lr (now {})",
+                r.eval.objective,
+                self.cfg.lr
+            );
         }
         Ok(r)
     }
@@ -841,9 +875,17 @@ impl Run<'_> {
         let (n_local, b) = (self.shards.train.len(), cfg.batch_size);
         let (epochs, rest) = (self.pos.global_step as usize / self.steps_per_epoch, self.pos.global_step as usize % self.steps_per_epoch);
         let examples_per_rank = (epochs * n_local.min(self.steps_per_epoch * b) + n_local.min(rest * b)) as f64;
-        let emulation = cfg
-            .emulate_compute
-            .map(|ms| summary::EmulationSummary::new(ms, n, self.pos.round, &r.counters_mean, &r.counters_max, self.cpu_wall_start.elapsed().as_secs_f64().max(train_seconds), &r.metrics));
+        let emulation = cfg.emulate_compute.map(|ms| {
+            summary::EmulationSummary::new(
+                ms,
+                n,
+                self.pos.round,
+                &r.counters_mean,
+                &r.counters_max,
+                self.cpu_wall_start.elapsed().as_secs_f64().max(train_seconds),
+                &r.metrics,
+            )
+        });
         summary::Summary {
             event: "summary",
             ranks: n,
@@ -871,14 +913,21 @@ impl Run<'_> {
             sync_metrics: r.metrics,
             phases,
             emulation,
-            last_evaluation: (self.last_eval_round > 0).then_some(summary::LastEvaluation { round: self.last_eval_round, metric: self.last_eval.metric }),
+            last_evaluation: (self.last_eval_round > 0)
+                .then_some(summary::LastEvaluation { round: self.last_eval_round, metric: self.last_eval.metric }),
         }
     }
 
     /// Rank 0 prints the summary and writes the final model (`--save-model`, not after a
     /// signal); what a saved model needs to predict on its own is gathered on every rank (the
     /// labels are a collective). The result is rank 0's, to be agreed on.
-    fn print_and_save(&self, summary: &summary::Summary, summary_json: &serde_json::Value, params: &[f32], preempted: bool) -> anyhow::Result<()> {
+    fn print_and_save(
+        &self,
+        summary: &summary::Summary,
+        summary_json: &serde_json::Value,
+        params: &[f32],
+        preempted: bool,
+    ) -> anyhow::Result<()> {
         let cfg = self.cfg;
         let extras = cfg.save_model.as_ref().filter(|_| !preempted).map(|_| model_file::Extras {
             scaling: self.shards.scaling.clone(),

@@ -72,7 +72,11 @@ pub fn save(path: &str, model: &dyn Model, params: &[f32], extras: &Extras, conf
         dataset_f32(f, "params", params, &format!("the model's parameters, flat; {}", model.describe_layout()))?;
         let offs: Vec<u64> = layout.offsets.iter().map(|&o| o as u64).collect();
         let d = f.new_dataset_builder().with_data(&Array1::from_vec(offs)).create("row_offsets")?;
-        str_attr(&d, "description", "row r of the parameters is params[row_offsets[r]..row_offsets[r+1]] (the unit the sync modes exchange)")?;
+        str_attr(
+            &d,
+            "description",
+            "row r of the parameters is params[row_offsets[r]..row_offsets[r+1]] (the unit the sync modes exchange)",
+        )?;
         if let Some(s) = &extras.scaling {
             let how = "applied to every example before the model: x_j <- (x_j - shift_j) * scale_j on dense data, x_j <- x_j * scale_j on sparse data";
             dataset_f32(f, "scale", &s.scale, &format!("per-feature scale fitted on the training set ({}); {how}", s.method))?;
@@ -111,18 +115,25 @@ fn read_f32(f: &hdf5::File, name: &str) -> anyhow::Result<Option<Vec<f32>>> {
 /// with its spec. Errors name the file and what is wrong.
 pub fn load(path: &str) -> anyhow::Result<SavedModel> {
     match std::fs::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!("--model {path}: no such file; give a file written by `asap-train train --save-model`"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("--model {path}: no such file; give a file written by `asap-train train --save-model`")
+        }
         Err(e) => bail!("--model {path}: cannot read: {e}"),
         Ok(m) if !m.is_file() => bail!("--model {path}: not a regular file; give a file written by `asap-train train --save-model`"),
         Ok(_) => {}
     }
-    let f = hdf5::File::open(path).map_err(|e| anyhow::anyhow!("--model {path}: not an HDF5 file ({e}); give a file written by `asap-train train --save-model`"))?;
+    let f = hdf5::File::open(path)
+        .map_err(|e| anyhow::anyhow!("--model {path}: not an HDF5 file ({e}); give a file written by `asap-train train --save-model`"))?;
     let format = read_str(&f, "format").unwrap_or_default();
     if format != FORMAT {
         let old = f.link_exists("params") && f.attr("model_spec").is_ok();
         bail!(
             "--model {path}: not an asap-train model file (no `format` attribute \"{FORMAT}\"){}",
-            if old { "; it looks like one saved by an older asap-train without the scaling and labels: train again with --save-model" } else { "; give a file written by `asap-train train --save-model`" }
+            if old {
+                "; it looks like one saved by an older asap-train without the scaling and labels: train again with --save-model"
+            } else {
+                "; give a file written by `asap-train train --save-model`"
+            }
         );
     }
     let version = f.attr("format_version").and_then(|a| a.read_scalar::<u64>()).unwrap_or(0);

@@ -124,10 +124,17 @@ impl Optimizer {
         match self {
             Optimizer::Sgd => anyhow::ensure!(mine.is_empty(), "the checkpoint holds SAGA state but this run uses --optimizer sgd"),
             Optimizer::Saga(s) => {
-                let slope = mine.iter().find(|(k, _)| k == "saga_slope").map(|(_, v)| v).ok_or_else(|| {
-                    anyhow::anyhow!("the checkpoint holds no SAGA history (it was written with --optimizer sgd)")
-                })?;
-                anyhow::ensure!(slope.len() == s.slope.len(), "the checkpoint's SAGA history has {} examples, this rank's shard {}", slope.len(), s.slope.len());
+                let slope = mine
+                    .iter()
+                    .find(|(k, _)| k == "saga_slope")
+                    .map(|(_, v)| v)
+                    .ok_or_else(|| anyhow::anyhow!("the checkpoint holds no SAGA history (it was written with --optimizer sgd)"))?;
+                anyhow::ensure!(
+                    slope.len() == s.slope.len(),
+                    "the checkpoint's SAGA history has {} examples, this rank's shard {}",
+                    slope.len(),
+                    s.slope.len()
+                );
                 s.slope = slope.iter().map(|&x| x as f32).collect();
             }
         }
@@ -155,7 +162,17 @@ mod tests {
             x.extend(row);
         }
         let data = Dataset { features: Features::Dense { x, d }, labels: y, source: "lsq".into(), first_row: 0 };
-        let m = build(&ModelSpec { kind: ModelKind::Lsq, lambda: 0.01, features: d, classes: 2, hidden: vec![], factors: 0, users: 0, items: 0 }).unwrap();
+        let m = build(&ModelSpec {
+            kind: ModelKind::Lsq,
+            lambda: 0.01,
+            features: d,
+            classes: 2,
+            hidden: vec![],
+            factors: 0,
+            users: 0,
+            items: 0,
+        })
+        .unwrap();
         let mut w = vec![0f32; d + 1];
         let all: Vec<usize> = (0..n).collect();
         for _ in 0..5000 {
@@ -209,9 +226,29 @@ mod tests {
 
     #[test]
     fn saga_needs_a_linear_model_and_its_own_checkpoint_state() {
-        let mlr = build(&ModelSpec { kind: ModelKind::Mlr, lambda: 0.0, features: 3, classes: 3, hidden: vec![], factors: 0, users: 0, items: 0 }).unwrap();
+        let mlr = build(&ModelSpec {
+            kind: ModelKind::Mlr,
+            lambda: 0.0,
+            features: 3,
+            classes: 3,
+            hidden: vec![],
+            factors: 0,
+            users: 0,
+            items: 0,
+        })
+        .unwrap();
         assert!(Optimizer::new(true, mlr.as_ref(), 5, 5, mlr.num_params()).is_err());
-        let lsq = build(&ModelSpec { kind: ModelKind::Lsq, lambda: 0.0, features: 3, classes: 2, hidden: vec![], factors: 0, users: 0, items: 0 }).unwrap();
+        let lsq = build(&ModelSpec {
+            kind: ModelKind::Lsq,
+            lambda: 0.0,
+            features: 3,
+            classes: 2,
+            hidden: vec![],
+            factors: 0,
+            users: 0,
+            items: 0,
+        })
+        .unwrap();
         let mut saga = Optimizer::new(true, lsq.as_ref(), 5, 5, 4).unwrap();
         let mut st = vec![("awaiting".to_string(), vec![0.0]), ("saga_slope".to_string(), vec![1.0; 5])];
         saga.restore_state(&mut st).unwrap();

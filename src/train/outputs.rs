@@ -55,11 +55,7 @@ fn ensure_dir(dir: &Path, what: &str, create: bool) -> anyhow::Result<()> {
     while let Some(up) = missing.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
         missing = up;
     }
-    bail!(
-        "{what}: directory {} does not exist; create it (mkdir -p {}) or give --create-dirs",
-        missing.display(),
-        dir.display()
-    )
+    bail!("{what}: directory {} does not exist; create it (mkdir -p {}) or give --create-dirs", missing.display(), dir.display())
 }
 
 /// Proves a file can be created in the directory `dir` (a probe file, removed again).
@@ -141,10 +137,11 @@ pub fn receive_log_path(prefix: &str, rank: usize) -> String {
 /// metrics, the model and the checkpoints; every rank writes its own send log. Every rank calls
 /// this and the ranks agree on the result, so a bad path stops all of them before training.
 pub fn check(cfg: &TrainConfig, rank: usize) -> anyhow::Result<()> {
-    let inputs: Vec<(&str, &str)> = [("--data", Some(cfg.data.as_str())), ("--test-data", cfg.test_data.as_deref()), ("--config", cfg.config_file.as_deref())]
-        .into_iter()
-        .filter_map(|(k, v)| Some((k, v?)))
-        .collect();
+    let inputs: Vec<(&str, &str)> =
+        [("--data", Some(cfg.data.as_str())), ("--test-data", cfg.test_data.as_deref()), ("--config", cfg.config_file.as_deref())]
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v?)))
+            .collect();
     let send_log = cfg.send_log.as_deref().map(|p| send_log_path(p, rank));
     let outputs: Vec<(&str, &str)> = [
         ("--metrics", cfg.metrics.as_deref().filter(|_| rank == 0)),
@@ -230,7 +227,10 @@ mod tests {
             let mut c = TrainConfig { data: "unused".into(), test_data: None, ..TrainConfig::default() };
             f(&mut c, p(&deep));
             let e = check(&c, 0).unwrap_err().to_string();
-            assert!(e.contains(opt) && e.contains(&format!("directory {} does not exist", missing.display())) && e.contains("--create-dirs"), "{e}");
+            assert!(
+                e.contains(opt) && e.contains(&format!("directory {} does not exist", missing.display())) && e.contains("--create-dirs"),
+                "{e}"
+            );
             assert!(!missing.exists(), "{opt}: created {}", missing.display());
             c.create_dirs = true;
             check(&c, 0).unwrap_or_else(|e| panic!("{opt} with --create-dirs: {e}"));
@@ -245,7 +245,13 @@ mod tests {
         // A file where a directory should be.
         let file = dir.path().join("file");
         std::fs::write(&file, "x").unwrap();
-        let c = TrainConfig { data: "unused".into(), test_data: None, metrics: Some(p(&file.join("m.jsonl"))), create_dirs: true, ..TrainConfig::default() };
+        let c = TrainConfig {
+            data: "unused".into(),
+            test_data: None,
+            metrics: Some(p(&file.join("m.jsonl"))),
+            create_dirs: true,
+            ..TrainConfig::default()
+        };
         let e = check(&c, 0).unwrap_err().to_string();
         assert!(e.contains("--metrics") && e.contains("is not a directory"), "{e}");
     }
@@ -270,7 +276,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
-        let c = TrainConfig { data: "unused".into(), test_data: None, metrics: Some(fifo.to_string_lossy().into_owned()), ..TrainConfig::default() };
+        let c = TrainConfig {
+            data: "unused".into(),
+            test_data: None,
+            metrics: Some(fifo.to_string_lossy().into_owned()),
+            ..TrainConfig::default()
+        };
         let e = check(&c, 0).unwrap_err().to_string();
         assert!(e.contains("--metrics") && e.contains("FIFO without a reader"), "{e}");
         let c = TrainConfig { data: "unused".into(), test_data: None, save_model: Some("/dev/null".into()), ..TrainConfig::default() };

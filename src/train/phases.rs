@@ -32,8 +32,7 @@ static SUMMARY_AT: OnceLock<Instant> = OnceLock::new();
 static RUN_RETURNED_AT: OnceLock<Instant> = OnceLock::new();
 
 /// Process names of MPI and batch launchers whose children are ranks.
-const LAUNCHERS: [&str; 9] =
-    ["mpirun", "mpiexec", "orterun", "orted", "prterun", "prted", "hydra_pmi_proxy", "slurmstepd", "srun"];
+const LAUNCHERS: [&str; 9] = ["mpirun", "mpiexec", "orterun", "orted", "prterun", "prted", "hydra_pmi_proxy", "slurmstepd", "srun"];
 
 /// Call first thing in `main`.
 pub fn mark_process_start() {

@@ -80,11 +80,8 @@ impl RunPlan {
     ) -> anyhow::Result<SyncContext<'a>> {
         let cfg = &self.cfg;
         let (rank, n) = (comm.rank() as usize, comm.size() as usize);
-        let stop_sending_after = cfg
-            .stop_sending_after
-            .as_deref()
-            .map(|s| crate::config::parse_rank_round("--stop-sending-after", s, n))
-            .transpose()?;
+        let stop_sending_after =
+            cfg.stop_sending_after.as_deref().map(|s| crate::config::parse_rank_round("--stop-sending-after", s, n)).transpose()?;
         let links = emulated_links(cfg, n)?;
         Ok(SyncContext {
             comm,

@@ -27,7 +27,9 @@ pub fn straggler_factors(spec: &str, nranks: usize, seed: u64) -> anyhow::Result
         f[rank] = 1.0 + p / 100.0;
     } else if spec == "production" || spec.starts_with("production:") {
         let seed = match spec.strip_prefix("production:") {
-            Some(s) => s.trim().parse::<u64>().map_err(|_| anyhow::anyhow!("expected --straggler production or production:SEED, got {spec:?}"))?,
+            Some(s) => {
+                s.trim().parse::<u64>().map_err(|_| anyhow::anyhow!("expected --straggler production or production:SEED, got {spec:?}"))?
+            }
             None => seed,
         };
         let mut rng = Rng::new(seed ^ 0x5354_5241_4747_4c45);
@@ -103,12 +105,22 @@ impl StragglerPlan {
     pub fn factor(&self, rank: usize, round: u64) -> f64 {
         match self {
             StragglerPlan::Fixed(f) => f[rank],
-            StragglerPlan::Window { factors, from, to } => if (*from..=*to).contains(&round) { factors[rank] } else { 1.0 },
+            StragglerPlan::Window { factors, from, to } => {
+                if (*from..=*to).contains(&round) {
+                    factors[rank]
+                } else {
+                    1.0
+                }
+            }
             StragglerPlan::Transient { factor, rounds, seed, nranks } => {
                 let stretch = round.saturating_sub(1) / rounds;
                 let mut r = Rng::for_stream(*seed ^ 0x5452_414e_5349_454e, stretch + 1);
                 let slow = 1 + (r.next_f64() * (*nranks - 1) as f64) as usize;
-                if rank == slow.min(nranks - 1) { *factor } else { 1.0 }
+                if rank == slow.min(nranks - 1) {
+                    *factor
+                } else {
+                    1.0
+                }
             }
         }
     }
@@ -125,7 +137,11 @@ impl StragglerPlan {
     pub fn describe(&self) -> String {
         let list = |f: &[f64]| {
             let slowed: Vec<String> = (0..f.len()).filter(|&r| f[r] != 1.0).map(|r| format!("{r}: x{:.2}", f[r])).collect();
-            if slowed.is_empty() { "none".to_string() } else { slowed.join(", ") }
+            if slowed.is_empty() {
+                "none".to_string()
+            } else {
+                slowed.join(", ")
+            }
         };
         match self {
             StragglerPlan::Fixed(f) => list(f),
@@ -181,7 +197,9 @@ mod tests {
         assert_eq!(t, StragglerPlan::parse("transient:3:10:42", 8, 7).unwrap());
         assert_eq!(StragglerPlan::parse("1:2", 2, 0).unwrap(), StragglerPlan::Fixed(vec![1.0, 2.0]));
         assert!(matches!(StragglerPlan::parse("delay:30@1", 2, 0).unwrap(), StragglerPlan::Fixed(_)));
-        for bad in ["transient:0.5:10", "transient:2:0", "transient:2", "transient:nan:3", "0:2@0-3", "0:2@5-3", "0:2@x", "transient:2:5:1:1"] {
+        for bad in
+            ["transient:0.5:10", "transient:2:0", "transient:2", "transient:nan:3", "0:2@0-3", "0:2@5-3", "0:2@x", "transient:2:5:1:1"]
+        {
             assert!(StragglerPlan::parse(bad, 4, 0).is_err(), "{bad}");
         }
         assert!(StragglerPlan::parse("transient:2:5", 1, 0).is_err());

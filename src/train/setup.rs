@@ -114,8 +114,7 @@ fn load_text_balanced(cfg: &TrainConfig, path: &str, shown: &str, format: Format
     let t_count = t0.elapsed().as_secs_f64();
     let c = mine.count;
     let all = all_gather_u64(comm, &[c.start, c.end, c.examples]);
-    let chunks: Vec<text::ChunkCount> =
-        all.chunks(3).map(|c| text::ChunkCount { start: c[0], end: c[1], examples: c[2] }).collect();
+    let chunks: Vec<text::ChunkCount> = all.chunks(3).map(|c| text::ChunkCount { start: c[0], end: c[1], examples: c[2] }).collect();
     let total: u64 = chunks.iter().map(|c| c.examples).sum();
     let plan: Vec<(usize, u64, u64)> = (0..n).map(|r| text::shard_start(&chunks, r, n)).collect();
     let answers = (|| -> Result<Vec<u64>, data::DataError> {
@@ -144,7 +143,11 @@ fn load_text_balanced(cfg: &TrainConfig, path: &str, shown: &str, format: Format
     };
     log::debug!(
         "{path}: examples {}..{} (bytes {}..{}); counted in {t_count:.2} s, located by {t_locate:.2} s, parsed by {:.2} s",
-        range.first_row, next, range.start, range.end, t0.elapsed().as_secs_f64()
+        range.first_row,
+        next,
+        range.start,
+        range.end,
+        t0.elapsed().as_secs_f64()
     );
     agree(comm, read.map_err(|e| named(e, path, shown)))
 }
@@ -235,8 +238,7 @@ fn partition(cfg: &TrainConfig, train: Dataset, comm: &SimpleCommunicator) -> an
         return Ok(train);
     }
     let (rank, n) = (comm.rank() as usize, comm.size() as usize);
-    let classes: anyhow::Result<Vec<usize>> =
-        train.labels.iter().map(|&l| class_of(l, &cfg.data).map_err(anyhow::Error::msg)).collect();
+    let classes: anyhow::Result<Vec<usize>> = train.labels.iter().map(|&l| class_of(l, &cfg.data).map_err(anyhow::Error::msg)).collect();
     let classes = agree(comm, classes)?;
     let n_classes = collectives::max_u64(comm, classes.iter().max().map_or(0, |&c| c as u64 + 1)) as usize;
     let shares = agree(comm, class_shares(p, n_classes, n, cfg.seed).map_err(anyhow::Error::msg))?;
@@ -258,7 +260,11 @@ pub fn class_counts(d: &Dataset, comm: &SimpleCommunicator) -> Vec<Vec<u64>> {
     let mut mine = vec![0u64; c];
     d.labels.iter().for_each(|&l| mine[class(l)] += 1);
     let all = collectives::gather(comm, 0, &mine);
-    if c == 0 { Vec::new() } else { all.chunks(c).map(<[u64]>::to_vec).collect() }
+    if c == 0 {
+        Vec::new()
+    } else {
+        all.chunks(c).map(<[u64]>::to_vec).collect()
+    }
 }
 
 /// What a data set holds, for the messages of [`check_kinds`].
@@ -401,7 +407,11 @@ pub fn model_spec(cfg: &TrainConfig, shards: &Shards, comm: &SimpleCommunicator)
     // on every rank.
     let local = ModelSpec {
         features: cfg.features.unwrap_or(0).max(local[0] as usize),
-        classes: if matches!(cfg.model, ModelKind::Mlr | ModelKind::Mlp) { cfg.classes.unwrap_or(0).max(local[1].max(1.0) as usize + 1) } else { 2 },
+        classes: if matches!(cfg.model, ModelKind::Mlr | ModelKind::Mlp) {
+            cfg.classes.unwrap_or(0).max(local[1].max(1.0) as usize + 1)
+        } else {
+            2
+        },
         users: local[4] as usize,
         items: local[5] as usize,
         ..spec.clone()
@@ -414,8 +424,17 @@ pub fn model_spec(cfg: &TrainConfig, shards: &Shards, comm: &SimpleCommunicator)
             "{}: --model {:?} with {} features, {} classes, hidden {:?}, {} factors, {} users and {} items needs \
              {} parameters ({} with working copies), more than the {} of memory available per rank: check \
              --features/--classes/--hidden/--factors and the data",
-            cfg.data, spec.kind, spec.features, spec.classes, spec.hidden, spec.factors, spec.users, spec.items,
-            param_count(&spec), data::human_bytes(bytes), data::human_bytes(avail)
+            cfg.data,
+            spec.kind,
+            spec.features,
+            spec.classes,
+            spec.hidden,
+            spec.factors,
+            spec.users,
+            spec.items,
+            param_count(&spec),
+            data::human_bytes(bytes),
+            data::human_bytes(avail)
         );
     }
     Ok(spec)

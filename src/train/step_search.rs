@@ -39,7 +39,7 @@ const PASSES: usize = 2;
 /// benches/defaults-sweep.md where the best candidate itself did not always.
 const SAFETY: f32 = 0.5;
 
-/// The step size to use when `--lr` was not given (the caller, [`super::plan::RunPlan::resolve`],
+/// The step size to use when `--lr` was not given (the caller, the run plan (plan.rs),
 /// asks only then), or None when the configured one stays (AdaRevision's alpha, or a run that
 /// takes no gradient steps). Collective over `comm`.
 pub fn default_lr(cfg: &TrainConfig, shards: &Shards, spec: &ModelSpec, comm: &SimpleCommunicator) -> anyhow::Result<Option<f32>> {

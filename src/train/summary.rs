@@ -63,7 +63,15 @@ pub struct EmulationSummary {
 impl EmulationSummary {
     /// From the counters' means and maxima over `ranks` ranks after `rounds` rounds, the wall
     /// seconds the CPU time is set against, and the mode metrics (which count the link overruns).
-    pub fn new(declared_step_ms: f64, ranks: usize, rounds: u64, mean: &[f64], max: &[f64], cpu_wall_seconds: f64, mode: &serde_json::Value) -> Self {
+    pub fn new(
+        declared_step_ms: f64,
+        ranks: usize,
+        rounds: u64,
+        mean: &[f64],
+        max: &[f64],
+        cpu_wall_seconds: f64,
+        mode: &serde_json::Value,
+    ) -> Self {
         let at = |k: &str| COUNTER_NAMES.iter().position(|n| *n == k).expect("a counter name");
         let n = ranks as f64;
         let cores = emulate::online_cores() as f64;
@@ -155,7 +163,10 @@ impl Summary {
         } else {
             ""
         };
-        println!("epochs {:.2}, rounds {}{how}, {:.0} examples/s per rank in training", self.epochs, self.rounds, self.examples_per_second_per_rank);
+        println!(
+            "epochs {:.2}, rounds {}{how}, {:.0} examples/s per rank in training",
+            self.epochs, self.rounds, self.examples_per_second_per_rank
+        );
         // The program's wall time is printed once, after MPI_Finalize (phases::teardown_line).
         println!("{}", self.phases.line());
         println!("per rank (mean / max): compute {comp:.2} / {comp_max:.2} s, communication {comm_s:.2} / {comm_max:.2} s, waiting {wait:.2} / {wait_max:.2} s");
@@ -165,7 +176,12 @@ impl Summary {
             println!("objective: {d}");
         }
         if self.held_out {
-            println!("final objective {:.6}, held-out {} (final model), training {}", self.objective, fmt_metric(kind, metric), fmt_metric(kind, self.train_metric));
+            println!(
+                "final objective {:.6}, held-out {} (final model), training {}",
+                self.objective,
+                fmt_metric(kind, metric),
+                fmt_metric(kind, self.train_metric)
+            );
         } else {
             println!("final objective {:.6}, training {} (final model; no held-out set)", self.objective, fmt_metric(kind, metric));
         }
@@ -197,7 +213,10 @@ impl Summary {
         } else {
             println!(
                 "own models of {} of {} ranks (evenly spaced, --own-models; 0 scores every rank): {} .. {}",
-                xs.len(), self.ranks, fmt_metric(kind, lo), fmt_metric(kind, hi)
+                xs.len(),
+                self.ranks,
+                fmt_metric(kind, lo),
+                fmt_metric(kind, hi)
             );
         }
     }
@@ -223,7 +242,9 @@ impl Summary {
         let Some(t) = self.target else { return };
         let on = serde_json::to_value(self.target_on).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "averaged".into());
         match self.time_to_target {
-            Some(r) => println!("target {t} ({on}) reached after {:.2} s of training (round {}, epoch {:.2})", r.train_seconds, r.round, r.epoch),
+            Some(r) => {
+                println!("target {t} ({on}) reached after {:.2} s of training (round {}, epoch {:.2})", r.train_seconds, r.round, r.epoch)
+            }
             None => println!("target {t} ({on}) not reached"),
         }
     }

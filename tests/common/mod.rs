@@ -220,11 +220,7 @@ pub fn reap(cmd: &Command, job: &Job) {
 
 /// `asap-train ARGS` without a launcher (singleton MPI or no MPI at all).
 pub fn run(args: &[&str], limit_s: u64) -> Job {
-    let out = Command::new("timeout")
-        .args(["-k", "5", &limit_s.to_string(), bin()])
-        .args(args)
-        .output()
-        .expect("timeout(1) runs");
+    let out = Command::new("timeout").args(["-k", "5", &limit_s.to_string(), bin()]).args(args).output().expect("timeout(1) runs");
     finish(out)
 }
 

@@ -21,7 +21,14 @@ pub(crate) struct RowBlock {
 /// 64 of 9,737 rows per step, and dense pushes and answers sent 9 GB per rank where the changed
 /// rows are a few percent of that. With `half`, returns the values as the receiver will decode
 /// them (the sender keeps the difference).
-pub(crate) fn encode_rows(msg: &mut Vec<u8>, offsets: &[usize], rows: &[u32], versions: Option<&[u64]>, values: &[f32], half: bool) -> Vec<f32> {
+pub(crate) fn encode_rows(
+    msg: &mut Vec<u8>,
+    offsets: &[usize],
+    rows: &[u32],
+    versions: Option<&[u64]>,
+    values: &[f32],
+    half: bool,
+) -> Vec<f32> {
     msg.extend_from_slice(&(rows.len() as u64).to_le_bytes());
     rows.iter().for_each(|r| msg.extend_from_slice(&r.to_le_bytes()));
     if let Some(v) = versions {
@@ -49,9 +56,11 @@ pub(crate) fn decode_rows(bytes: &[u8], skip: usize, offsets: &[usize], with_ver
     let bad = || anyhow::anyhow!("ssp protocol error: a malformed message of {} bytes", bytes.len());
     let count = word(skip).ok_or_else(bad)? as usize;
     let idx_end = skip + 8 + 4 * count;
-    let rows: Vec<u32> = bytes.get(skip + 8..idx_end).ok_or_else(bad)?.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
+    let rows: Vec<u32> =
+        bytes.get(skip + 8..idx_end).ok_or_else(bad)?.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
     let ver_end = idx_end + if with_versions { 8 * count } else { 0 };
-    let versions: Vec<u64> = bytes.get(idx_end..ver_end).ok_or_else(bad)?.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8"))).collect();
+    let versions: Vec<u64> =
+        bytes.get(idx_end..ver_end).ok_or_else(bad)?.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8"))).collect();
     let nrows = offsets.len() - 1;
     let mut len = 0;
     for &r in &rows {
@@ -73,7 +82,11 @@ pub(crate) fn decode_rows(bytes: &[u8], skip: usize, offsets: &[usize], with_ver
 /// messages).
 pub(crate) fn word_at(bytes: &[u8], at: usize) -> anyhow::Result<u64> {
     Ok(u64::from_le_bytes(
-        bytes.get(at..at + 8).ok_or_else(|| anyhow::anyhow!("ssp protocol error: a message of {} bytes has no header", bytes.len()))?.try_into().expect("8 bytes"),
+        bytes
+            .get(at..at + 8)
+            .ok_or_else(|| anyhow::anyhow!("ssp protocol error: a message of {} bytes has no header", bytes.len()))?
+            .try_into()
+            .expect("8 bytes"),
     ))
 }
 

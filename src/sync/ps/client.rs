@@ -31,7 +31,6 @@
 //!   only the ranks without a sign of life (`comm::deadline`): a shard that has not answered may
 //!   itself wait for the stopped rank.
 
-
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -42,8 +41,6 @@ use mpi::topology::Communicator;
 use super::clocks::WorkerClocks;
 use super::policy::SendPolicy;
 use super::protocol::{HALF, PARTIAL, TAG_PUSH, TAG_ROWS, UNSOLICITED, VERSIONS};
-use crate::sync::codec::fp16::F16_HALF_MIN;
-use crate::sync::codec::rows::{decode_rows, encode_rows, word_at, RowBlock};
 use super::serve::serve_until;
 use super::server::ShardServer;
 use super::settings::PsSettings;
@@ -51,6 +48,8 @@ use super::shards::{shard_ranges, shard_rows};
 use crate::comm::backoff::Backoff;
 use crate::comm::deadline::WaitDeadline;
 use crate::comm::postbox::Postbox;
+use crate::sync::codec::fp16::F16_HALF_MIN;
+use crate::sync::codec::rows::{decode_rows, encode_rows, word_at, RowBlock};
 use crate::sync::{assemble_parts, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 
 /// SSP over rank-hosted shards (and bosen: SSP with managed communication). Collective: every
@@ -115,7 +114,6 @@ struct Answer {
     block: RowBlock,
 }
 
-
 impl StaleSynchronous {
     /// Collective set-up: every rank starts from the same initial model `init` (the replicas'
     /// common start), which also initialises the shards; `settings` say how (the staleness
@@ -131,8 +129,9 @@ impl StaleSynchronous {
             .map(|(rows, params)| ctx.layout.offsets[rows.start..=rows.end].iter().map(|o| o - params.start).collect())
             .collect();
         let mine = shards[rank].clone();
-        let mut server = (!mine.is_empty())
-            .then(|| ShardServer::new(mine.clone(), &init[mine.clone()], local_offsets[rank].clone(), n, settings.apply, settings.staleness));
+        let mut server = (!mine.is_empty()).then(|| {
+            ShardServer::new(mine.clone(), &init[mine.clone()], local_offsets[rank].clone(), n, settings.apply, settings.staleness)
+        });
         let n_rows = ctx.layout.rows();
         let budget = settings.policy.budget(settings.apply, ctx.emulate.map(|e| e.0))?;
         let policy = SendPolicy::new(&settings.policy, ctx.seed, rank, n, n_rows);
@@ -177,7 +176,8 @@ impl StaleSynchronous {
         let mut changed = false;
         let half_ok = self.policy.fp16();
         while let Some((src, bytes)) = self.post.try_receive(TAG_PUSH) {
-            let server = self.server.as_mut().ok_or_else(|| anyhow::anyhow!("rank {src} pushed to rank {} which serves no rows", self.rank))?;
+            let server =
+                self.server.as_mut().ok_or_else(|| anyhow::anyhow!("rank {src} pushed to rank {} which serves no rows", self.rank))?;
             let (clock, want, flags, stamp) = (word_at(&bytes, 0)?, word_at(&bytes, 8)?, word_at(&bytes, 16)?, word_at(&bytes, 24)?);
             anyhow::ensure!(half_ok || flags & HALF == 0, "ssp protocol error: rank {src} pushed half precision unasked");
             let block = decode_rows(&bytes, 32, &server.offsets, flags & VERSIONS != 0, flags & HALF != 0)?;
@@ -393,7 +393,9 @@ impl StaleSynchronous {
                 let local = offsets[r as usize]..offsets[r as usize + 1];
                 let range = start + local.start..start + local.end;
                 let n = range.len();
-                for (j, ((w, b), &v)) in params[range.clone()].iter_mut().zip(&mut self.base[range]).zip(&a.block.values[at..at + n]).enumerate() {
+                for (j, ((w, b), &v)) in
+                    params[range.clone()].iter_mut().zip(&mut self.base[range]).zip(&a.block.values[at..at + n]).enumerate()
+                {
                     let own: f32 = mine.iter().map(|(_, u)| u[local.start + j]).sum();
                     *w = v + own + (*w - *b);
                     *b = v + own;
@@ -459,16 +461,20 @@ impl StaleSynchronous {
         self.policy.set_quiet(true);
         self.complete_reads(params, clock, true)?;
         if self.server.is_some() {
-            self.wait_until(|s| format!("the updates up to clock {} of ranks {:?}", clock.saturating_sub(1), s.behind(clock)), |s| {
-                s.server.as_ref().is_some_and(|sv| sv.clocks.min() >= clock)
-            })?;
+            self.wait_until(
+                |s| format!("the updates up to clock {} of ranks {:?}", clock.saturating_sub(1), s.behind(clock)),
+                |s| s.server.as_ref().is_some_and(|sv| sv.clocks.min() >= clock),
+            )?;
         }
         let timeout = self.wait_timeout;
         let start = Instant::now();
         if self.policy.sends_between_clocks() {
             // Every message of this rank handed to MPI and delivered (paced ones are held back
             // until their time), while serving; then the barrier, still serving.
-            self.wait_until(|s| format!("{} message(s) of this rank to be delivered", s.post.unacknowledged()), |s| s.post.link_idle() && s.post.unacknowledged() == 0)?;
+            self.wait_until(
+                |s| format!("{} message(s) of this rank to be delivered", s.post.unacknowledged()),
+                |s| s.post.link_idle() && s.post.unacknowledged() == 0,
+            )?;
             let mut barrier = self.post.start_barrier()?;
             let mut backoff = Backoff::with_yield_window(Duration::from_millis(20));
             let mut deadline = WaitDeadline::new(timeout);
@@ -484,7 +490,11 @@ impl StaleSynchronous {
                 }
                 if let Some(why) = verdict {
                     if !self.post.barrier_done(&mut barrier)? {
-                        bail!("rank {}: waited {:.1} s (--wait-timeout) for every rank to finish its clock {clock}: {why}", self.rank, deadline.waited().as_secs_f64());
+                        bail!(
+                            "rank {}: waited {:.1} s (--wait-timeout) for every rank to finish its clock {clock}: {why}",
+                            self.rank,
+                            deadline.waited().as_secs_f64()
+                        );
                     }
                 }
                 backoff.pause();
@@ -609,9 +619,10 @@ impl SyncMode for StaleSynchronous {
         let n_params = self.base.len();
         let mut part = vec![0f32; n_params];
         if self.server.is_some() {
-            self.wait_until(|s| format!("the updates up to clock {} of rank(s) {:?} (evaluation)", round.saturating_sub(1), s.behind(round)), |s| {
-                s.server.as_ref().is_some_and(|sv| sv.snapshots.ready(round))
-            })?;
+            self.wait_until(
+                |s| format!("the updates up to clock {} of rank(s) {:?} (evaluation)", round.saturating_sub(1), s.behind(round)),
+                |s| s.server.as_ref().is_some_and(|sv| sv.snapshots.ready(round)),
+            )?;
             let s = self.server.as_mut().expect("checked");
             let rows = s.snapshots.take(round).expect("waited for it");
             part[s.range.clone()].copy_from_slice(&rows);
@@ -663,7 +674,11 @@ impl SyncMode for StaleSynchronous {
     fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
         let mode = self.name();
         let get = |name: &str| -> anyhow::Result<&Vec<f64>> {
-            state.iter().find(|(k, _)| k == name).map(|(_, v)| v).ok_or_else(|| anyhow::anyhow!("the checkpoint lacks {mode} state {name:?}"))
+            state
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v)
+                .ok_or_else(|| anyhow::anyhow!("the checkpoint lacks {mode} state {name:?}"))
         };
         let same_len = |name: &str, got: usize, want: usize| -> anyhow::Result<()> {
             anyhow::ensure!(got == want, "the checkpoint's {name} has {got} values, this run needs {want} (another model or rank count?)");
@@ -765,11 +780,7 @@ impl SyncMode for StaleSynchronous {
             ModeMetric::number("max_staleness", Aggregate::Max, max_seen as f64),
             ModeMetric::number("mean_staleness", Aggregate::Mean, mean),
             ModeMetric::number("staleness_bound", Aggregate::Max, self.staleness as f64),
-            ModeMetric::number(
-                "dynsgd_live_versions_max",
-                Aggregate::Max,
-                self.server.as_ref().map_or(0, |s| s.max_live_versions) as f64,
-            ),
+            ModeMetric::number("dynsgd_live_versions_max", Aggregate::Max, self.server.as_ref().map_or(0, |s| s.max_live_versions) as f64),
         ];
         let ada = self.server.as_ref().and_then(|s| s.ada.as_ref()).map(|a| (a.snapshots_peak, a.snapshot_misses));
         self.policy.metrics(&mut out, ada);

@@ -151,7 +151,14 @@ impl Managed {
     /// Server side: while the budget allows (up to the horizon), sends clients in turn the rows
     /// of this shard (`sv`, served by `rank` from global row `row0`) that changed most since they
     /// last got them (at most --queue-size rows a message, one message per client per call).
-    pub(crate) fn serve_fresh_rows(&mut self, sv: &mut ShardServer, post: &mut Postbox, sending: bool, rank: usize, row0: usize) -> anyhow::Result<()> {
+    pub(crate) fn serve_fresh_rows(
+        &mut self,
+        sv: &mut ShardServer,
+        post: &mut Postbox,
+        sending: bool,
+        rank: usize,
+        row0: usize,
+    ) -> anyhow::Result<()> {
         let Some(mut room) = self.early_room(post, sending) else { return Ok(()) };
         if sv.ada.as_ref().is_some_and(|a| a.snapshots.len() >= self.max_snapshots) {
             // Bosen: bandwidth-triggered sends stop while the snapshot store is full.

@@ -85,7 +85,14 @@ impl SendPolicy {
 
     /// The server side's sends between clocks, from shard `sv` (served by `rank` from global row
     /// `row0`); `sending`: this rank has not been told to stop sending.
-    pub(crate) fn serve_fresh_rows(&mut self, sv: &mut ShardServer, post: &mut Postbox, sending: bool, rank: usize, row0: usize) -> anyhow::Result<()> {
+    pub(crate) fn serve_fresh_rows(
+        &mut self,
+        sv: &mut ShardServer,
+        post: &mut Postbox,
+        sending: bool,
+        rank: usize,
+        row0: usize,
+    ) -> anyhow::Result<()> {
         match self {
             SendPolicy::Plain => Ok(()),
             SendPolicy::Managed(m) => m.serve_fresh_rows(sv, post, sending, rank, row0),

@@ -50,17 +50,39 @@ mod tests {
     #[test]
     fn serves_until_done_and_names_what_is_missing_after_the_limit() {
         let mut served = 0u32;
-        let waited = serve_until(&mut served, Duration::from_secs(5), Backoff::default(), |s| Ok(*s += 1), |s| *s >= 3, |_, _, _| anyhow::anyhow!("never")).unwrap();
+        let waited = serve_until(
+            &mut served,
+            Duration::from_secs(5),
+            Backoff::default(),
+            |s| Ok(*s += 1),
+            |s| *s >= 3,
+            |_, _, _| anyhow::anyhow!("never"),
+        )
+        .unwrap();
         assert_eq!(served, 3, "served once before the first check and once after each pause");
         assert!(waited < Duration::from_secs(5));
         let mut served = 0u32;
         // Past the limit, outside a training run (no sign-of-life board), it cannot tell who
         // holds the wait up and fails at once, with what the state says was missing.
-        let err = serve_until(&mut served, Duration::from_millis(20), Backoff::default(), |s| Ok(*s += 1), |_| false, |s, w, why| anyhow::anyhow!("waited {w:?} after {s} serves: {why}"))
-            .unwrap_err();
+        let err = serve_until(
+            &mut served,
+            Duration::from_millis(20),
+            Backoff::default(),
+            |s| Ok(*s += 1),
+            |_| false,
+            |s, w, why| anyhow::anyhow!("waited {w:?} after {s} serves: {why}"),
+        )
+        .unwrap_err();
         assert!(err.to_string().starts_with("waited") && err.to_string().contains("cannot tell") && served > 1, "{err}");
         // A failing serve ends the wait with its error.
-        let err = serve_until(&mut 0u32, Duration::from_secs(5), Backoff::default(), |_| anyhow::bail!("bad message"), |_| false, |_, _, _| anyhow::anyhow!("timeout"));
+        let err = serve_until(
+            &mut 0u32,
+            Duration::from_secs(5),
+            Backoff::default(),
+            |_| anyhow::bail!("bad message"),
+            |_| false,
+            |_, _, _| anyhow::anyhow!("timeout"),
+        );
         assert_eq!(err.unwrap_err().to_string(), "bad message");
     }
 }

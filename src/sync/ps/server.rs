@@ -40,7 +40,6 @@ pub enum ApplyRule {
     Dynsgd,
 }
 
-
 /// DynSGD bookkeeping of one shard (the paper's Table 1).
 #[derive(Default)]
 pub(crate) struct DynState {
@@ -525,4 +524,3 @@ mod tests {
         assert_eq!(u64::from_le_bytes(a[0].1[0..8].try_into().unwrap()), 1);
     }
 }
-

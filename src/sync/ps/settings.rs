@@ -47,7 +47,9 @@ impl PolicySettings {
             anyhow::bail!("--sync bosen pushes parts of a clock's update early, which DynSGD's per-version bookkeeping does not define: use --apply consgd (the default for bosen) or plain");
         }
         let rate = m.bandwidth_mbps.or(emulated).ok_or_else(|| {
-            anyhow::anyhow!("--sync bosen needs a per-rank budget: --bandwidth-mbps MBPS (or --emulate-bandwidth, which it then defaults to)")
+            anyhow::anyhow!(
+                "--sync bosen needs a per-rank budget: --bandwidth-mbps MBPS (or --emulate-bandwidth, which it then defaults to)"
+            )
         })?;
         Ok(Some(rate))
     }
@@ -63,7 +65,10 @@ impl PsSettings {
             given.expect("checked")
         );
         if let PolicySettings::Managed(m) = &self.policy {
-            anyhow::ensure!(!m.fp16, "--fp16 with --model lda: binary16 holds integers exactly only up to 2048, and count deltas must arrive exactly");
+            anyhow::ensure!(
+                !m.fp16,
+                "--fp16 with --model lda: binary16 holds integers exactly only up to 2048, and count deltas must arrive exactly"
+            );
             anyhow::ensure!(m.adarevision.is_none(), "--lr-schedule adarevision with --model lda: a Gibbs sampler takes no gradient steps");
         }
         Ok(PsSettings { apply: ApplyRule::Plain, ..self })
