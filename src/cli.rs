@@ -23,6 +23,9 @@ pub struct Cli {
 }
 
 /// The subcommands.
+// `Train`'s options are much larger than the others', and the enum is built once per process:
+// boxing them would only add a dereference to every use.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Train a model (the main job; run it under mpirun or srun).

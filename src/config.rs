@@ -809,6 +809,18 @@ pub fn parse_straggler(s: &str, nranks: usize) -> anyhow::Result<(Vec<usize>, f6
     Ok((out, factor))
 }
 
+/// A `RANK:ROUND` pair (fault-injection options).
+pub fn parse_rank_round(opt: &str, s: &str, nranks: usize) -> anyhow::Result<(usize, u64)> {
+    let bad = || anyhow::anyhow!("{opt} expects RANK:ROUND with RANK < {nranks}, got {s:?}");
+    let (r, k) = s.split_once(':').ok_or_else(bad)?;
+    let r: usize = r.parse().map_err(|_| bad())?;
+    let k: u64 = k.parse().map_err(|_| bad())?;
+    if r >= nranks {
+        return Err(bad());
+    }
+    Ok((r, k))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1048,16 +1060,4 @@ mod tests {
         let m = cmd.clone().try_get_matches_from(argv).map_err(|e| e.to_string())?;
         TrainConfig::merge(file, TrainConfig::from_arg_matches(&m).unwrap(), Some(&m)).map(|m| m.options).map_err(|e| e.to_string())
     }
-}
-
-/// A `RANK:ROUND` pair (fault-injection options).
-pub fn parse_rank_round(opt: &str, s: &str, nranks: usize) -> anyhow::Result<(usize, u64)> {
-    let bad = || anyhow::anyhow!("{opt} expects RANK:ROUND with RANK < {nranks}, got {s:?}");
-    let (r, k) = s.split_once(':').ok_or_else(bad)?;
-    let r: usize = r.parse().map_err(|_| bad())?;
-    let k: u64 = k.parse().map_err(|_| bad())?;
-    if r >= nranks {
-        return Err(bad());
-    }
-    Ok((r, k))
 }

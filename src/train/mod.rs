@@ -642,7 +642,7 @@ impl Run<'_> {
             r.rng.shuffle(&mut r.perm);
             while self.pos.step_in_epoch < self.steps_per_epoch {
                 self.step(r);
-                if self.pos.global_step % cfg.sync_every as u64 != 0 {
+                if !self.pos.global_step.is_multiple_of(cfg.sync_every as u64) {
                     continue;
                 }
                 if let Some(end) = self.end_of_round(r, epoch_rng, &mut stop_vote)? {
@@ -739,7 +739,7 @@ impl Run<'_> {
         }
         let epoch = self.epoch_fraction();
         self.progress.tick(self.pos.round, epoch);
-        if cfg.eval_every > 0 && self.pos.round % cfg.eval_every as u64 == 0 {
+        if cfg.eval_every > 0 && self.pos.round.is_multiple_of(cfg.eval_every as u64) {
             self.mark_evaluation(&mut r.params)?;
         }
         let last = Some(self.pos.round) == cfg.max_rounds || (cfg.stop_at_target && self.reached.is_some());
@@ -749,7 +749,7 @@ impl Run<'_> {
             Ok(s) => s,
             Err(e) => comm::abort_job(&format!("{e:#}"), 4),
         };
-        if cfg.checkpoint_every > 0 && self.pos.round % cfg.checkpoint_every == 0 || last || stop {
+        if cfg.checkpoint_every > 0 && self.pos.round.is_multiple_of(cfg.checkpoint_every) || last || stop {
             self.checkpoint(&mut r.params, epoch_rng, r.rng.state())?;
         }
         if !(last || stop) {
@@ -804,9 +804,9 @@ impl Run<'_> {
     /// The final model: what the mode defines (the average of the replicas, or the servers'
     /// model), into `params`; writes the send log. Returns this rank's own replica and the
     /// seconds it took.
-    fn final_model(&mut self, params: &mut Vec<f32>) -> anyhow::Result<(Vec<f32>, f64)> {
+    fn final_model(&mut self, params: &mut [f32]) -> anyhow::Result<(Vec<f32>, f64)> {
         let final_start = Instant::now();
-        let own = params.clone();
+        let own = params.to_vec();
         if let Err(e) = self.sync.finish(params) {
             comm::abort_job(&format!("{e:#}"), 4);
         }

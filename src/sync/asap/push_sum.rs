@@ -334,9 +334,9 @@ mod tests {
         assert_eq!(folded, pushed, "every share is counted once by its receiver");
         let w: f64 = ranks.iter().map(|p| p.weight()).sum();
         assert!((w - n as f64).abs() < 1e-12, "weights sum to {w}");
-        for k in 0..2 {
+        for (k, update) in updates.iter().enumerate() {
             let x: f64 = ranks.iter().map(|p| p.numerator()[k]).sum();
-            let want = (0..n).map(|r| r as f64 + k as f64).sum::<f64>() + updates[k];
+            let want = (0..n).map(|r| r as f64 + k as f64).sum::<f64>() + update;
             assert!((x - want).abs() < 1e-9, "coordinate {k}: mass {x}, expected {want}");
         }
         // And every rank's estimate is close to the common average.

@@ -54,7 +54,10 @@ mod tests {
             &mut served,
             Duration::from_secs(5),
             Backoff::default(),
-            |s| Ok(*s += 1),
+            |s| {
+                *s += 1;
+                Ok(())
+            },
             |s| *s >= 3,
             |_, _, _| anyhow::anyhow!("never"),
         )
@@ -68,7 +71,10 @@ mod tests {
             &mut served,
             Duration::from_millis(20),
             Backoff::default(),
-            |s| Ok(*s += 1),
+            |s| {
+                *s += 1;
+                Ok(())
+            },
             |_| false,
             |s, w, why| anyhow::anyhow!("waited {w:?} after {s} serves: {why}"),
         )
