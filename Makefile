@@ -83,10 +83,16 @@ test-torch: torch
 # A failing Open MPI target does not skip the MPICH subset: both run, and the target fails at
 # the end if either did (naming which).
 # tests/python.rs runs the Python package under mpirun: `make python` builds it first.
+# The gates run first and every one is reported (issue 39): the format (rustfmt.toml), clippy with
+# warnings as errors over both crates and their tests, functions of at most 120 lines, layers that
+# point one way, and no two files of src/ importing each other.
 test: deps python
 	@rc=0; \
+	$(CARGO) fmt --all -- --check >/dev/null || { echo "make test: cargo fmt --check: the code is not formatted (run cargo fmt --all)"; rc=1; }; \
+	$(CARGO) clippy --release --locked --all-targets --workspace -- -D warnings || { echo "make test: cargo clippy found warnings (above)"; rc=1; }; \
 	python3 .ci/fn-lengths.py || rc=1; \
 	python3 .ci/layers.py || rc=1; \
+	python3 .ci/cycles.py || rc=1; \
 	$(CARGO) test --release --locked --no-fail-fast -- --test-threads=1 || rc=$$?; \
 	$(MAKE) --no-print-directory test-mpich-subset || { echo "make test: the MPICH subset failed"; rc=1; }; \
 	if [ $$rc != 0 ]; then echo "make test: the Open MPI suite failed (cargo test exit status $$rc)" >&2; exit 1; fi
