@@ -7,7 +7,7 @@
 # REF_BIN is the binary of the commit to compare with (e.g. main's, copied aside before a
 # refactor); NEW_BIN the one under test. Without JOB names every job below runs. Each job is a
 # deterministic setting of its mode (the ones tests/preempt.rs holds to bit-identical resumes):
-# - ssp and bosen at staleness 0 (a bosen budget no clock exhausts, with and without AdaRevision).
+# - ssp at staleness 0 with each apply rule (DynSGD is its default) and bosen (a budget no clock exhausts, with and without AdaRevision).
 #   Not bosen --fp16: a value's rounding error waits in the buffer for a later push, early ones
 #   included, whose timing varies; main's binary against itself differed in 2,465-2,539 of 7,850
 #   values (7,647-7,691 with AdaRevision) in 6 of 6 runs on a loaded machine (it matched once,
@@ -27,7 +27,7 @@ data=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
 
 declare -A jobs=(
     [ssp]="2 --sync ssp --staleness 0"
-    [ssp-dynsgd]="2 --sync ssp --staleness 0 --apply dynsgd"
+    [ssp-consgd]="2 --sync ssp --staleness 0 --apply consgd"
     [ssp-plain]="3 --sync ssp --staleness 0 --apply plain"
     [bosen]="2 --sync bosen --staleness 0 --bandwidth-mbps 1e7"
     [bosen-adarevision]="2 --sync bosen --staleness 0 --bandwidth-mbps 1e7 --lr-schedule adarevision --lr 0.05"
@@ -36,7 +36,7 @@ declare -A jobs=(
     [gaia]="4 --sync gaia --groups 2 --significance 0.02 --dc-staleness 0"
 )
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(ssp ssp-dynsgd ssp-plain bosen bosen-adarevision asap-edge-budget asap-edge-budget-absolute gaia)
+[ ${#names[@]} -gt 0 ] || names=(ssp ssp-consgd ssp-plain bosen bosen-adarevision asap-edge-budget asap-edge-budget-absolute gaia)
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
