@@ -7,7 +7,8 @@
 # REF_BIN is the binary of the commit to compare with (e.g. main's, copied aside before a
 # refactor); NEW_BIN the one under test. Without JOB names every job below runs. Each job is a
 # deterministic setting of its mode (the ones tests/preempt.rs holds to bit-identical resumes):
-# - ssp at staleness 0 with each apply rule (DynSGD is its default) and bosen (a budget no clock exhausts, with and without AdaRevision).
+# - ssp at staleness 0 with each apply rule (DynSGD is its default), and bosen (a budget no clock
+#   exhausts, with and without AdaRevision).
 #   Not bosen --fp16: a value's rounding error waits in the buffer for a later push, early ones
 #   included, whose timing varies; main's binary against itself differed in 2,465-2,539 of 7,850
 #   values (7,647-7,691 with AdaRevision) in 6 of 6 runs on a loaded machine (it matched once,
