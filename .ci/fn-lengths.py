@@ -69,6 +69,21 @@ def code_only(text):
     return "".join(out)
 
 
+def block_end(code, k):
+    """Offset of the `}` that closes the block opening at `code[k]` (a `{`), or len(code) if none:
+    `code` is the output of `code_only`, so braces in strings and comments are already gone."""
+    depth = 0
+    while k < len(code):
+        if code[k] == "{":
+            depth += 1
+        elif code[k] == "}":
+            depth -= 1
+            if depth == 0:
+                return k
+        k += 1
+    return k
+
+
 def functions(path):
     """(name, first line, length) of every function with a body in the file."""
     text = code_only(open(path, encoding="utf-8").read())
@@ -88,15 +103,7 @@ def functions(path):
             k += 1
         if k >= len(text) or text[k] == ";":
             continue
-        depth, j = 0, k
-        while j < len(text):
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-                if depth == 0:
-                    break
-            j += 1
+        j = block_end(text, k)
         first, last = line_at[m.start()], line_at[j]
         found.append((m.group(1), first, last - first + 1))
     return found

@@ -24,15 +24,7 @@ def test_items(code):
         while k < len(code) and code[k] not in "{;":
             k += 1
         if k < len(code) and code[k] == "{":
-            depth = 0
-            while k < len(code):
-                if code[k] == "{":
-                    depth += 1
-                elif code[k] == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                k += 1
+            k = _fn_lengths.block_end(code, k)
         end = min(k + 1, len(code))
         spans.append((m.start(), end))
         pos = end
