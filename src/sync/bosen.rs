@@ -76,7 +76,7 @@ pub const MODE: super::ModeSpec = super::ModeSpec {
     server_steps: true,
     paces_sends: |_| true,
     validate: validate_bosen,
-    resolve: |o| (o.ssp.staleness, o.ssp.apply) = (Some(o.ssp.ssp_staleness()), Some(o.ssp.apply_rule(true))),
+    resolve: |o| o.ssp.fill_defaults(true),
     fit_to_epoch: |o, rounds| o.ssp.fit_to_epoch(rounds),
     build_counts: Some(bosen_counts),
     ..super::ModeSpec::new(

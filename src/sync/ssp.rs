@@ -37,6 +37,12 @@ impl SspOptions {
     pub fn apply_rule(&self, bosen: bool) -> ApplyRule {
         self.apply.unwrap_or(if bosen { ApplyRule::Consgd } else { ApplyRule::Dynsgd })
     }
+
+    /// Fills in the staleness and apply rule in force (the declarations' `resolve` for ssp and
+    /// bosen), so that a default and the same value given explicitly are the same run.
+    pub fn fill_defaults(&mut self, bosen: bool) {
+        (self.staleness, self.apply) = (Some(self.ssp_staleness()), Some(self.apply_rule(bosen)));
+    }
 }
 
 impl SspOptions {
@@ -91,7 +97,7 @@ impl Default for SspOptions {
 /// parameter-server engine with Bosen's managed send policy.
 pub const MODE: super::ModeSpec = super::ModeSpec {
     uses: &[(&[], &["SspOptions"])],
-    resolve: |o| (o.ssp.staleness, o.ssp.apply) = (Some(o.ssp.ssp_staleness()), Some(o.ssp.apply_rule(false))),
+    resolve: |o| o.ssp.fill_defaults(false),
     fit_to_epoch: |o, rounds| o.ssp.fit_to_epoch(rounds),
     build_counts: Some(ssp_counts),
     ..super::ModeSpec::new(
