@@ -10,7 +10,7 @@ A reference is a `use` path (grouped ones such as `use a::{b, c::d}` expanded) o
 since rustdoc resolves those too. Each is resolved to the file that defines the longest module
 prefix of the path (x.rs or x/mod.rs). Test items (`#[cfg(test)]`, brace matched) are skipped; code
 after them is read. A parent (x.rs or x/mod.rs) and its own child (x/y.rs) are not a pair: children
-use items of their parent (src/sync/asap/*.rs use `super::{Gossip, Neighbourhood}`). lib.rs,
+use items of their parent (src/sync/gossip/*.rs use items of gossip/mod.rs). lib.rs,
 main.rs and src/bin/ (crate roots) are left out.
 
 A pair is broken by moving what both use to where the dependency points one way, or into a small

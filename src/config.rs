@@ -869,13 +869,13 @@ mod tests {
         let flags = Cmd::from_arg_matches(&m).unwrap().c;
         let c = TrainConfig::merge(Some(&t), flags, Some(&m)).unwrap().options;
         assert_eq!(c.epochs, 10, "a flag equal to the default still beats the file");
-        assert_eq!((c.batch_size, c.factors, c.modes.ssp.staleness), (64, 7, Some(5)));
-        assert_eq!(c.modes.asap.graph, "exponential");
+        assert_eq!((c.batch_size, c.factors, c.modes.staleness.staleness), (64, 7, Some(5)));
+        assert_eq!(c.modes.graph.graph, "exponential");
         std::fs::write(&t, "epochs = 3\nlr = \"fast\"\n").unwrap();
         let e = TrainConfig::from_file(&t).unwrap_err().to_string();
         assert!(e.contains("c.toml:2:1") && e.contains("lr"), "{e}");
         // Defaults come from the flags' declarations.
-        assert_eq!(TrainConfig::default().modes.ssp.ssp_staleness(), 3);
+        assert_eq!(TrainConfig::default().modes.graph.graph, "auto");
         assert_eq!(TrainConfig::default().batch_size, 32);
     }
 
@@ -921,7 +921,7 @@ mod tests {
     #[test]
     fn the_merge_refuses_values_json_cannot_carry() {
         let mut flags = TrainConfig::default();
-        flags.modes.bosen.bandwidth_mbps = Some(f64::NAN);
+        flags.modes.budget.bandwidth_mbps = Some(f64::NAN);
         assert!(TrainConfig::merge(None, flags, None).unwrap_err().to_string().contains("NaN"));
         let mut flags = TrainConfig::default();
         flags.modes.gaia.soft_significance = f64::INFINITY;

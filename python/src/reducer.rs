@@ -317,7 +317,7 @@ impl Reducer {
         let cfg = &plan.cfg;
         let layout = layout(init.len(), row_len)?;
         let ctx = agree(&comm, plan.sync_context(&comm, layout, 1)).map_err(OptionError::new_err)?;
-        if cfg.modes.bosen.bandwidth_mbps.is_some() {
+        if cfg.modes.budget.bandwidth_mbps.is_some() {
             let same = same_on_every_rank(&comm, &init);
             agree(&comm, same).map_err(OptionError::new_err)?;
         }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use asap_train::comm::mailbox::{Mailboxes, SlotRead};
 use asap_train::comm::window::{RmaOp, Window};
 use asap_train::comm::{abort_job, init};
-use asap_train::sync::asap::{AsapConfig, NotifyMode, StochasticReduce};
+use asap_train::sync::gossip::{AsapConfig, NotifyMode, StochasticReduce};
 use asap_train::sync::SyncMode;
 use clap::Parser;
 use mpi::collective::{CommunicatorCollectives, SystemOperation};

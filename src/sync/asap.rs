@@ -1,76 +1,21 @@
-//! `--sync asap`: ASAP stochastic reduce (ASAP §3-4) over one-sided MPI mailboxes.
+//! `--sync asap`: ASAP stochastic reduce (ASAP §3-4) over one-sided MPI mailboxes: each round a
+//! rank sends its model to its out-neighbours on `--graph` and averages it with the consistent
+//! in-neighbour models it reduced.
 //!
-//! Each round a rank sends its model to its out-neighbours and replaces it by the equal-weight
-//! average of itself and the consistent in-neighbour models it reduced:
-//! `w_i <- (w_i + sum_j w_j) / (1 + used)`. How a rank decides what to reduce is [`NotifyMode`]:
-//! - `notify-ack`: wait for every in-neighbour's NOTIFY, reduce all, ACK (ASAP §4); a sender
-//!   waits for the ACK of its previous message before overwriting the slot;
-//! - `barrier`: BSP: put, MPI_Barrier, reduce the slots that hold this round intact;
-//! - `none`: fully asynchronous: put, reduce whatever intact buffers are there, never block;
-//! - `push-sum`: asynchronous push-sum ([`push_sum`]): push (share of x, share of w) as
-//!   running totals, fold in what arrived, never block; mass is conserved;
-//! - `deadline`: NOTIFY-ACK that waits for new messages only until a deadline.
-//!
-//! The per-reduce count of consistent inputs is kept as a histogram (ASAP Fig. 8).
-//!
-//! With `--bandwidth-mbps` (NOTIFY-ACK only) each message carries only the rows that fit the
-//! rank's budget, most significant first, and the rest stays in per-edge residuals: see
-//! [`edge_budget`].
-//!
-//! Layout, after Bluefog's split of topology, communication primitive and algorithm: the graph
-//! comes from [`crate::graph`]; the transport every variant shares is `Neighbourhood`
-//! (asap/neighbourhood.rs: the mailboxes, the pacing, the fault injection, the counters every
-//! variant reports, and the one NOTIFY-ACK, for f32 models and byte messages alike); each
-//! variant is one type implementing `Gossip` (asap/gossip.rs) that holds only its own state.
-//! The variants import `Gossip` and `Neighbourhood` from their files, never this one:
-//!
-//! | variant | type | file |
-//! | --- | --- | --- |
-//! | notify-ack | `NotifyAck` | asap/notify_ack.rs |
-//! | notify-ack `--overlap` | `Overlap` | asap/notify_ack.rs |
-//! | notify-ack, `--graph one-peer-exponential` | `OnePeer` | asap/notify_ack.rs |
-//! | notify-ack `--staleness S` | `BoundedStaleness` | asap/bounded.rs |
-//! | notify-ack `--bandwidth-mbps` | `BudgetedEdges` | asap/edge_budget.rs |
-//! | barrier, none | `Barrier`, `Unsynchronised` | asap/unacked.rs |
-//! | push-sum | `PushSumGossip` | asap/push_sum.rs |
-//! | deadline | `Deadline` | asap/deadline.rs |
-//!
-//! [`StochasticReduce`] is the mode: it picks the variant from the options (`gossip_for`),
-//! and does what is the same for all of them (argument checks, byte and round counts, the end's
-//! flush and barrier).
+//! This file holds the mode's options ([`AsapOptions`]: `--notify`, `--overlap`, `--deadline`),
+//! its rules and its declaration ([`MODE`]). The engine, every NOTIFY-ACK variant and the
+//! budgeted edges, is [`super::gossip`]; the shared groups it reads (`--graph`, `--staleness`,
+//! `--bandwidth-mbps`/`--priority`) are declared in [`super::groups`].
 
-mod bounded;
-mod deadline;
-pub mod edge_budget;
-mod gossip;
-mod neighbourhood;
-mod notify_ack;
-pub mod push_sum;
-mod unacked;
+use super::gossip::edge_budget::EdgeBudgetOptions;
+use super::gossip::{GossipSettings, NotifyMode, StochasticReduce};
+use super::SyncContext;
 
-use std::time::{Duration, Instant};
-
-use anyhow::{bail, Context};
-use mpi::topology::{Communicator, SimpleCommunicator};
-
-use super::{Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
-use crate::comm::mailbox::Mailboxes;
-use edge_budget::{BudgetedEdges, EdgeBudgetOptions};
-use gossip::Gossip;
-use neighbourhood::Neighbourhood;
-use push_sum::PushSumGossip;
-
-/// Options of `--sync asap`.
+/// Options of `--sync asap` (its graph is `--graph`, a shared group).
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 #[command(next_help_heading = "ASAP (--sync asap)")]
 pub struct AsapOptions {
-    /// Communication graph: auto (root-expander while it mixes within 32 rounds, about 16 ranks
-    /// or fewer; a seeded random 4-regular graph above; the choice and reason are logged),
-    /// root-expander, exponential, ring, complete, chain, line, star, hypercube, torus, random:D
-    /// (D-regular, seeded), one-peer-exponential (time-varying: one send per round; notify-ack only) or file:PATH (see graphs/).
-    #[arg(long, value_name = "GRAPH", default_value = "auto", group = "graph_group")]
-    pub graph: String,
     /// Synchronisation: notify-ack (one-sided NOTIFY-ACK), barrier (put, MPI_Barrier, reduce
     /// what is consistent), none (fully asynchronous: average whatever intact models are there)
     /// or push-sum (asynchronous push-sum: shares of the model and a weight, nothing waits,
@@ -103,297 +48,15 @@ impl Default for AsapOptions {
     }
 }
 
-/// How a receiver decides which in-neighbour models to reduce (`--notify`).
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum NotifyMode {
-    /// Fine-grained NOTIFY-ACK: wait for all in-neighbours, always consistent.
-    NotifyAck,
-    /// Global barrier after the puts; reduce what is consistent for this round.
-    Barrier,
-    /// No synchronisation; reduce whatever intact buffers are present.
-    None,
-    /// Asynchronous push-sum: mass-conserving, never blocks.
-    PushSum,
-    /// NOTIFY-ACK with a deadline: send where the slot is free (a slow link or a slow receiver
-    /// is skipped while its last message is unread), wait up to --deadline for new messages,
-    /// reduce what arrived; nobody is paced by a slow rank or link.
-    Deadline,
-}
 
-/// Configuration of [`StochasticReduce`].
-#[derive(Clone, Debug)]
-pub struct AsapConfig {
-    /// For every rank r of the communicator, the ranks r receives from (self-loops ignored).
-    pub in_neighbours: Vec<Vec<usize>>,
-    /// Synchronisation variant.
-    pub notify: NotifyMode,
-    /// Longest wait for a NOTIFY or ACK before failing (`--wait-timeout`).
-    pub wait_timeout: Duration,
-    /// Fault injection for tests: `(rank, round)`: that rank sends nothing after that round.
-    pub stop_sending_after: Option<(usize, u64)>,
-    /// Bounded-staleness NOTIFY-ACK (`--staleness S`, notify-ack only): reduce each
-    /// in-neighbour's newest message no older than S rounds; S = 0 is ASAP's protocol.
-    pub staleness: u64,
-    /// One-peer exponential graph: `in_neighbours` lists every edge of a period, and each round
-    /// uses only one in- and one out-edge (see [`crate::graph::one_peer_source`]).
-    pub one_peer: bool,
-    /// `--overlap`: reduce each round at the next sync, keeping the steps made meanwhile.
-    pub overlap: bool,
-    /// `--notify deadline`: how long a rank waits for new messages after its sends.
-    pub deadline: Duration,
-}
-
-/// The variant `cfg` asks for, for a rank with `in_degree` in-neighbours and a model of
-/// `n_params` values (the budgeted one is built by [`StochasticReduce::build`], which owns its
-/// mailboxes). `--staleness` comes first, then the one-peer graph, then `--overlap`: the same
-/// precedence the options' checks in `build` leave no room to matter.
-fn gossip_for(cfg: &AsapConfig, in_degree: usize, n_params: usize) -> Box<dyn Gossip> {
-    match cfg.notify {
-        NotifyMode::NotifyAck if cfg.staleness > 0 => Box::new(bounded::BoundedStaleness::new(cfg.staleness, n_params)),
-        NotifyMode::NotifyAck if cfg.one_peer => Box::new(notify_ack::OnePeer::new(cfg.in_neighbours.len())),
-        NotifyMode::NotifyAck if cfg.overlap => Box::new(notify_ack::Overlap::new(n_params)),
-        NotifyMode::NotifyAck => Box::new(notify_ack::NotifyAck),
-        NotifyMode::Barrier => Box::new(unacked::Barrier::new(n_params)),
-        NotifyMode::None => Box::new(unacked::Unsynchronised::new(n_params, in_degree)),
-        NotifyMode::PushSum => Box::new(PushSumGossip::new(in_degree)),
-        NotifyMode::Deadline => Box::new(deadline::Deadline::new(cfg.deadline)),
-    }
-}
-
-/// ASAP stochastic reduce over RMA mailboxes. Collective: every rank constructs it with the same
-/// graph and calls `sync` with the same rounds. Dropping frees the window collectively, so after
-/// an error on one rank abort the job (`comm::abort_job`) instead of dropping and continuing.
-pub struct StochasticReduce {
-    net: Neighbourhood,
-    gossip: Box<dyn Gossip>,
-}
-
-impl StochasticReduce {
-    /// Builds the mode from the run's options: the graph (its spectral gap computed and logged),
-    /// then the mailboxes. Returns the graph report for the metrics' start line too.
-    /// With `budget`, every rank's edges spend at most that bandwidth (`init`: the model every
-    /// rank starts from, which the per-edge mirrors start at).
-    pub fn build(
-        ctx: &SyncContext,
-        opts: &AsapOptions,
-        init: &[f32],
-        budget: Option<EdgeBudgetOptions>,
-        staleness: u64,
-    ) -> anyhow::Result<(Self, serde_json::Value)> {
-        let n = ctx.comm.size() as usize;
-        let one_peer = opts.graph == crate::graph::ONE_PEER_EXPONENTIAL;
-        let (in_neighbours, report) = if one_peer {
-            if opts.notify != NotifyMode::NotifyAck || budget.is_some() || staleness > 0 {
-                bail!(
-                    "--graph {} changes every round: it runs with --notify notify-ack, without --bandwidth-mbps and --staleness",
-                    crate::graph::ONE_PEER_EXPONENTIAL
-                );
-            }
-            crate::graph::one_peer_for_training(n)
-        } else {
-            let (graph, report) = crate::graph::graph_for_training(&opts.graph, n, ctx.seed)?;
-            ((0..n).map(|i| graph.in_neighbours(i).to_vec()).collect(), report)
-        };
-        let cfg = AsapConfig {
-            in_neighbours,
-            one_peer,
-            overlap: opts.overlap,
-            deadline: Duration::from_secs_f64(opts.deadline / 1e3),
-            notify: opts.notify,
-            wait_timeout: ctx.wait_timeout,
-            stop_sending_after: ctx.stop_sending_after,
-            staleness,
-        };
-        if opts.notify == NotifyMode::Deadline && (budget.is_some() || staleness > 0) {
-            bail!("--notify deadline runs without --bandwidth-mbps and --staleness (it bounds waiting by time instead)");
-        }
-        if opts.overlap && (opts.notify != NotifyMode::NotifyAck || budget.is_some() || staleness > 0 || one_peer) {
-            bail!("--overlap runs with --notify notify-ack on a static graph, without --bandwidth-mbps and --staleness");
-        }
-        if staleness > 0 && (opts.notify != NotifyMode::NotifyAck || budget.is_some()) {
-            bail!("--staleness on --sync asap needs --notify notify-ack and no --bandwidth-mbps");
-        }
-        let mut info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "staleness": staleness, "report": report});
-        let fixed_size = budget.is_none();
-        let mut mode = match budget {
-            None => StochasticReduce::new(ctx.comm, cfg, ctx.n_params())?,
-            Some(b) => {
-                if opts.notify != NotifyMode::NotifyAck {
-                    bail!(
-                        "--bandwidth-mbps on --sync asap needs --notify notify-ack: a budgeted edge \
-                         sends each row once, and barrier/none can overwrite a message before it is read"
-                    );
-                }
-                let (mail, edges) = BudgetedEdges::build(ctx, &cfg.in_neighbours, init, &b)?;
-                info["budget"] = edges.info(&b);
-                let net = Neighbourhood::new(ctx.comm, cfg.wait_timeout, cfg.stop_sending_after, ctx.n_params(), mail)?;
-                StochasticReduce { net, gossip: Box::new(edges) }
-            }
-        };
-        mode.net.mail.set_pacer(ctx.pacer(None));
-        // The receiver's link: several in-neighbours share it (fixed-size messages carry the
-        // stamp it needs; a budgeted edge's variable-length messages do not model it).
-        if fixed_size {
-            mode.net.mail.set_ingress(ctx.ingress());
-        }
-        Ok((mode, info))
-    }
-
-    /// Collectively sets up the mailboxes for `cfg.in_neighbours` over `comm` for a model of
-    /// `n_params` f32s, and the variant `cfg` asks for (never the budgeted one: see `build`).
-    pub fn new(comm: &SimpleCommunicator, cfg: AsapConfig, n_params: usize) -> anyhow::Result<Self> {
-        // Each variant's slots: bounded staleness keeps several per edge, push-sum's hold f64
-        // running totals (see their files).
-        let depth = bounded::slot_depth(cfg.staleness);
-        let slot_len = if cfg.notify == NotifyMode::PushSum { PushSumGossip::slot_len(n_params) } else { n_params };
-        let mail = Mailboxes::with_depth(comm, &cfg.in_neighbours, slot_len, depth)
-            .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
-        let net = Neighbourhood::new(comm, cfg.wait_timeout, cfg.stop_sending_after, n_params, mail)?;
-        let gossip = gossip_for(&cfg, net.in_degree(), n_params);
-        Ok(StochasticReduce { net, gossip })
-    }
-
-    /// Ranks this rank receives from (sorted, self-loops removed).
-    pub fn in_neighbours(&self) -> &[usize] {
-        self.net.mail.in_neighbours()
-    }
-
-    /// `histogram[k]` = reduces that used k consistent in-neighbour models.
-    pub fn consistency_histogram(&self) -> &[u64] {
-        &self.net.histogram
-    }
-
-    /// Buffers skipped because header and footer differed (or held another round under barrier).
-    pub fn torn(&self) -> u64 {
-        self.net.torn
-    }
-
-    /// Buffers skipped because they were older than the round needed or already used.
-    pub fn stale(&self) -> u64 {
-        self.net.stale
-    }
-
-    /// Seconds spent putting models to out-neighbours (data, flush and NOTIFY; no waiting and
-    /// no reduce): what `rma-check` sets against a raw put + flush of the same size.
-    pub fn transfer_seconds(&self) -> f64 {
-        self.net.transfer_seconds
-    }
-}
-
-impl SyncMode for StochasticReduce {
-    fn name(&self) -> &'static str {
-        "asap"
-    }
-
-    fn lockstep(&self) -> bool {
-        // Only the barrier variant makes every rank wait for every other each round.
-        self.gossip.lockstep()
-    }
-
-    fn round_lead(&self) -> u64 {
-        // Bounded staleness: a rank may run up to S messages ahead of what its receivers have read.
-        self.gossip.round_lead()
-    }
-
-    fn sync(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
-        let net = &mut self.net;
-        if params.len() != net.n_params {
-            bail!(
-                "asap sync got {} parameters but was set up for {}",
-                params.len(),
-                net.n_params
-            );
-        }
-        if round <= net.last_round {
-            bail!(
-                "asap sync rounds must increase (got {round} after {})",
-                net.last_round
-            );
-        }
-        let counted = net.byte_counts();
-        self.gossip.round(net, params, round)?;
-        net.count_since(counted);
-        net.last_round = round;
-        net.stats.rounds += 1;
-        Ok(())
-    }
-
-    fn finish(&mut self, params: &mut [f32]) -> anyhow::Result<()> {
-        let net = &mut self.net;
-        if params.len() != net.n_params {
-            bail!(
-                "asap finish got {} parameters, expected {}",
-                params.len(),
-                net.n_params
-            );
-        }
-        self.gossip.verify(net)?;
-        let counted = net.byte_counts();
-        self.gossip.settle(net, params)?;
-        net.count_since(counted);
-        let t = Instant::now();
-        self.gossip.drain(net)?;
-        net.mail.window().flush_all()?;
-        net.mail.barrier(net.last_round, net.wait_timeout)?;
-        net.stats.wait_seconds += t.elapsed().as_secs_f64();
-        self.gossip.final_model(net, params)
-    }
-
-    fn quiesce(&mut self, params: &mut [f32], _round: u64) -> anyhow::Result<()> {
-        // What the cut sends and receives is training traffic too (push-sum's last folds).
-        let counted = self.net.byte_counts();
-        self.gossip.quiesce(&mut self.net, params)?;
-        self.net.count_since(counted);
-        Ok(())
-    }
-
-    fn stats(&self) -> &CommStats {
-        &self.net.stats
-    }
-
-    fn send_log(&self) -> Vec<(f64, u64)> {
-        self.gossip.send_log(&self.net)
-    }
-
-    fn receive_log(&self) -> Vec<(f64, u64)> {
-        self.net.mail.ingress().map_or(Vec::new(), |i| i.log().to_vec())
-    }
-
-    fn save_state(&self) -> ModeState {
-        self.gossip.save_state()
-    }
-
-    fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
-        self.gossip.restore_state(state, self.net.n_params)
-    }
-
-    fn metrics(&self) -> Vec<ModeMetric> {
-        let net = &self.net;
-        let mut m = vec![
-            ModeMetric::array("consistency_histogram", Aggregate::Sum, net.histogram.iter().map(|&c| c as f64)),
-            ModeMetric::number("torn", Aggregate::Sum, net.torn as f64),
-            ModeMetric::number("stale", Aggregate::Sum, net.stale as f64),
-            ModeMetric::number("in_degree", Aggregate::Max, net.in_degree() as f64),
-        ];
-        if net.mail.pacer().is_some() {
-            m.push(ModeMetric::number("link_overruns", Aggregate::Sum, net.mail.link_overruns() as f64));
-        }
-        self.gossip.metrics(&mut m);
-        m
-    }
-}
-
-/// `--sync asap`'s declaration (see [`super::ModeSpec`]). Besides its own options it reads two
-/// shared groups: `--staleness` (declared in ssp's options) bounds NOTIFY-ACK, and
-/// `--bandwidth-mbps`/`--priority` (declared in bosen's) budget each edge.
+/// `--sync asap`'s declaration (see [`super::ModeSpec`]). Besides its own options it reads three
+/// shared groups ([`super::groups`]): `--graph`, `--staleness` (bounds NOTIFY-ACK) and
+/// `--bandwidth-mbps`/`--priority` (budget each edge).
 pub const MODE: super::ModeSpec = super::ModeSpec {
-    uses: &[(&[], &["AsapOptions", "staleness_group", "budget_group"])],
-    paces_sends: |o| o.bosen.bandwidth_mbps.is_some(),
+    uses: &[(&[], &["AsapOptions", "graph_group", "staleness_group", "budget_group"])],
+    paces_sends: |o| o.budget.bandwidth_mbps.is_some(),
     validate: validate_asap,
-    resolve: |o| o.ssp.staleness = Some(o.ssp.staleness.unwrap_or(0)),
+    resolve: |o| o.staleness.staleness = Some(o.staleness.or(0)),
     ..super::ModeSpec::new(
         "asap",
         "ASAP stochastic reduce: average with in-neighbours on --graph, one-sided NOTIFY-ACK",
@@ -407,10 +70,10 @@ fn validate_asap(run: &super::RunSpec) -> anyhow::Result<()> {
         o.asap.notify != NotifyMode::Deadline || !run.checkpoints,
         "--notify deadline keeps unread messages in the windows, which a checkpoint does not hold: run it without --checkpoint-dir"
     );
-    if o.ssp.staleness.is_some_and(|s| s > 0) {
+    if o.staleness.staleness.is_some_and(|s| s > 0) {
         anyhow::ensure!(o.asap.notify == NotifyMode::NotifyAck, "--staleness on --sync asap bounds NOTIFY-ACK: it needs --notify notify-ack");
         anyhow::ensure!(
-            o.bosen.bandwidth_mbps.is_none(),
+            o.budget.bandwidth_mbps.is_none(),
             "--staleness and --bandwidth-mbps cannot be combined on --sync asap: a budgeted edge must deliver every message, while bounded staleness skips older ones"
         );
     }
@@ -419,29 +82,8 @@ fn validate_asap(run: &super::RunSpec) -> anyhow::Result<()> {
 
 fn build_asap(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> super::Built {
     let o = run.opts;
-    let budget = o.bosen.bandwidth_mbps.map(|mbps| EdgeBudgetOptions { mbps, priority: o.bosen.priority });
-    let (mode, info) = StochasticReduce::build(ctx, &o.asap, init, budget, o.ssp.staleness.unwrap_or(0))?;
+    let budget = o.budget.bandwidth_mbps.map(|mbps| EdgeBudgetOptions { mbps, priority: o.budget.priority });
+    let settings = GossipSettings { graph: &o.graph.graph, notify: o.asap.notify, overlap: o.asap.overlap, deadline_ms: o.asap.deadline };
+    let (mode, info) = StochasticReduce::build(ctx, &settings, init, budget, o.staleness.or(0))?;
     Ok((Box::new(mode), info))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::NotifyMode;
-    use clap::ValueEnum;
-
-    #[test]
-    fn notify_mode_names_match_the_command_line_and_config_files() {
-        for (name, mode) in [
-            ("notify-ack", NotifyMode::NotifyAck),
-            ("barrier", NotifyMode::Barrier),
-            ("none", NotifyMode::None),
-        ] {
-            assert_eq!(NotifyMode::from_str(name, false), Ok(mode));
-            assert_eq!(serde_json::to_string(&mode).unwrap(), format!("\"{name}\""));
-            assert_eq!(
-                serde_json::from_str::<NotifyMode>(&format!("\"{name}\"")).unwrap(),
-                mode
-            );
-        }
-    }
 }

@@ -4,7 +4,7 @@
 //! ([`super::ps::managed`]); this file holds the mode's options ([`BosenOptions`]), their rules
 //! and its declaration ([`MODE`]):
 //! - the options: the budget, which buffered rows go first when spare bandwidth allows a send
-//!   ([`Priority`], [`super::ps::managed::pick`]), the rows of a message, half-precision pushes
+//!   ([`super::ps::managed::Priority`], [`super::ps::managed::pick`]), the rows of a message, half-precision pushes
 //!   of updates (encoded by the row codec, [`super::codec::fp16::f16_bits`]), whose rounding error
 //!   stays in the client's buffer, and AdaRevision's snapshots ([`super::ps::adarevision`], run
 //!   by the shard servers);
@@ -15,33 +15,22 @@
 //! a client or server sends its most significant buffered rows whenever the bucket is empty.
 
 use super::ps::build::{build, build_counts};
-use super::ps::managed::{ManagedSettings, Priority};
+use super::ps::managed::ManagedSettings;
 use super::ps::server::ApplyRule;
-use super::ps::settings::{PolicySettings, PsSettings};
+use super::ps::settings::{PolicySettings, PsSettings, DEFAULT_STALENESS};
 use super::{RunSpec, SyncContext, SyncMode};
 
-/// Options of `--sync bosen` (its SSP options are `--staleness` and `--apply`).
+/// Options of `--sync bosen` (besides ssp's `--apply` and the shared groups `--staleness` and
+/// `--bandwidth-mbps`/`--priority`, [`super::groups`]).
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
-#[command(group = clap::ArgGroup::new("budget_group").multiple(true))]
-#[command(next_help_heading = "Bosen managed communication (--sync bosen; --bandwidth-mbps and --priority also budget --sync asap)")]
+#[command(next_help_heading = "Bosen managed communication (--sync bosen)")]
 pub struct BosenOptions {
-    /// Per-rank bandwidth budget in Mbit/s (10^6 bits) for everything the rank sends. bosen:
-    /// client and server together; spare budget between clocks sends the most significant
-    /// updates early [default: --emulate-bandwidth when given; required otherwise]. asap: each
-    /// round's message on an edge carries only the rows that fit, most significant first (per
-    /// edge residuals keep the rest for later; needs --notify notify-ack) [default: no budget].
-    #[arg(long, value_name = "MBPS", value_parser = budget_mbps, group = "budget_group")]
-    pub bandwidth_mbps: Option<f64>,
     /// Most rows in one bosen message (caps the burst of a send; end-of-clock pushes are split
     /// into messages of at most this many rows too). Bosen's Table 3 uses 100-5000. (asap's
     /// one message per edge and round takes every row that fits the budget.)
     #[arg(long, value_name = "ROWS", default_value_t = 100)]
     pub queue_size: usize,
-    /// Which buffered rows go first: random, round-robin, absolute (|delta|) or relative
-    /// (|delta/a|).
-    #[arg(long, value_enum, default_value_t = Priority::Relative, group = "budget_group")]
-    pub priority: Priority,
     /// Push updates as IEEE half-precision numbers (half the bytes); each value's rounding error
     /// stays in the buffer and goes out with a later push, so nothing is lost.
     #[arg(long)]
@@ -50,17 +39,6 @@ pub struct BosenOptions {
     /// server stops pushing rows between clocks until clients' reads free some.
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub max_snapshots: usize,
-}
-
-/// `--bandwidth-mbps`: a finite, positive number of Mbit/s, at most 1e7 (asap's edges and bosen
-/// alike: the rule of the shared budget group, checked where the value is parsed).
-fn budget_mbps(s: &str) -> Result<f64, String> {
-    let v = crate::values::finite_f64(s)?;
-    if v > 0.0 && v <= 1e7 {
-        Ok(v)
-    } else {
-        Err(format!("must be a positive number of Mbit/s (at most 1e7), got {s}"))
-    }
 }
 
 impl Default for BosenOptions {
@@ -72,12 +50,15 @@ impl Default for BosenOptions {
 /// `--sync bosen`'s declaration (see [`super::ModeSpec`]): the parameter-server engine with
 /// ssp's options, given this file's managed communication as its send policy.
 pub const MODE: super::ModeSpec = super::ModeSpec {
-    uses: &[(&[], &["SspOptions", "BosenOptions"])],
+    uses: &[(&[], &["SspOptions", "BosenOptions", "staleness_group", "budget_group"])],
     server_steps: true,
     paces_sends: |_| true,
     validate: validate_bosen,
-    resolve: |o| o.ssp.fill_defaults(true),
-    fit_to_epoch: |o, rounds| o.ssp.fit_to_epoch(rounds),
+    resolve: |o| {
+        o.staleness.fill(DEFAULT_STALENESS);
+        o.ssp.fill_apply(true)
+    },
+    fit_to_epoch: |o, rounds| o.staleness.fit_to_epoch(DEFAULT_STALENESS, rounds),
     build_counts: Some(bosen_counts),
     ..super::ModeSpec::new(
         "bosen",
@@ -91,7 +72,7 @@ fn validate_bosen(run: &RunSpec) -> anyhow::Result<()> {
     anyhow::ensure!(o.bosen.queue_size >= 1, "--queue-size must be at least 1 row");
     anyhow::ensure!(o.bosen.max_snapshots >= 1, "--max-snapshots must be at least 1");
     anyhow::ensure!(
-        o.bosen.bandwidth_mbps.is_some() || run.emulated_link,
+        o.budget.bandwidth_mbps.is_some() || run.emulated_link,
         "--sync bosen needs a per-rank budget: --bandwidth-mbps MBPS (or --emulate-bandwidth, which it then defaults to)"
     );
     anyhow::ensure!(
@@ -106,19 +87,24 @@ fn validate_bosen(run: &RunSpec) -> anyhow::Result<()> {
 fn settings(run: &RunSpec) -> PsSettings {
     let (o, b) = (run.opts, &run.opts.bosen);
     let managed = ManagedSettings {
-        bandwidth_mbps: b.bandwidth_mbps,
+        bandwidth_mbps: o.budget.bandwidth_mbps,
         queue_size: b.queue_size,
-        priority: b.priority,
+        priority: o.budget.priority,
         fp16: b.fp16,
         max_snapshots: b.max_snapshots,
         adarevision: run.adarevision.then_some(run.lr),
     };
-    PsSettings { staleness: o.ssp.ssp_staleness(), apply: o.ssp.apply_rule(true), policy: PolicySettings::Managed(managed) }
+    PsSettings { staleness: o.staleness.or(DEFAULT_STALENESS), apply: o.ssp.apply_rule(true), policy: PolicySettings::Managed(managed) }
 }
 
 fn build_bosen(ctx: &SyncContext, run: &RunSpec, init: &[f32]) -> super::Built {
     let (mode, mut info) = build(ctx, &settings(run), init)?;
-    info["bosen"] = serde_json::json!(run.opts.bosen);
+    // The start line's record of bosen's options, with the budget it spends (one object, as
+    // before the budget became a shared group).
+    let mut record = serde_json::json!(run.opts.bosen);
+    record["bandwidth_mbps"] = serde_json::json!(run.opts.budget.bandwidth_mbps);
+    record["priority"] = serde_json::json!(run.opts.budget.priority);
+    info["bosen"] = record;
     Ok((mode, info))
 }
 

@@ -58,7 +58,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use mpi::topology::{Color, Communicator, Key, SimpleCommunicator};
 
-use super::asap::{AsapOptions, NotifyMode, StochasticReduce};
+use super::gossip::{GossipSettings, NotifyMode, StochasticReduce};
+use super::groups::GraphOptions;
 use super::codec::significance::Significance;
 use super::codec::{sparse, Sparsifier};
 use super::ps::serve::serve_until;
@@ -399,7 +400,7 @@ pub struct Gaia {
 impl Gaia {
     /// Collective over the world: splits it into groups and mirror communicators. Returns the
     /// mode and what the metrics' start line records about it.
-    pub fn build(ctx: &SyncContext, opts: &GaiaOptions, asap: &AsapOptions, init: &[f32]) -> anyhow::Result<(Self, serde_json::Value)> {
+    pub fn build(ctx: &SyncContext, opts: &GaiaOptions, graph: &GraphOptions, init: &[f32]) -> anyhow::Result<(Self, serde_json::Value)> {
         let world = ctx.comm.duplicate();
         let n = world.size() as usize;
         let rank = world.rank() as usize;
@@ -444,7 +445,7 @@ impl Gaia {
         });
         let inner = match opts.gaia_inner {
             GaiaInner::Allreduce => Ok(None),
-            GaiaInner::Asap => build_inner(ctx, &local, asap, init).map(Some).with_context(|| {
+            GaiaInner::Asap => build_inner(ctx, &local, graph, init).map(Some).with_context(|| {
                 format!("--gaia-inner asap: group {group} ({} ranks: {:?})", members[group].len(), members[group])
             }),
         };
@@ -502,12 +503,12 @@ impl Gaia {
     /// the accumulated deltas that pass the significance filter, cell by cell (|delta| / |count|
     /// above V / sqrt(t)); the rest stays in the residuals until it passes or the end flushes
     /// it, so every replica ends with the exact global counts. Collective over the world.
-    pub fn for_counts(ctx: &SyncContext, opts: &GaiaOptions, asap: &AsapOptions, init: &[f32]) -> anyhow::Result<Self> {
+    pub fn for_counts(ctx: &SyncContext, opts: &GaiaOptions, graph: &GraphOptions, init: &[f32]) -> anyhow::Result<Self> {
         anyhow::ensure!(
             opts.gaia_inner == GaiaInner::Allreduce,
             "--gaia-inner asap with --model lda: ASAP's stochastic reduce averages replicas, which counts no token exactly once; use --gaia-inner allreduce (the default)"
         );
-        let (mut mode, _) = Self::build(ctx, opts, asap, init)?;
+        let (mut mode, _) = Self::build(ctx, opts, graph, init)?;
         mode.sums = true;
         Ok(mode)
     }
@@ -863,12 +864,12 @@ impl Gaia {
 fn build_inner(
     ctx: &SyncContext,
     local: &SimpleCommunicator,
-    asap: &AsapOptions,
+    graph: &GraphOptions,
     init: &[f32],
 ) -> anyhow::Result<(StochasticReduce, serde_json::Value)> {
-    // --notify and --overlap do not apply to gaia (gaia's declaration, MODE, does not list them): their defaults, notify-ack
-    // without overlap, are what a clock's group update needs (every in-neighbour's model of it).
-    debug_assert!(asap.notify == NotifyMode::NotifyAck && !asap.overlap);
+    // NOTIFY-ACK without overlap: a clock's group update needs every in-neighbour's model of it
+    // (asap's --notify and --overlap do not apply to gaia: its declaration does not list them).
+    let settings = GossipSettings { graph: &graph.graph, notify: NotifyMode::NotifyAck, overlap: false, deadline_ms: 0.0 };
     let inner_ctx = SyncContext {
         comm: local,
         layout: ctx.layout.clone(),
@@ -882,13 +883,13 @@ fn build_inner(
     };
     // Every rank of a group builds the same graph, so the group fails or succeeds as one (and
     // drops the mailboxes together when the check below refuses the graph).
-    let (mode, info) = StochasticReduce::build(&inner_ctx, asap, init, None, 0)?;
+    let (mode, info) = StochasticReduce::build(&inner_ctx, &settings, init, None, 0)?;
     let r = &info["report"];
     let deg = |k: &str| r[k].as_u64().unwrap_or(0);
     anyhow::ensure!(
         r["doubly_stochastic"].as_bool() == Some(true),
         "--graph {} on {} ranks averages with unequal weights (in-degrees {}..{}, out-degrees {}..{}), so it would not keep the group's mean and the group's update would not be its ranks' steps; use a graph where every rank has the same in- and out-degree (ring, complete, root-expander, exponential, hypercube, torus, random:D)",
-        asap.graph,
+        graph.graph,
         local.size(),
         deg("min_in_degree"),
         deg("max_in_degree"),
@@ -1126,7 +1127,7 @@ impl SyncMode for Gaia {
 }
 
 /// `--sync gaia`'s declaration (see [`super::ModeSpec`]). With `--gaia-inner asap` it also reads
-/// asap's `--graph` (the shared graph group).
+/// `--graph` (the shared graph group, [`super::groups::GraphOptions`]).
 pub const MODE: super::ModeSpec = super::ModeSpec {
     build_counts: Some(gaia_counts),
     uses: &[(&[], &["GaiaOptions"]), (&[("gaia_inner", "asap")], &["graph_group"])],
@@ -1135,7 +1136,7 @@ pub const MODE: super::ModeSpec = super::ModeSpec {
         "gaia",
         "Groups of ranks as data centres (--groups): allreduce inside a group (or, --gaia-inner asap, ASAP's stochastic reduce), only significant updates between groups (--significance), bounded by the mirror clock (--dc-staleness)",
         |ctx, run, init| {
-            let (mode, info) = Gaia::build(ctx, &run.opts.gaia, &run.opts.asap, init)?;
+            let (mode, info) = Gaia::build(ctx, &run.opts.gaia, &run.opts.graph, init)?;
             Ok((Box::new(mode), info))
         },
     )
@@ -1143,7 +1144,7 @@ pub const MODE: super::ModeSpec = super::ModeSpec {
 
 /// `--model lda`: groups sum count deltas (see [`Gaia::for_counts`]).
 fn gaia_counts(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
-    Ok(Box::new(Gaia::for_counts(ctx, &run.opts.gaia, &run.opts.asap, init)?))
+    Ok(Box::new(Gaia::for_counts(ctx, &run.opts.gaia, &run.opts.graph, init)?))
 }
 
 fn validate_gaia(run: &super::RunSpec) -> anyhow::Result<()> {

@@ -27,6 +27,8 @@ pub use registry::{Built, ModeSpec, RunSpec, Uses};
 // Shared machinery of the modes (the modes' own files are declared by the registry below).
 pub mod codec;
 pub mod delta_sum;
+pub mod gossip;
+pub mod groups;
 pub mod ps;
 
 // The registry: one line per mode, `Variant: file { field: OptionsType }` (the options part only
@@ -34,7 +36,8 @@ pub mod ps;
 // src/sync/, which holds `pub const MODE: ModeSpec`), the `--sync` value (`SyncKind::Variant`,
 // named and described by `MODE`), and the mode's option group as a field of [`ModeOptions`]
 // (flattened into the configuration: its flags, config-file keys and defaults). The order is the
-// order of `--help` and of the modes listed in messages.
+// order of `--help` and of the modes listed in messages. The last line, `@shared`, lists the
+// option groups several modes read (groups.rs), each a field of [`ModeOptions`] too.
 modes! {
     Allreduce: allreduce;
     Asap: asap { asap: AsapOptions };
@@ -43,6 +46,7 @@ modes! {
     Bosen: bosen { bosen: BosenOptions };
     Gaia: gaia { gaia: GaiaOptions };
     None: independent;
+    @shared { graph: GraphOptions, staleness: StalenessOptions, budget: BudgetOptions }
 }
 
 /// Communication counters every mode keeps the same way; the training loop reports them per rank

@@ -21,9 +21,8 @@ use crate::model::ModelKind;
 
 /// One use of option groups: the further choices (config keys and values, all of which must
 /// hold) under which a run of the mode uses the groups. Groups are clap `ArgGroup` ids: a mode's
-/// own options struct (`AsapOptions`), or a group that one option names in its declaration to be
-/// shared by several modes (`#[arg(group = "staleness_group")]`, declared once, listed by each
-/// mode that reads it).
+/// own options struct (`AsapOptions`), or a group several modes share (`staleness_group`: a
+/// struct of groups.rs, declared once, listed by each mode that reads it).
 pub type Uses = (&'static [(&'static str, &'static str)], &'static [&'static str]);
 
 /// What building a mode gives: the mode and what the metrics' start line records about it.
@@ -119,7 +118,10 @@ fn nothing_to_fit(_: &mut ModeOptions, _: u64) -> Option<String> {
 
 /// Generates, from the registry's lines, the mode modules, [`SyncKind`] and [`ModeOptions`].
 macro_rules! modes {
-    ($( $variant:ident : $module:ident $({ $field:ident : $opts:ident })? ; )*) => {
+    (
+        $( $variant:ident : $module:ident $({ $field:ident : $opts:ident })? ; )*
+        @shared { $( $shared_field:ident : $shared_opts:ident ),* $(,)? }
+    ) => {
         $( pub mod $module; )*
 
         /// `--sync`: how ranks exchange what they learned, one value per registry line (each
@@ -141,8 +143,9 @@ macro_rules! modes {
             }
         }
 
-        /// Every mode's own option group, one field per registry line that names one; flattened
-        /// into the configuration (flags, config-file keys and defaults come from the groups'
+        /// Every mode's own option group, one field per registry line that names one, then the
+        /// groups several modes share (`@shared`, declared in groups.rs); flattened into the
+        /// configuration (flags, config-file keys and defaults come from the groups'
         /// declarations).
         #[derive(clap::Args, Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
         #[serde(default)]
@@ -153,6 +156,11 @@ macro_rules! modes {
                 #[serde(flatten)]
                 pub $field: $module::$opts,
             )?)*
+            $(
+                #[command(flatten)]
+                #[serde(flatten)]
+                pub $shared_field: groups::$shared_opts,
+            )*
         }
     };
 }

@@ -5,6 +5,11 @@
 use super::managed::ManagedSettings;
 use super::server::ApplyRule;
 
+/// The staleness bound of the parameter-server modes (ssp, bosen) where `--staleness` is not
+/// given: Bösen's Table 3 runs S = 3 (bounded by the rounds of an epoch:
+/// [`crate::sync::groups::StalenessOptions::fit_to_epoch`]).
+pub const DEFAULT_STALENESS: u64 = 3;
+
 /// What the engine runs with.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PsSettings {

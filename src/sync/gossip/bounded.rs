@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use anyhow::bail;
 
-use super::gossip::Gossip;
 use super::neighbourhood::Neighbourhood;
+use super::variant::Gossip;
 use crate::comm::mailbox::SlotRead;
 use crate::sync::{Aggregate, ModeMetric};
 
@@ -80,7 +80,11 @@ impl Gossip for BoundedStaleness {
                 );
             };
             if round.saturating_sub(h) > s {
-                bail!("rank {}: round {round}: the newest message of rank {} is from round {h}, older than --staleness {s}", net.rank, net.mail.in_neighbours()[i]);
+                bail!(
+                    "rank {}: round {round}: the newest message of rank {} is from round {h}, older than --staleness {s}",
+                    net.rank,
+                    net.mail.in_neighbours()[i]
+                );
             }
             self.staleness_used[round.saturating_sub(h) as usize] += 1;
             self.ahead += u64::from(h > round);

@@ -29,13 +29,13 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context};
 use mpi::topology::Communicator;
 
-use super::gossip::Gossip;
 use super::neighbourhood::{Inbox, Message, Neighbourhood, Outbox, Slot};
-use crate::sync::ps::managed::{pick, Picker, Priority};
-use crate::sync::{Aggregate, ModeMetric, ModeState, SyncContext};
+use super::variant::Gossip;
 use crate::comm::mailbox::{Mailboxes, WORD};
 use crate::comm::pace::TokenBucket;
 use crate::model::RowLayout;
+use crate::sync::ps::managed::{pick, Picker, Priority};
+use crate::sync::{Aggregate, ModeMetric, ModeState, SyncContext};
 
 /// Options of the budget (from `--bandwidth-mbps` and `--priority`). No row cap: bosen's
 /// `--queue-size` caps one of many messages per clock, while an edge carries one message per
@@ -312,7 +312,12 @@ pub(in crate::sync) struct BudgetedEdges {
 impl BudgetedEdges {
     /// Collectively sets up the mailboxes for `in_neighbours` (each slot holds a message of every
     /// row) and this rank's edges, every mirror and cache at `init`.
-    pub(in crate::sync) fn build(ctx: &SyncContext, in_neighbours: &[Vec<usize>], init: &[f32], b: &EdgeBudgetOptions) -> anyhow::Result<(Mailboxes, Self)> {
+    pub(in crate::sync) fn build(
+        ctx: &SyncContext,
+        in_neighbours: &[Vec<usize>],
+        init: &[f32],
+        b: &EdgeBudgetOptions,
+    ) -> anyhow::Result<(Mailboxes, Self)> {
         let mail = Mailboxes::for_bytes(ctx.comm, in_neighbours, EdgeBudget::max_body_bytes(&ctx.layout))
             .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
         let (d_out, d_in) = (mail.out_neighbours().len(), mail.in_neighbours().len());
@@ -328,7 +333,6 @@ impl BudgetedEdges {
     pub(in crate::sync) fn info(&self, b: &EdgeBudgetOptions) -> serde_json::Value {
         serde_json::json!({"mbps": b.mbps, "priority": b.priority, "bucket_bytes": self.capacity})
     }
-
 }
 
 /// One round's sending side of the budgeted edges: each out-edge gets an equal share of what the

@@ -5,8 +5,8 @@
 
 use std::time::Instant;
 
-use super::gossip::Gossip;
 use super::neighbourhood::Neighbourhood;
+use super::variant::Gossip;
 use crate::comm::mailbox::SlotRead;
 
 /// Verdict on a consistent buffer's round.
@@ -29,7 +29,13 @@ impl Slots {
 
     /// Adds in-neighbour slot `i` to the accumulator if `accept` says its round is usable;
     /// returns the round it used. An empty slot counts as stale when `empty_is_stale`.
-    fn take(&mut self, net: &mut Neighbourhood, i: usize, empty_is_stale: bool, accept: impl Fn(u64) -> Accept) -> anyhow::Result<Option<u64>> {
+    fn take(
+        &mut self,
+        net: &mut Neighbourhood,
+        i: usize,
+        empty_is_stale: bool,
+        accept: impl Fn(u64) -> Accept,
+    ) -> anyhow::Result<Option<u64>> {
         match net.mail.read_slot(i, &mut self.incoming)? {
             SlotRead::Consistent(h) => match accept(h) {
                 Accept::Use => {

@@ -2,8 +2,8 @@
 //! graph: every round reduces every in-neighbour's message of that round, so a run is
 //! deterministic for a given seed and number of ranks.
 
-use super::gossip::Gossip;
 use super::neighbourhood::Neighbourhood;
+use super::variant::Gossip;
 
 /// `--notify notify-ack`: send to every out-neighbour, wait for every in-neighbour's NOTIFY,
 /// reduce all, ACK. No state of its own.

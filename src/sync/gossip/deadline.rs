@@ -4,8 +4,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use super::gossip::Gossip;
 use super::neighbourhood::Neighbourhood;
+use super::variant::Gossip;
 use crate::comm::mailbox::SlotRead;
 use crate::sync::{Aggregate, ModeMetric};
 
@@ -55,7 +55,11 @@ impl Gossip for Deadline {
             let read = net.mail.add_notified_slot(i, params)?;
             let SlotRead::Consistent(h) = read else {
                 net.torn += 1;
-                bail!("rank {}: round {round}: the message from rank {} was {read:?} after its NOTIFY; NOTIFY-ACK must never see this", net.rank, net.mail.in_neighbours()[i]);
+                bail!(
+                    "rank {}: round {round}: the message from rank {} was {read:?} after its NOTIFY; NOTIFY-ACK must never see this",
+                    net.rank,
+                    net.mail.in_neighbours()[i]
+                );
             };
             self.ages[(round.saturating_sub(h) as usize).min(AGE_BUCKETS)] += 1;
             net.mail.ack(i)?;

@@ -59,10 +59,7 @@ pub(in crate::sync) trait Gossip {
 
     /// Restores what [`Gossip::save_state`] wrote for a model of `n_params` values.
     fn restore_state(&mut self, state: ModeState, _n_params: usize) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            state.is_empty(),
-            "the checkpoint holds per-edge state of a budgeted asap run: resume with its --bandwidth-mbps"
-        );
+        anyhow::ensure!(state.is_empty(), "the checkpoint holds per-edge state of a budgeted asap run: resume with its --bandwidth-mbps");
         Ok(())
     }
 

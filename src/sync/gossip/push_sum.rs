@@ -25,10 +25,10 @@ use std::time::Instant;
 use anyhow::ensure;
 use mpi::topology::Communicator;
 
-use super::gossip::Gossip;
 use super::neighbourhood::Neighbourhood;
-use crate::sync::{Aggregate, ModeMetric, ModeState};
+use super::variant::Gossip;
 use crate::comm::mailbox::SlotRead;
+use crate::sync::{Aggregate, ModeMetric, ModeState};
 
 /// One rank's push-sum state.
 #[derive(Clone, Debug, Default)]
@@ -342,7 +342,14 @@ mod tests {
         // And every rank's estimate is close to the common average.
         let mean = |k: usize| ranks.iter().map(|p| p.numerator()[k]).sum::<f64>() / n as f64;
         for p in &ranks {
-            assert!((p.numerator()[0] / p.weight() - mean(0)).abs() < 0.5, "estimate {} (x {} w {}) mean {}", p.numerator()[0] / p.weight(), p.numerator()[0], p.weight(), mean(0));
+            assert!(
+                (p.numerator()[0] / p.weight() - mean(0)).abs() < 0.5,
+                "estimate {} (x {} w {}) mean {}",
+                p.numerator()[0] / p.weight(),
+                p.numerator()[0],
+                p.weight(),
+                mean(0)
+            );
         }
     }
 

@@ -1,0 +1,154 @@
+//! Option groups that several modes read, each declared once here and listed by the modes that use
+//! it (in their declarations' `uses`), so that no mode reads another mode's options struct:
+//! - [`GraphOptions`] (`--graph`): the gossip graph of `--sync asap`, and of each data centre under
+//!   `--sync gaia --gaia-inner asap`;
+//! - [`StalenessOptions`] (`--staleness`): ssp's and bosen's clock bound, asap's bounded NOTIFY-ACK;
+//! - [`BudgetOptions`] (`--bandwidth-mbps`, `--priority`): bosen's per-rank budget, asap's per-edge
+//!   one.
+//!
+//! Each group is a flattened field of [`super::ModeOptions`] (the registry's `shared` line), with
+//! the same config-file keys as before they moved here (the checkpoints' run identity hashes the
+//! options by key, so moving an option between groups changes no identity). A group's clap id
+//! (`graph_group`, ...) is what a declaration lists; a run that does not use it refuses its
+//! options, naming the runs they apply to. Each mode resolves its own default of a shared option
+//! (`--staleness`: 3 for ssp and bosen, 0 for asap) in its declaration's `resolve`.
+
+use super::ps::managed::Priority;
+
+/// The gossip graph.
+#[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+#[group(id = "graph_group")]
+#[command(next_help_heading = "Gossip graph (--sync asap; --sync gaia --gaia-inner asap)")]
+pub struct GraphOptions {
+    /// Communication graph: auto (root-expander while it mixes within 32 rounds, about 16 ranks
+    /// or fewer; a seeded random 4-regular graph above; the choice and reason are logged),
+    /// root-expander, exponential, ring, complete, chain, line, star, hypercube, torus, random:D
+    /// (D-regular, seeded), one-peer-exponential (time-varying: one send per round; notify-ack only) or file:PATH (see graphs/).
+    #[arg(long, value_name = "GRAPH", default_value = "auto")]
+    pub graph: String,
+}
+
+impl Default for GraphOptions {
+    fn default() -> Self {
+        super::option_defaults()
+    }
+}
+
+/// The staleness bound.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+#[group(id = "staleness_group")]
+#[command(next_help_heading = "Staleness (--sync ssp, bosen, asap)")]
+pub struct StalenessOptions {
+    /// Staleness bound S. ssp/bosen: a worker at clock c reads only rows holding every update of
+    /// clocks <= c-S-1 (waiting otherwise); 0 is BSP [default: 3, at most the rounds of an epoch
+    /// less one]. asap (notify-ack): a rank
+    /// reduces each in-neighbour's newest message no older than S rounds and runs at most S
+    /// messages ahead of what its receivers have read (S + 1 slots per edge); 0 is ASAP's
+    /// NOTIFY-ACK [default: 0].
+    #[arg(long, value_name = "S", value_parser = staleness_bound)]
+    pub staleness: Option<u64>,
+}
+
+impl StalenessOptions {
+    /// The bound in force, `default` where `--staleness` was not given (each mode has its own).
+    pub fn or(&self, default: u64) -> u64 {
+        self.staleness.unwrap_or(default)
+    }
+
+    /// Fills in the bound in force (a declaration's `resolve`), so that a default and the same
+    /// value given explicitly are the same run.
+    pub fn fill(&mut self, default: u64) {
+        self.staleness = Some(self.or(default));
+    }
+
+    /// ssp and bosen with `--staleness` not given: their `default` bounded by the rounds of an
+    /// epoch less one, so that by the last clock of every epoch each worker reads rows holding
+    /// every update of the epoch before (a read at clock c holds every update of clocks
+    /// <= c - S - 1). With S at or above an epoch's R rounds, a whole epoch's steps may be
+    /// computed from rows that lack the other workers' updates of the epoch before, and the stale
+    /// updates summed on the servers overshoot: heart_scale at 8 ranks (33 examples per rank,
+    /// R = 2) rose in the third epoch in 3 of 3 runs at S = 3 and 1 of 3 at S = 2, and fell every
+    /// epoch in 8 of 8 at S = 1 (benches/defaults-sweep.md). Only data sets of under 4 rounds per
+    /// epoch are affected. Returns what it chose, for the start line; None when the default
+    /// stands.
+    pub fn fit_to_epoch(&mut self, default: u64, rounds_per_epoch: u64) -> Option<String> {
+        if self.staleness.is_some() {
+            return None;
+        }
+        let bounded = default.min(rounds_per_epoch.saturating_sub(1));
+        if bounded == default {
+            return None;
+        }
+        self.staleness = Some(bounded);
+        Some(format!(
+            "--staleness not given: {bounded} (the default {default} bounded by the {rounds_per_epoch} round(s) of an epoch less one, so that each epoch ends reading every update of the epoch before; --staleness sets it)"
+        ))
+    }
+}
+
+/// `--staleness`: at most 1000 (asap, ssp and bosen alike: the group's rule, checked where the
+/// value is parsed).
+fn staleness_bound(s: &str) -> Result<u64, String> {
+    let v: u64 = s.trim().parse().map_err(|_| format!("expected a number of clocks >= 0, got {s:?}"))?;
+    if v <= 1000 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is too large (at most 1000: each step of it costs a model-sized slot per edge under asap)"))
+    }
+}
+
+/// A bandwidth budget and which rows spend it first.
+#[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+#[group(id = "budget_group")]
+#[command(next_help_heading = "Bandwidth budget (--sync bosen, asap)")]
+pub struct BudgetOptions {
+    /// Per-rank bandwidth budget in Mbit/s (10^6 bits) for everything the rank sends. bosen:
+    /// client and server together; spare budget between clocks sends the most significant
+    /// updates early [default: --emulate-bandwidth when given; required otherwise]. asap: each
+    /// round's message on an edge carries only the rows that fit, most significant first (per
+    /// edge residuals keep the rest for later; needs --notify notify-ack) [default: no budget].
+    #[arg(long, value_name = "MBPS", value_parser = budget_mbps)]
+    pub bandwidth_mbps: Option<f64>,
+    /// Which buffered rows go first: random, round-robin, absolute (|delta|) or relative
+    /// (|delta/a|).
+    #[arg(long, value_enum, default_value_t = Priority::Relative)]
+    pub priority: Priority,
+}
+
+impl Default for BudgetOptions {
+    fn default() -> Self {
+        super::option_defaults()
+    }
+}
+
+/// `--bandwidth-mbps`: a finite, positive number of Mbit/s, at most 1e7 (asap's edges and bosen
+/// alike: the group's rule, checked where the value is parsed).
+fn budget_mbps(s: &str) -> Result<f64, String> {
+    let v = crate::values::finite_f64(s)?;
+    if v > 0.0 && v <= 1e7 {
+        Ok(v)
+    } else {
+        Err(format!("must be a positive number of Mbit/s (at most 1e7), got {s}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_staleness_is_bounded_by_an_epoch_and_a_given_one_is_kept() {
+        let mut o = StalenessOptions::default();
+        assert!(o.fit_to_epoch(3, 4).is_none() && o.staleness.is_none(), "4 rounds an epoch: the default 3 stands");
+        let why = o.fit_to_epoch(3, 2).expect("2 rounds an epoch bound it");
+        assert_eq!(o.or(3), 1, "{why}");
+        let mut o = StalenessOptions::default();
+        o.fit_to_epoch(3, 1);
+        assert_eq!(o.or(3), 0, "one round an epoch: BSP");
+        let mut o = StalenessOptions { staleness: Some(3) };
+        assert!(o.fit_to_epoch(3, 1).is_none() && o.or(3) == 3, "given: kept");
+    }
+}
