@@ -2,10 +2,8 @@
 //! float32 numpy array, reduced in place.
 
 use std::cell::RefCell;
-use std::time::Duration;
 
 use asap_train::comm::collectives;
-use asap_train::comm::pace::Links;
 use asap_train::config::{Merged, SyncKind, TrainConfig};
 use asap_train::model::RowLayout;
 use asap_train::sync::{Aggregate, ModeMetric, SyncContext, SyncMode};
@@ -92,19 +90,6 @@ fn reducer_config(flags: &[String]) -> anyhow::Result<Merged> {
         serde_json::to_value(cfg.sync)?.as_str().unwrap_or_default()
     );
     Ok(merged)
-}
-
-/// `SyncContext`'s `emulate` (this rank's Mbit/s and latency) and `links` (every rank's).
-pub(crate) type EmulatedLinks = (Option<(f64, Duration)>, Option<Links>);
-
-/// `emulate_bandwidth=` / `emulate_latency=` (the binary's `--emulate-bandwidth`,
-/// `--emulate-latency`): every rank's emulated link and this rank's (Mbit/s, latency), filled in
-/// as the binary's training loop fills them (`train::plan::emulated_links`), so the modes pace their
-/// sends exactly as they do there. (None, None) without them.
-pub(crate) fn emulated_links(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<EmulatedLinks> {
-    let links = asap_train::train::plan::emulated_links(cfg, comm.size() as usize)?;
-    let rank = comm.rank() as usize;
-    Ok((links.as_ref().map(|l| (l.bytes_per_second[rank] * 8.0 / 1e6, l.latency[rank])), links))
 }
 
 /// A clap error as one message without the "--help" hint (there is no help to ask for here).

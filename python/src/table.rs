@@ -8,18 +8,17 @@
 //! and puts them into the replica. So what a Python loop reads obeys the same SSP guarantee as
 //! the binary's training loop.
 
-use std::time::Duration;
-
-use asap_train::config::{SyncKind, TrainConfig};
+use asap_train::config::{Merged, SyncKind};
 use asap_train::model::RowLayout;
-use asap_train::sync::{SyncContext, SyncMode};
+use asap_train::sync::SyncMode;
+use asap_train::train::plan::RunPlan;
 use mpi::topology::SimpleCommunicator;
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::reducer::{agree, emulated_links, global_stats_dict, kwargs_to_flags, parse_flags, release, stats_dict, Snapshot, MODES};
+use crate::reducer::{agree, global_stats_dict, kwargs_to_flags, parse_flags, release, stats_dict, Snapshot, MODES};
 use crate::{json_to_py, text, Error, OptionError};
 
 /// The options a table takes: ssp's and bosen's (keys as in config files).
@@ -92,14 +91,15 @@ impl Table {
 }
 
 /// [`parse_flags`] for a table: its options, and ssp or bosen.
-fn table_config(flags: &[String]) -> anyhow::Result<TrainConfig> {
-    let cfg = parse_flags(flags, TABLE_OPTIONS, "Table")?.options;
+fn table_config(flags: &[String]) -> anyhow::Result<Merged> {
+    let merged = parse_flags(flags, TABLE_OPTIONS, "Table")?;
+    let cfg = &merged.options;
     anyhow::ensure!(
         matches!(cfg.sync, SyncKind::Ssp | SyncKind::Bosen),
         "sync={:?}: a Table runs ssp or bosen (allreduce, asap and none are asap_train.Reducer)",
         serde_json::to_value(cfg.sync)?.as_str().unwrap_or_default()
     );
-    Ok(cfg)
+    Ok(merged)
 }
 
 #[pymethods]
@@ -132,19 +132,12 @@ impl Table {
         };
         let comm = SimpleCommunicator::world();
         let flags = kwargs_to_flags(sync, options)?;
-        let cfg = agree(&comm, table_config(&flags)).map_err(OptionError::new_err)?;
-        let (emulate, links) = agree(&comm, emulated_links(&cfg, &comm)).map_err(OptionError::new_err)?;
-        let ctx = SyncContext {
-            comm: &comm,
-            layout: RowLayout::uniform(rows, row_len),
-            wait_timeout: Duration::from_secs_f64(cfg.wait_timeout),
-            stop_sending_after: None,
-            seed: cfg.seed,
-            emulate,
-            links,
-            record_sends: false,
-            rounds_per_epoch: 1,
-        };
+        let merged = agree(&comm, table_config(&flags)).map_err(OptionError::new_err)?;
+        // The binary's plan (train/plan.rs), as a Reducer's: no training data, so only the rank
+        // count's defaults apply; one clock is one round.
+        let plan = agree(&comm, RunPlan::resolve(merged, &comm, None)).map_err(OptionError::new_err)?;
+        let cfg = &plan.cfg;
+        let ctx = agree(&comm, plan.sync_context(&comm, RowLayout::uniform(rows, row_len), 1)).map_err(OptionError::new_err)?;
         // Built by the mode's declaration, as the binary builds it; the table's info keeps what
         // concerns a table (not the parameters per shard).
         let built = (cfg.sync.spec().build)(&ctx, &cfg.mode_run(), &replica);

@@ -870,17 +870,7 @@ fn build_inner(
     // NOTIFY-ACK without overlap: a clock's group update needs every in-neighbour's model of it
     // (asap's --notify and --overlap do not apply to gaia: its declaration does not list them).
     let settings = GossipSettings { graph: &graph.graph, notify: NotifyMode::NotifyAck, overlap: false, deadline_ms: 0.0 };
-    let inner_ctx = SyncContext {
-        comm: local,
-        layout: ctx.layout.clone(),
-        wait_timeout: ctx.wait_timeout,
-        stop_sending_after: None,
-        seed: ctx.seed,
-        emulate: None,
-        links: None,
-        record_sends: false,
-        rounds_per_epoch: ctx.rounds_per_epoch,
-    };
+    let inner_ctx = ctx.on_group(local);
     // Every rank of a group builds the same graph, so the group fails or succeeds as one (and
     // drops the mailboxes together when the check below refuses the graph).
     let (mode, info) = StochasticReduce::build(&inner_ctx, &settings, init, None, 0)?;

@@ -164,6 +164,23 @@ impl SyncContext<'_> {
         Some(if self.record_sends { p.record() } else { p })
     }
 
+    /// The same run's context on `group`, a communicator of some of the ranks (gaia's data
+    /// centres), for a mode run inside it: unpaced (only the links between groups are
+    /// emulated, by the outer mode), without fault injection (the outer mode's), no send log.
+    pub fn on_group<'b>(&self, group: &'b SimpleCommunicator) -> SyncContext<'b> {
+        SyncContext {
+            comm: group,
+            layout: self.layout.clone(),
+            wait_timeout: self.wait_timeout,
+            stop_sending_after: None,
+            seed: self.seed,
+            emulate: None,
+            links: None,
+            record_sends: false,
+            rounds_per_epoch: self.rounds_per_epoch,
+        }
+    }
+
     /// This rank's inbound link, when per-rank links are emulated (`--emulate-bandwidth`,
     /// `--cluster`): several senders to this rank share its rate. Every rank gets one or none.
     pub fn ingress(&self) -> Option<Ingress> {
