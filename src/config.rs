@@ -545,6 +545,10 @@ impl TrainConfig {
             "--send-log records paced sends: it needs --emulate-bandwidth, --bandwidth-mbps or --sync {}",
             SyncKind::names_where(|m| (m.paces_sends)(&crate::sync::ModeOptions::default()))
         );
+        anyhow::ensure!(
+            self.model != ModelKind::Lda || self.modes.outer.outer_optimizer == crate::sync::groups::OuterKind::None,
+            "--outer-optimizer steps on averaged models; --model lda sums count deltas exactly: run it without --outer-optimizer"
+        );
         (spec.validate)(&self.mode_run())
     }
 
@@ -897,7 +901,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for arg in floats {
             let (id, long) = (arg.get_id().as_str(), format!("--{}", arg.get_long().unwrap()));
-            assert!(cmd.clone().try_get_matches_from(["x", &format!("{long}=1")]).is_ok(), "{long} 1");
+            // A valid value: 1, or 0.5 for an option below 1 (--outer-momentum).
+            let valid = ["1", "0.5"].iter().any(|v| cmd.clone().try_get_matches_from(["x", &format!("{long}={v}")]).is_ok());
+            assert!(valid, "{long} 1 or 0.5");
             for bad in ["nan", "NaN", "inf", "-inf", "infinity"] {
                 // `=`: clap reads a lone "-inf" as short flags (an error too, but naming no option).
                 let e = cmd.clone().try_get_matches_from(["x", &format!("{long}={bad}")]).unwrap_err().to_string();
@@ -951,6 +957,10 @@ mod tests {
             ("mf_group", "model", &["mf"]),
             ("classes_group", "model", &["mlr", "mlp"]),
             ("LdaOptions", "model", &["lda"]),
+            ("outer_group", "sync", &["allreduce", "asap", "gaia"]),
+            // Only with --outer-optimizer sgd or nesterov (checked below): refused at its default.
+            ("outer_step_group", "sync", &[]),
+            ("outer_momentum_group", "sync", &[]),
         ];
         let mut cmd = TrainConfig::augment_args(clap::Command::new("x"));
         cmd.build();
@@ -1026,6 +1036,16 @@ mod tests {
             let r = merged(&cmd, &["x".to_owned(), format!("--sync={m}")], None);
             assert!(r.as_ref().is_ok() || m == "bosen", "--sync {m}: {r:?}"); // bosen needs a budget
         }
+        let argv = |a: &[&str]| [&["x"][..], a].concat().iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for m in ["allreduce", "asap", "gaia"] {
+            let nesterov = argv(&[&format!("--sync={m}"), "--outer-optimizer=nesterov", "--outer-lr=0.5", "--outer-momentum=0.5"]);
+            assert!(merged(&cmd, &nesterov, None).is_ok(), "{m} nesterov");
+            assert!(merged(&cmd, &argv(&[&format!("--sync={m}"), "--outer-optimizer=sgd", "--outer-lr=1"]), None).is_ok(), "{m} sgd");
+            let e = merged(&cmd, &argv(&[&format!("--sync={m}"), "--outer-optimizer=sgd", "--outer-momentum=0.5"]), None).unwrap_err();
+            assert!(e.contains("--outer-momentum applies to") && e.contains("--outer-optimizer nesterov"), "{e}");
+        }
+        let e = merged(&cmd, &argv(&["--sync=ssp", "--outer-optimizer=nesterov"]), None).unwrap_err();
+        assert!(e.contains("--outer-optimizer applies to --sync allreduce"), "{e}");
         let e = merged(&cmd, &["x".into(), "--sync=gaia".into(), "--graph=ring".into()], None).unwrap_err();
         assert!(
             e.contains(

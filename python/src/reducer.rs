@@ -187,7 +187,7 @@ impl Reducer {
 
 /// Builds the mode `cfg` names, as the binary does: by the mode's declaration.
 fn build_mode(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Result<(Box<dyn SyncMode>, serde_json::Value)> {
-    (cfg.sync.spec().build)(ctx, &cfg.mode_run(), init)
+    cfg.sync.spec().build_run(ctx, &cfg.mode_run(), init)
 }
 
 /// With `bandwidth_mbps` every edge keeps a mirror of what its receiver holds, starting from the

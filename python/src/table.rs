@@ -140,7 +140,7 @@ impl Table {
         let ctx = agree(&comm, plan.sync_context(&comm, RowLayout::uniform(rows, row_len), 1)).map_err(OptionError::new_err)?;
         // Built by the mode's declaration, as the binary builds it; the table's info keeps what
         // concerns a table (not the parameters per shard).
-        let built = (cfg.sync.spec().build)(&ctx, &cfg.mode_run(), &replica);
+        let built = cfg.sync.spec().build_run(&ctx, &cfg.mode_run(), &replica);
         let (mode, built_info) = agree(&comm, built).map_err(OptionError::new_err)?;
         let info = serde_json::json!({"staleness": built_info["staleness"], "apply": built_info["apply"],
                                       "bosen": built_info.get("bosen").cloned().unwrap_or_default()});

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use mpi::topology::{Communicator, SimpleCommunicator};
 
+use super::groups::OUTER_USES;
 use super::{average_replicas, ring_allreduce_bytes, CommStats, SyncContext, SyncMode};
 use crate::comm::collectives;
 use crate::comm::pace::Pacer;
@@ -127,6 +128,7 @@ fn wall_seconds() -> f64 {
 pub const MODE: super::ModeSpec = super::ModeSpec {
     // Every round averages all replicas: they are equal, and the averaged model stands for them.
     replicas_agree: true,
+    uses: &[OUTER_USES[0], OUTER_USES[1], OUTER_USES[2]],
     // Replicas of counts are summed as deltas, not averaged.
     build_counts: Some(sum_counts),
     ..super::ModeSpec::new(

@@ -7,6 +7,7 @@
 //! budgeted edges, is [`super::gossip`]; the shared groups it reads (`--graph`, `--staleness`,
 //! `--bandwidth-mbps`/`--priority`) are declared in [`super::groups`].
 
+use super::groups::OUTER_USES;
 use super::gossip::edge_budget::EdgeBudgetOptions;
 use super::gossip::{GossipSettings, NotifyMode, StochasticReduce};
 use super::SyncContext;
@@ -53,7 +54,7 @@ impl Default for AsapOptions {
 /// shared groups ([`super::groups`]): `--graph`, `--staleness` (bounds NOTIFY-ACK) and
 /// `--bandwidth-mbps`/`--priority` (budget each edge).
 pub const MODE: super::ModeSpec = super::ModeSpec {
-    uses: &[(&[], &["AsapOptions", "graph_group", "staleness_group", "budget_group"])],
+    uses: &[(&[], &["AsapOptions", "graph_group", "staleness_group", "budget_group"]), OUTER_USES[0], OUTER_USES[1], OUTER_USES[2]],
     paces_sends: |o| o.budget.bandwidth_mbps.is_some(),
     validate: validate_asap,
     resolve: |o| o.staleness.staleness = Some(o.staleness.or(0)),

@@ -58,6 +58,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use mpi::topology::{Color, Communicator, Key, SimpleCommunicator};
 
+use super::groups::OUTER_USES;
 use super::gossip::{GossipSettings, NotifyMode, StochasticReduce};
 use super::groups::GraphOptions;
 use super::codec::significance::Significance;
@@ -1120,7 +1121,7 @@ impl SyncMode for Gaia {
 /// `--graph` (the shared graph group, [`super::groups::GraphOptions`]).
 pub const MODE: super::ModeSpec = super::ModeSpec {
     build_counts: Some(gaia_counts),
-    uses: &[(&[], &["GaiaOptions"]), (&[("gaia_inner", "asap")], &["graph_group"])],
+    uses: &[(&[], &["GaiaOptions"]), (&[("gaia_inner", "asap")], &["graph_group"]), OUTER_USES[0], OUTER_USES[1], OUTER_USES[2]],
     validate: validate_gaia,
     ..super::ModeSpec::new(
         "gaia",

@@ -4,7 +4,9 @@
 //!   `--sync gaia --gaia-inner asap`;
 //! - [`StalenessOptions`] (`--staleness`): ssp's and bosen's clock bound, asap's bounded NOTIFY-ACK;
 //! - [`BudgetOptions`] (`--bandwidth-mbps`, `--priority`): bosen's per-rank budget, asap's per-edge
-//!   one.
+//!   one;
+//! - [`OuterOptions`] (`--outer-optimizer`, `--outer-lr`, `--outer-momentum`): the outer step of
+//!   every mode that averages replicas (allreduce, asap, gaia), [`super::outer`].
 //!
 //! Each group is a flattened field of [`super::ModeOptions`] (the registry's `shared` line), with
 //! the same config-file keys as before they moved here (the checkpoints' run identity hashes the
@@ -132,6 +134,75 @@ fn budget_mbps(s: &str) -> Result<f64, String> {
         Ok(v)
     } else {
         Err(format!("must be a positive number of Mbit/s (at most 1e7), got {s}"))
+    }
+}
+
+/// The outer optimizer of the averaging modes (DiLoCo, NoLoCo; see [`super::outer`]).
+#[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+// Each option in a group of its own (no group of the struct's, which would hold all three and
+// make each apply wherever --outer-optimizer does): see OUTER_USES.
+#[group(skip)]
+#[command(next_help_heading = "Outer optimizer (--sync allreduce, asap, gaia): DiLoCo and NoLoCo")]
+pub struct OuterOptions {
+    /// What a sync does with the average: none (take it, plain local SGD), sgd or nesterov (an
+    /// outer step on the pseudo-gradient, the model at the last sync minus the average: DiLoCo
+    /// under allreduce, NoLoCo under asap, whose average is the neighbourhood's). Raise
+    /// --sync-every with it: the outer step pays off over many local steps (DiLoCo: 500).
+    #[arg(long, value_enum, default_value_t = OuterKind::None, group = "outer_group")]
+    pub outer_optimizer: OuterKind,
+    /// The outer step size (sgd, nesterov); 1 with sgd is plain averaging. DiLoCo's 0.7.
+    #[arg(long, value_name = "LR", default_value_t = 0.7, value_parser = outer_lr, group = "outer_step_group")]
+    pub outer_lr: f64,
+    /// The outer Nesterov momentum (nesterov only). DiLoCo's 0.9.
+    #[arg(long, value_name = "MU", default_value_t = 0.9, value_parser = outer_momentum, group = "outer_momentum_group")]
+    pub outer_momentum: f64,
+}
+
+impl Default for OuterOptions {
+    fn default() -> Self {
+        super::option_defaults()
+    }
+}
+
+/// `--outer-optimizer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OuterKind {
+    /// No outer step: the model after a sync is the average.
+    None,
+    /// x <- x_last - lr * (x_last - average).
+    Sgd,
+    /// Nesterov momentum on the pseudo-gradient (DiLoCo's outer optimizer).
+    Nesterov,
+}
+
+/// The uses of the outer optimizer's options by a mode that averages replicas (its declaration
+/// lists these after its own): `--outer-optimizer` always, `--outer-lr` with sgd and nesterov,
+/// `--outer-momentum` with nesterov.
+pub const OUTER_USES: [super::Uses; 3] = [
+    (&[], &["outer_group"]),
+    (&[("outer_optimizer", "sgd")], &["outer_step_group"]),
+    (&[("outer_optimizer", "nesterov")], &["outer_step_group", "outer_momentum_group"]),
+];
+
+/// `--outer-lr`: finite, in (0, 10].
+fn outer_lr(s: &str) -> Result<f64, String> {
+    let v = crate::values::finite_f64(s)?;
+    if v > 0.0 && v <= 10.0 {
+        Ok(v)
+    } else {
+        Err(format!("must be in (0, 10] (1 with sgd is plain averaging), got {s}"))
+    }
+}
+
+/// `--outer-momentum`: finite, in [0, 1).
+fn outer_momentum(s: &str) -> Result<f64, String> {
+    let v = crate::values::finite_f64(s)?;
+    if (0.0..1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("must be in [0, 1), got {s}"))
     }
 }
 

@@ -29,6 +29,7 @@ pub mod codec;
 pub mod delta_sum;
 pub mod gossip;
 pub mod groups;
+pub mod outer;
 pub mod ps;
 
 // The registry: one line per mode, `Variant: file { field: OptionsType }` (the options part only
@@ -46,7 +47,7 @@ modes! {
     Bosen: bosen { bosen: BosenOptions };
     Gaia: gaia { gaia: GaiaOptions };
     None: independent;
-    @shared { graph: GraphOptions, staleness: StalenessOptions, budget: BudgetOptions }
+    @shared { graph: GraphOptions, staleness: StalenessOptions, budget: BudgetOptions, outer: OuterOptions }
 }
 
 /// Communication counters every mode keeps the same way; the training loop reports them per rank

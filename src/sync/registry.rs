@@ -102,6 +102,17 @@ impl ModeSpec {
     }
 }
 
+impl ModeSpec {
+    /// Builds the mode for a run (collective over `ctx.comm`): the declaration's `build`, under
+    /// the outer optimizer when the run asks for one (`--outer-optimizer`, a shared group that
+    /// only the averaging modes list in `uses`, so other runs never reach here with it).
+    pub fn build_run(&self, ctx: &SyncContext, run: &RunSpec, init: &[f32]) -> Built {
+        let (mode, mut info) = (self.build)(ctx, run, init)?;
+        let mode = super::outer::Outer::wrap(mode, &mut info, &run.opts.outer, init);
+        Ok((mode, info))
+    }
+}
+
 fn never(_: &ModeOptions) -> bool {
     false
 }

@@ -50,7 +50,7 @@ pub const PREEMPTED_EXIT: u8 = 75;
 /// Builds the sync mode chosen by `--sync`, as its declaration says
 /// ([`crate::sync::ModeSpec::build`]). Returns what the metrics' start line records about it.
 fn build_sync(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Result<(Box<dyn SyncMode>, serde_json::Value)> {
-    (cfg.sync.spec().build)(ctx, &cfg.mode_run(), init)
+    cfg.sync.spec().build_run(ctx, &cfg.mode_run(), init)
 }
 
 /// Collectives with a deadline while it lives.

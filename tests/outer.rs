@@ -1,0 +1,99 @@
+//! The outer optimizer (`--outer-optimizer`, DiLoCo and NoLoCo) under real `mpirun`: sgd with step
+//! 1 is the mode without one, model for model; a checkpoint holds the outer state and a resumed
+//! run ends bit-identical to the uninterrupted one, under allreduce (DiLoCo) and asap (NoLoCo);
+//! the options are refused where they do not apply.
+
+mod common;
+use common::*;
+
+fn t10k() -> String {
+    format!("{FASHION}/t10k-images-idx3-ubyte.gz")
+}
+
+fn read_model(p: &std::path::Path) -> Vec<u32> {
+    let v: Vec<f32> = hdf5::File::open(p).unwrap().dataset("params").unwrap().read_raw().unwrap();
+    v.into_iter().map(f32::to_bits).collect()
+}
+
+/// 10,000 examples on 4 ranks, batch 64: 39 steps an epoch, 9 rounds of 4 steps.
+fn base(sync: &[&str]) -> Vec<String> {
+    let common = ["train", "--data", &t10k(), "--epochs", "2", "--batch-size", "64", "--seed", "5", "--sync-every", "4"];
+    common.iter().chain(sync).map(|s| s.to_string()).collect()
+}
+
+fn train(args: &[String], extra: &[&str]) -> Job {
+    let argv: Vec<&str> = args.iter().map(String::as_str).chain(extra.iter().copied()).collect();
+    mpirun(4, &argv, 180)
+}
+
+/// `x = average + (1 - lr) d` with lr 1 and no momentum is the average, so the saved models are
+/// the same bits (NOTIFY-ACK on a ring is deterministic, as allreduce is).
+#[test]
+fn sgd_with_step_one_is_the_mode_without_an_outer_optimizer() {
+    let dir = scratch("outer-sgd-one");
+    for (name, sync) in [("allreduce", &["--sync", "allreduce"][..]), ("asap", &["--sync", "asap", "--graph", "ring"][..])] {
+        let (plain, outer) = (dir.join(format!("{name}-none.h5")), dir.join(format!("{name}-sgd.h5")));
+        train(&base(sync), &["--save-model", s(&plain)]).expect_ok();
+        let m = dir.join(format!("{name}.jsonl"));
+        train(&base(sync), &["--outer-optimizer", "sgd", "--outer-lr", "1", "--save-model", s(&outer), "--metrics", s(&m)]).expect_ok();
+        assert!(read_model(&plain) == read_model(&outer), "{name}: sgd with --outer-lr 1 changed the model");
+        let start = metrics(&m).into_iter().find(|e| e["event"] == "start").expect("a start line");
+        assert_eq!(start["sync_info"]["outer"]["optimizer"], "sgd", "{start}");
+    }
+}
+
+/// The anchor and the velocity are each rank's own state: the checkpoint holds them, and the run
+/// resumed from it ends with the uninterrupted run's model, bit for bit. A nesterov run moves the
+/// model off the plain average (the outer step is not a no-op).
+#[test]
+fn nesterov_resumes_bit_identically_with_its_outer_state() {
+    let dir = scratch("outer-resume");
+    for (name, sync) in [("diloco", &["--sync", "allreduce"][..]), ("noloco", &["--sync", "asap", "--graph", "ring"][..])] {
+        let mut args = base(sync);
+        args.extend(["--outer-optimizer", "nesterov", "--outer-lr", "0.7", "--outer-momentum", "0.9"].map(String::from));
+        let full = dir.join(format!("{name}-full.h5"));
+        train(&args, &["--save-model", s(&full)]).expect_ok();
+        let ck = dir.join(format!("{name}-ck"));
+        train(&args, &["--checkpoint-dir", s(&ck), "--checkpoint-every", "5", "--max-rounds", "10"]).expect_ok();
+        let resumed = dir.join(format!("{name}-resumed.h5"));
+        let job = train(&args, &["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]).expect_ok();
+        assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
+        let name10 = std::fs::read_dir(&ck)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().into_string().unwrap())
+            .find(|n| n.ends_with("-0000000010.h5"))
+            .expect("the checkpoint of round 10");
+        let f = hdf5::File::open(ck.join(name10)).unwrap();
+        for rank in 0..4 {
+            let g = f.group(&format!("sync/rank{rank}")).unwrap();
+            for state in ["outer_anchor", "outer_velocity"] {
+                assert!(g.dataset(state).is_ok(), "{name}: rank {rank}'s checkpoint lacks {state}");
+            }
+        }
+        assert!(read_model(&full) == read_model(&resumed), "{name}: the resumed model differs from the uninterrupted one");
+        let plain = dir.join(format!("{name}-plain.h5"));
+        train(&base(sync), &["--save-model", s(&plain)]).expect_ok();
+        assert!(read_model(&plain) != read_model(&full), "{name}: the outer step changed nothing");
+    }
+}
+
+#[test]
+fn outer_options_are_refused_where_they_do_not_apply() {
+    let data = t10k();
+    let cases: [(&[&str], &str); 4] = [
+        (&["--sync", "ssp", "--outer-optimizer", "nesterov"], "--outer-optimizer applies to --sync allreduce"),
+        (&["--sync", "allreduce", "--outer-optimizer", "sgd", "--outer-momentum", "0.5"], "--outer-momentum applies to"),
+        (&["--sync", "allreduce", "--outer-lr", "0.5"], "--outer-lr applies to"),
+        (&["--sync", "allreduce", "--outer-optimizer", "nesterov", "--outer-momentum", "1"], "--outer-momentum"),
+    ];
+    for (extra, needle) in cases {
+        let mut argv = vec!["train", "--data", &data, "--epochs", "1"];
+        argv.extend(extra);
+        mpirun(2, &argv, 60).expect_failure(&[needle]);
+    }
+    // A corpus in UCI bag-of-words form: documents, words, entries, then "doc word count" lines.
+    let corpus = write(&scratch("outer-lda"), "docword.txt", "4\n3\n4\n1 1 2\n2 2 1\n3 3 4\n4 1 1\n");
+    let lda = ["train", "--model", "lda", "--topics", "2", "--data", &corpus, "--outer-optimizer", "nesterov"];
+    mpirun(2, &lda, 60).expect_failure(&["--model lda sums count deltas"]);
+}
