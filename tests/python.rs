@@ -88,6 +88,13 @@ fn allreduce_average_is_exact() {
 }
 
 #[test]
+fn outer_optimizer_is_plain_averaging_at_step_one_and_textbook_nesterov() {
+    if !skip_under_mpich() {
+        check(4, "outer");
+    }
+}
+
+#[test]
 fn notify_ack_has_no_torn_reads_and_keeps_the_mean() {
     if !skip_under_mpich() {
         check(8, "notify_ack");

@@ -34,6 +34,9 @@ const REDUCER_OPTIONS: &[&str] = &[
     "priority",
     "emulate_bandwidth",
     "emulate_latency",
+    "outer_optimizer",
+    "outer_lr",
+    "outer_momentum",
 ];
 
 thread_local! {
@@ -121,6 +124,9 @@ pub(crate) fn kwargs_to_flags(sync: &str, options: Option<&Bound<'_, PyDict>>) -
     let mut flags = vec!["--sync".to_owned(), sync.to_owned()];
     for (k, v) in options.into_iter().flat_map(|d| d.iter()) {
         let key: String = k.extract()?;
+        // `outer="nesterov"` is `--outer-optimizer nesterov` (the short name reads as the
+        // Reducer's own: `Reducer(x, sync="allreduce", outer="nesterov")`).
+        let key = if key == "outer" { "outer_optimizer".to_owned() } else { key };
         let flag = format!("--{}", key.replace('_', "-"));
         if v.is_none() {
             continue;

@@ -6,7 +6,7 @@
 //! - [`BudgetOptions`] (`--bandwidth-mbps`, `--priority`): bosen's per-rank budget, asap's per-edge
 //!   one;
 //! - [`OuterOptions`] (`--outer-optimizer`, `--outer-lr`, `--outer-momentum`): the outer step of
-//!   every mode that averages replicas (allreduce, asap, gaia), [`super::outer`].
+//!   every mode that averages replicas (allreduce, asap, gaia), applied by sync/outer.rs.
 //!
 //! Each group is a flattened field of [`super::ModeOptions`] (the registry's `shared` line), with
 //! the same config-file keys as before they moved here (the checkpoints' run identity hashes the
@@ -137,7 +137,7 @@ fn budget_mbps(s: &str) -> Result<f64, String> {
     }
 }
 
-/// The outer optimizer of the averaging modes (DiLoCo, NoLoCo; see [`super::outer`]).
+/// The outer optimizer of the averaging modes (DiLoCo, NoLoCo; applied by sync/outer.rs).
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 // Each option in a group of its own (no group of the struct's, which would hold all three and

@@ -297,10 +297,36 @@ def emulated():
     assert np.allclose(t.finish().sum(), 4 * N)
     print("emulated ok rank %d" % RANK, flush=True)
 
+def outer():
+    """outer="sgd" with step 1 is the plain average bit for bit; outer="nesterov" follows the
+    textbook update (torch's SGD with nesterov=True on the pseudo-gradient, in float64) from this
+    rank's own anchor, the params it started from."""
+    x = ints(7, 1000)
+    r = at.Reducer(x.copy(), sync="allreduce", outer="sgd", outer_lr=1)
+    expect = global_sum(x).astype(np.float32) * np.float32(1.0 / N)
+    r.sync(x)
+    assert np.array_equal(x, expect) and r.info["outer"]["optimizer"] == "sgd", r.info
+    r.finish(x)
+    lr, mu = 0.7, 0.9
+    x = ints(8, 1000)
+    anchor, v = x.astype(np.float64), np.zeros(x.size)
+    r = at.Reducer(x.copy(), sync="allreduce", outer="nesterov", outer_lr=lr, outer_momentum=mu)
+    for k in range(4):
+        x += np.float32(3 * k + RANK)  # this round's inner steps
+        avg = global_sum(x) / N
+        r.sync(x)
+        d = anchor - avg
+        v = mu * v + d
+        anchor = anchor - lr * (d + mu * v)
+        assert np.allclose(x, anchor, rtol=1e-5, atol=1e-3), "round %d: max error %g" % (k, np.abs(x - anchor).max())
+    assert r.info["outer"] == {"optimizer": "nesterov", "lr": lr, "momentum": mu}, r.info
+    r.finish(x)
+    print("outer ok rank %d" % RANK, flush=True)
+
 
 CHECKS = {
     f.__name__: f
-    for f in [allreduce_exact, notify_ack, push_sum, staleness, budget, graphs, bad_options, uncaught, wrong_array, table_ssp, table_bosen, emulated]
+    for f in [allreduce_exact, notify_ack, push_sum, staleness, budget, graphs, bad_options, uncaught, wrong_array, table_ssp, table_bosen, emulated, outer]
 }
 
 if __name__ == "__main__":
