@@ -10,6 +10,8 @@
 //! - Sparsifiers ([`Sparsifier`]: which entries of an accumulated update go out, the rest kept as
 //!   the residual): [`significance`], Gaia's filter, and [`topk`], the entries of largest
 //!   magnitude (with its own headerless wire format).
+//! - [`mean`]: the mean over all ranks of a vector, exchanged as int8 or top-k chunks with a
+//!   worker and a server residual (compressed allreduce), the same on every rank.
 //! - [`sparse`]: (index, value) entries of a vector, or the vector dense when that is shorter,
 //!   after a stamp word (gaia's mirror data, forwards and selective barriers).
 //!
@@ -33,6 +35,7 @@
 
 pub mod fp16;
 pub mod int8;
+pub mod mean;
 pub mod rows;
 pub mod significance;
 pub mod single;
