@@ -20,8 +20,8 @@
 //! other chunks' contributions and its own encoded chunk to N - 1 ranks, about 2 (N-1) x the
 //! encoding of n / N values; a ring allreduce of f32 sends 2 (N-1)/N x 4n. So int8 sends
 //! 4 / (1 + 4 / block) fewer, 3.94x at block 256; top-k sends 8 ceil(fraction n / N) bytes a
-//! chunk, 1 / (2 fraction) fewer for large chunks: 50x at top-1 % (the ring's two passes against
-//! our two steps; not 25x). On the default model (MLR, 7,850 values; checked by
+//! chunk, 1 / (2 fraction) fewer for large chunks: 50x at top-1 % (not 1 / (4 fraction): the
+//! ring too sends the model's size twice, in its reduce-scatter and its all-gather). On the default model (MLR, 7,850 values; checked by
 //! `bytes_against_a_ring_allreduce`):
 //!
 //! | ranks | int8 (block 256) | top-1 % |
@@ -32,10 +32,11 @@
 //! **What the residuals conserve**, every call, where v_i is rank i's input, w_i its worker
 //! residual, s the server residuals of all chunks side by side and m the mean returned:
 //! sum_i (v_i + w_i) + N s before == N m + sum_i w_i + N s after, in real numbers. The codecs
-//! keep each step's loss exactly (int8.rs, topk.rs); what is not exact is f32 arithmetic around
-//! them: v + w, the sum of N decoded contributions, its division by N, and the mean plus the
-//! server residual each round once, so the two sides differ by at most (N + 2) 2^-24 M per
-//! value, M the sum of the magnitudes on both sides (the tests check (N + 3) 2^-24 M).
+//! keep each step's loss exactly (int8.rs, topk.rs); what is not exact is the f32 arithmetic
+//! around them: v + w, the sum of the N decoded contributions, its division by N, and the mean
+//! plus the server residual, each rounding by at most u = 2^-24 of its size (the sum N - 1
+//! times), so the two sides differ by at most (N + 2) u M per value, M the sum of the
+//! magnitudes on both sides (the tests allow (N + 3) u M).
 //!
 //! **Non-finite input is refused**: a NaN or infinity on any rank reaches the mean on every rank
 //! (int8 sends its block as NaN, top-k sends it first), and every rank, holding the same vector,
