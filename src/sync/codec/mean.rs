@@ -1,7 +1,10 @@
 //! The mean over all ranks of a vector, exchanged compressed with two-level error feedback (issue
 //! 40, "compressed exchange with error feedback"; the compressed allreduce of 1-bit Adam, Tang et
-//! al. 2021, §4): the vector is cut into N contiguous chunks, chunk j (`j n / N .. (j+1) n / N`,
-//! empty when n < N) owned by rank j.
+//! al. 2021, §4): the vector is cut into N contiguous chunks, chunk j (`j n / N .. (j+1) n / N`)
+//! owned by rank j. A vector shorter than N is refused: a rank with an empty chunk would receive
+//! nothing in step 1, and Open MPI 4.1 takes the empty buffer's pointer (Rust's dangling 0x1) for
+//! `MPI_IN_PLACE` (`(void *) 1`) and fails the all-to-all with MPI_ERR_ARG (measured under
+//! mpirun, 2 ranks, 1 value).
 //!
 //! 1. All-to-all: rank i encodes its chunk j plus its worker residual's chunk j, keeps what that
 //!    lost in the worker residual, and sends it to rank j (its own chunk to itself).
@@ -146,7 +149,10 @@ impl CompressedMean {
     /// Rank `rank`'s side of a mean over `ranks` ranks.
     fn for_rank(compression: Compression, n: usize, ranks: usize, rank: usize) -> anyhow::Result<Self> {
         compression.check()?;
-        anyhow::ensure!(n > 0, "a compressed mean of an empty vector: the model has no parameters");
+        anyhow::ensure!(
+            n >= ranks,
+            "a compressed mean of {n} values over {ranks} ranks: every rank owns a chunk of at least one value; use fewer ranks or no compression"
+        );
         let bounds: Vec<usize> = (0..=ranks).map(|j| j * n / ranks).collect();
         let all: usize = bounds.windows(2).map(|c| compression.encoded_len(c[1] - c[0])).sum();
         anyhow::ensure!(all <= i32::MAX as usize, "a compressed mean of {n} values gathers {all} bytes, more than one MPI count addresses");
@@ -303,8 +309,8 @@ mod tests {
         ExchangeBytes { sent: each_way, received: each_way }
     }
 
-    /// Over several calls, for both compressions, N from 1 to 7 (dividing n or not, above and
-    /// below n): every rank gets the same vector, bit for bit; the bytes are the encoded sizes;
+    /// Over several calls, for both compressions, N from 1 to 7 (dividing n or not, up to n):
+    /// every rank gets the same vector, bit for bit; the bytes are the encoded sizes;
     /// and the residuals conserve the mass (the file's doc, with its tolerance).
     #[test]
     fn every_rank_gets_the_same_mean_and_no_mass_is_lost() {
@@ -315,7 +321,7 @@ mod tests {
             Compression::TopK { fraction: 0.1 },
             Compression::TopK { fraction: 0.7 },
         ] {
-            for (n, ranks) in [(1, 1), (50, 1), (60, 3), (61, 4), (3, 5), (1, 2), (700, 7)] {
+            for (n, ranks) in [(1, 1), (50, 1), (60, 3), (61, 4), (5, 5), (6, 5), (2, 2), (700, 7)] {
                 let mut states: Vec<CompressedMean> = (0..ranks).map(|r| CompressedMean::for_rank(c, n, ranks, r).unwrap()).collect();
                 for call in 0..5 {
                     let inputs: Vec<Vec<f32>> =
@@ -367,8 +373,8 @@ mod tests {
     }
 
     /// A resume: the residuals of a checkpoint put into a fresh side give the same means after;
-    /// residuals of another length are refused with the reason; so are bad options and an
-    /// empty vector.
+    /// residuals of another length are refused with the reason; so are bad options and a
+    /// vector shorter than the number of ranks.
     #[test]
     fn residuals_restore_bit_identically_and_are_length_checked() {
         let c = Compression::TopK { fraction: 0.05 };
@@ -391,7 +397,9 @@ mod tests {
         for fraction in [0.0, 1.5, f64::NAN] {
             assert!(CompressedMean::for_rank(Compression::TopK { fraction }, n, 2, 0).is_err(), "{fraction}");
         }
-        assert!(CompressedMean::for_rank(c, 0, 2, 0).is_err());
+        assert!(CompressedMean::for_rank(c, 0, 1, 0).is_err());
+        let e = CompressedMean::for_rank(c, 3, 4, 0).unwrap_err().to_string();
+        assert!(e.contains("3 values over 4 ranks: every rank owns a chunk"), "{e}");
     }
 
     /// A non-finite input on one rank reaches every rank's mean, and every rank refuses it.
