@@ -5,9 +5,13 @@
 //!   parameter servers (ssp, bosen, async) push updates and answer reads; its values go through a
 //!   value codec.
 //! - Value codecs ([`ValueCodec`]: every value of a run carried): [`single`] (IEEE binary32,
-//!   exact) and [`fp16`] (binary16, nearest with ties to even, saturating; Bösen's `--fp16`).
+//!   exact), [`fp16`] (binary16, nearest with ties to even, saturating; Bösen's `--fp16`) and
+//!   [`int8`] (8 bits a value and an f32 scale per block, 3.94x fewer bytes than single).
 //! - Sparsifiers ([`Sparsifier`]: which entries of an accumulated update go out, the rest kept as
-//!   the residual): [`significance`], Gaia's filter.
+//!   the residual): [`significance`], Gaia's filter, and [`topk`], the entries of largest
+//!   magnitude (with its own headerless wire format).
+//! - [`mean`]: the mean over all ranks of a vector, exchanged as int8 or top-k chunks with a
+//!   worker and a server residual (compressed allreduce), the same on every rank.
 //! - [`sparse`]: (index, value) entries of a vector, or the vector dense when that is shorter,
 //!   after a stamp word (gaia's mirror data, forwards and selective barriers).
 //!
@@ -21,18 +25,22 @@
 //! (its 8-byte count would spend 4 more bytes of each budgeted message, changing which rows fit).
 //!
 //! A new codec plugs in as one more file here:
-//! - a lossy encoding of every value (int8 with a per-block scale) implements [`ValueCodec`]:
+//! - a lossy encoding of every value (as [`int8`]) implements [`ValueCodec`]:
 //!   `encoded_len(n)`, `encode` with an optional residual for error feedback (the error left by
 //!   the previous send is added in, and what this send loses is left in it for the next), and
 //!   `decode`; [`rows`] or a mode's dense exchange then takes it where it now takes [`fp16`];
-//! - a choice of entries (top-k) implements [`Sparsifier`] over the accumulated update, whose
-//!   unsent entries are the residual, and sends what it chose as a [`sparse`] message.
+//! - a choice of entries (as [`topk`]) implements [`Sparsifier`] over the accumulated update,
+//!   whose unsent entries are the residual, and sends what it chose as a [`sparse`] message (or
+//!   in a format of its own where, as in [`topk`], the header would cost more than it says).
 
 pub mod fp16;
+pub mod int8;
+pub mod mean;
 pub mod rows;
 pub mod significance;
 pub mod single;
 pub mod sparse;
+pub mod topk;
 
 /// An encoding of a run of f32 values that carries every value, exactly or rounded.
 pub trait ValueCodec {
