@@ -549,6 +549,10 @@ impl TrainConfig {
             self.model != ModelKind::Lda || self.modes.outer.outer_optimizer == crate::sync::groups::OuterKind::None,
             "--outer-optimizer steps on averaged models; --model lda sums count deltas exactly: run it without --outer-optimizer"
         );
+        anyhow::ensure!(
+            self.model != ModelKind::Lda || self.modes.compress.compression().is_none(),
+            "--compress rounds what is averaged; --model lda sums count deltas exactly: run it without --compress"
+        );
         (spec.validate)(&self.mode_run())
     }
 
@@ -958,6 +962,7 @@ mod tests {
             ("classes_group", "model", &["mlr", "mlp"]),
             ("LdaOptions", "model", &["lda"]),
             ("outer_group", "sync", &["allreduce", "asap", "gaia"]),
+            ("compress_group", "sync", &["allreduce"]),
             // Only with --outer-optimizer sgd or nesterov (checked below): refused at its default.
             ("outer_step_group", "sync", &[]),
             ("outer_momentum_group", "sync", &[]),

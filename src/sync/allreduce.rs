@@ -1,13 +1,20 @@
 //! `--sync allreduce`: BSP model averaging with `MPI_Allreduce` (what Horovod-style data
 //! parallelism does with models instead of gradients). The baseline every other mode is measured
 //! against.
+//!
+//! With `--compress int8|topk:F` a sync averages each rank's change since the last sync instead
+//! of its model, exchanged compressed with error feedback ([`super::codec::mean`]: an all-to-all
+//! of encoded chunks, then an all-gather of each chunk's encoded mean): the model is the last
+//! sync's minus the decoded mean change, the same bits on every rank, so the replicas still
+//! agree. Its state (that model and both residuals) goes into checkpoints.
 
 use std::time::{Duration, Instant};
 
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::groups::OUTER_USES;
-use super::{average_replicas, ring_allreduce_bytes, CommStats, SyncContext, SyncMode};
+use super::codec::mean::{Compression, CompressedMean};
+use super::{average_replicas, ring_allreduce_bytes, CommStats, ModeState, SyncContext, SyncMode};
 use crate::comm::collectives;
 use crate::comm::pace::Pacer;
 
@@ -24,15 +31,60 @@ pub struct ModelAverage {
     ring: Option<(f64, Duration)>,
     /// Rounds whose real all-reduce took longer than the emulated one.
     link_overruns: u64,
+    /// `--compress`: the exchange of changes, and the model of the last sync they start from.
+    compressed: Option<CompressedChanges>,
 }
+
+/// `--compress`'s state: the model every rank held after the last sync, and the compressed mean
+/// with its residuals.
+struct CompressedChanges {
+    mean: CompressedMean,
+    last: Vec<f32>,
+    change: Vec<f32>,
+}
+
+/// The names of the compressed exchange's state in a checkpoint's mode state.
+const LAST: &str = "compress_last_sync";
+const WORKER: &str = "compress_worker_residual";
+const SERVER: &str = "compress_server_residual";
 
 impl ModelAverage {
     /// Uses a private duplicate of the communicator so its traffic never mixes with other
     /// collectives.
-    pub fn new(ctx: &SyncContext) -> Self {
+    /// With `compression`, the syncs exchange compressed changes from `init`, the model every
+    /// rank starts from.
+    pub fn new(ctx: &SyncContext, compression: Option<Compression>, init: &[f32]) -> anyhow::Result<Self> {
         let ring = ctx.links.as_ref().map(|l| l.slowest());
         let pacer = if ring.is_some() { None } else { ctx.pacer(None) };
-        ModelAverage { comm: ctx.comm.duplicate(), scratch: Vec::new(), stats: CommStats::default(), pacer, ring, link_overruns: 0 }
+        let comm = ctx.comm.duplicate();
+        let compressed = match compression {
+            None => None,
+            Some(c) => Some(CompressedChanges { mean: CompressedMean::new(c, init.len(), &comm)?, last: init.to_vec(), change: Vec::new() }),
+        };
+        Ok(ModelAverage { comm, scratch: Vec::new(), stats: CommStats::default(), pacer, ring, link_overruns: 0, compressed })
+    }
+
+    /// Replaces `params` by the average, exactly (MPI_Allreduce) or from compressed changes;
+    /// returns the bytes this rank sent and received.
+    fn average(&mut self, params: &mut [f32]) -> anyhow::Result<(u64, u64)> {
+        let Some(c) = &mut self.compressed else {
+            collectives::sum_f32(&self.comm, params, &mut self.scratch);
+            let inv = 1.0 / self.comm.size() as f32;
+            params.iter_mut().for_each(|w| *w *= inv);
+            // MPI does not tell us what it sent; a bandwidth-optimal (ring) allreduce moves
+            // 2 (N-1)/N of the vector out of and into every rank, which we report.
+            let bytes = ring_allreduce_bytes(self.comm.size() as usize, params.len());
+            return Ok((bytes, bytes));
+        };
+        anyhow::ensure!(params.len() == c.last.len(), "allreduce got {} parameters, set up for {}", params.len(), c.last.len());
+        c.change.clear();
+        c.change.extend(c.last.iter().zip(params.iter()).map(|(l, x)| l - x));
+        let bytes = c.mean.mean(&self.comm, &mut c.change)?;
+        for ((x, l), d) in params.iter_mut().zip(&mut c.last).zip(&c.change) {
+            *x = *l - d;
+            *l = *x;
+        }
+        Ok((bytes.sent, bytes.received))
     }
 
     /// Emulated time of one all-reduce of `bytes` per rank over the slowest link, with the
@@ -63,13 +115,8 @@ impl SyncMode for ModelAverage {
             collectives::max_f64(&self.comm, &mut latest);
             latest[0]
         });
-        collectives::sum_f32(&self.comm, params, &mut self.scratch);
-        let inv = 1.0 / self.comm.size() as f32;
-        params.iter_mut().for_each(|w| *w *= inv);
+        let (bytes, received) = self.average(params)?;
         self.stats.comm_seconds += t.elapsed().as_secs_f64();
-        // MPI does not tell us what it sent; a bandwidth-optimal (ring) allreduce moves
-        // 2 (N-1)/N of the vector out of and into every rank, which we report.
-        let bytes = ring_allreduce_bytes(self.comm.size() as usize, params.len());
         if let (Some((rate, latency)), Some(entered)) = (self.ring, entered) {
             let end = entered + self.emulated_seconds(bytes, rate, latency);
             let left = end - wall_seconds();
@@ -90,7 +137,7 @@ impl SyncMode for ModelAverage {
             self.stats.comm_seconds += t.elapsed().as_secs_f64();
         }
         self.stats.bytes_sent += bytes;
-        self.stats.bytes_received += bytes;
+        self.stats.bytes_received += received;
         self.stats.rounds += 1;
         Ok(())
     }
@@ -104,6 +151,28 @@ impl SyncMode for ModelAverage {
 
     fn stats(&self) -> &CommStats {
         &self.stats
+    }
+
+    fn save_state(&self) -> ModeState {
+        let Some(c) = &self.compressed else { return Vec::new() };
+        let (worker, server) = c.mean.residuals();
+        let f64s = |v: &[f32]| v.iter().map(|&x| x as f64).collect();
+        vec![(LAST.to_owned(), f64s(&c.last)), (WORKER.to_owned(), f64s(worker)), (SERVER.to_owned(), f64s(server))]
+    }
+
+    fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
+        let Some(c) = &mut self.compressed else {
+            anyhow::ensure!(state.is_empty(), "the checkpoint holds sync-mode state that allreduce without --compress does not use");
+            return Ok(());
+        };
+        let take = |name: &str| -> anyhow::Result<Vec<f32>> {
+            let (_, v) = state.iter().find(|(n, _)| n == name).ok_or_else(|| anyhow::anyhow!("the checkpoint lacks {name} (--compress's state)"))?;
+            Ok(v.iter().map(|&x| x as f32).collect())
+        };
+        let (last, worker, server) = (take(LAST)?, take(WORKER)?, take(SERVER)?);
+        anyhow::ensure!(last.len() == c.last.len(), "the checkpoint's {LAST} holds {} values, the model {}", last.len(), c.last.len());
+        c.last = last;
+        c.mean.restore(worker, server)
     }
 
     fn send_log(&self) -> Vec<(f64, u64)> {
@@ -128,15 +197,24 @@ fn wall_seconds() -> f64 {
 pub const MODE: super::ModeSpec = super::ModeSpec {
     // Every round averages all replicas: they are equal, and the averaged model stands for them.
     replicas_agree: true,
-    uses: &[OUTER_USES[0], OUTER_USES[1], OUTER_USES[2]],
+    uses: &[(&[], &["compress_group"]), OUTER_USES[0], OUTER_USES[1], OUTER_USES[2]],
     // Replicas of counts are summed as deltas, not averaged.
     build_counts: Some(sum_counts),
     ..super::ModeSpec::new(
         "allreduce",
         "BSP model averaging with MPI_Allreduce every --sync-every mini-batches (the baseline)",
-        |ctx, _, _| Ok((Box::new(ModelAverage::new(ctx)), serde_json::Value::Null)),
+        build_allreduce,
     )
 };
+
+fn build_allreduce(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> super::Built {
+    let compression = run.opts.compress.compression();
+    let info = match compression {
+        None => serde_json::Value::Null,
+        Some(_) => serde_json::json!({"compress": run.opts.compress.compress}),
+    };
+    Ok((Box::new(ModelAverage::new(ctx, compression, init)?), info))
+}
 
 fn sum_counts(ctx: &SyncContext, _: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
     Ok(Box::new(super::delta_sum::DeltaSum::new(ctx, init)))

@@ -6,7 +6,9 @@
 //! - [`BudgetOptions`] (`--bandwidth-mbps`, `--priority`): bosen's per-rank budget, asap's per-edge
 //!   one;
 //! - [`OuterOptions`] (`--outer-optimizer`, `--outer-lr`, `--outer-momentum`): the outer step of
-//!   every mode that averages replicas (allreduce, asap, gaia), applied by sync/outer.rs.
+//!   every mode that averages replicas (allreduce, asap, gaia), applied by sync/outer.rs;
+//! - [`CompressOptions`] (`--compress`): what allreduce's syncs send, int8 or top-k with error
+//!   feedback ([`super::codec::mean`]).
 //!
 //! Each group is a flattened field of [`super::ModeOptions`] (the registry's `shared` line), with
 //! the same config-file keys as before they moved here (the checkpoints' run identity hashes the
@@ -15,6 +17,8 @@
 //! options, naming the runs they apply to. Each mode resolves its own default of a shared option
 //! (`--staleness`: 3 for ssp and bosen, 0 for asap) in its declaration's `resolve`.
 
+use super::codec::int8::DEFAULT_BLOCK;
+use super::codec::mean::Compression;
 use super::ps::managed::Priority;
 
 /// The gossip graph.
@@ -204,6 +208,56 @@ fn outer_momentum(s: &str) -> Result<f64, String> {
     } else {
         Err(format!("must be in [0, 1), got {s}"))
     }
+}
+
+/// What a sync of an averaging mode sends (see [`super::codec::mean`]).
+#[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+#[group(id = "compress_group")]
+#[command(next_help_heading = "Compressed exchange (--sync allreduce)")]
+pub struct CompressOptions {
+    /// What each sync exchanges: none (the model, f32, by MPI_Allreduce), int8 or int8:BLOCK
+    /// (each rank's change since the last sync, 8 bits a value and a scale per BLOCK values,
+    /// default 256: 3.94x fewer bytes) or topk:FRACTION (that fraction of the change's largest
+    /// entries, e.g. topk:0.01: about 1 / (2 FRACTION) fewer bytes). What a send leaves out
+    /// stays in a per-rank residual and goes out with later syncs (error feedback); the ranks
+    /// still end each sync with the same model.
+    #[arg(long, value_name = "CODEC", default_value = "none", value_parser = compress_spec)]
+    pub compress: String,
+}
+
+impl Default for CompressOptions {
+    fn default() -> Self {
+        super::option_defaults()
+    }
+}
+
+impl CompressOptions {
+    /// The compression asked for; None: the exchange is not compressed.
+    pub fn compression(&self) -> Option<Compression> {
+        parse_compress(&self.compress).expect("--compress is checked where it is parsed")
+    }
+}
+
+/// `--compress`: none, int8, int8:BLOCK or topk:FRACTION.
+fn parse_compress(s: &str) -> Result<Option<Compression>, String> {
+    let bad = || {
+        format!("--compress takes none, int8, int8:BLOCK (values per scale, >= 1) or topk:FRACTION (in (0, 1], e.g. topk:0.01), got {s:?}")
+    };
+    match s.split_once(':') {
+        None if s == "none" => Ok(None),
+        None if s == "int8" => Ok(Some(Compression::Int8 { block: DEFAULT_BLOCK })),
+        Some(("int8", b)) => b.parse().ok().filter(|&b: &usize| b >= 1).map(|block| Some(Compression::Int8 { block })).ok_or_else(bad),
+        Some(("topk", f)) => {
+            f.parse().ok().filter(|f: &f64| *f > 0.0 && *f <= 1.0).map(|fraction| Some(Compression::TopK { fraction })).ok_or_else(bad)
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// The value parser of `--compress`: checks it, keeps the text (the config key's value).
+fn compress_spec(s: &str) -> Result<String, String> {
+    parse_compress(s).map(|_| s.to_owned())
 }
 
 #[cfg(test)]

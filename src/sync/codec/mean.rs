@@ -273,6 +273,7 @@ impl CompressedMean {
     }
 }
 
+// Over MPI, through `--sync allreduce --compress`: tests/compress.rs (encoded bytes, resumes).
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,29 +419,6 @@ mod tests {
                 let e = s.assemble(&gathered, &mut inputs[r].clone()).unwrap_err().to_string();
                 assert!(e.contains(&format!("is NaN at value {first}:")) && e.contains("diverged"), "{c:?}, rank {r}: {e}");
             }
-        }
-    }
-
-    /// The collectives themselves, in the one-rank world a unit test has (`mpi::initialize`
-    /// once per process: the only unit test of the library that starts MPI): the mean of one
-    /// rank is its vector through the codec twice, no bytes move, and a vector of another
-    /// length is refused.
-    #[test]
-    fn the_mean_runs_over_mpi_in_a_one_rank_world() {
-        let universe = mpi::initialize().expect("MPI is initialised once per test process, by this test only");
-        let world = universe.world();
-        let n = 1000;
-        let mut rng = Rng::new(2);
-        let input: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
-        for c in [Compression::Int8 { block: 256 }, Compression::TopK { fraction: 0.01 }] {
-            let mut mpi_side = CompressedMean::new(c, n, &world).unwrap();
-            let mut by_hand = CompressedMean::for_rank(c, n, 1, 0).unwrap();
-            for _ in 0..3 {
-                let mut v = input.clone();
-                assert_eq!(mpi_side.mean(&world, &mut v).unwrap(), ExchangeBytes::default());
-                assert_eq!(v, simulate(std::slice::from_mut(&mut by_hand), std::slice::from_ref(&input))[0].0);
-            }
-            assert!(mpi_side.mean(&world, &mut [0.0; 3]).unwrap_err().to_string().contains("made for 1000 values, given 3"));
         }
     }
 }
