@@ -27,11 +27,17 @@ fn train(args: &[String], extra: &[&str]) -> Job {
 }
 
 /// `x = average + (1 - lr) d` with lr 1 and no momentum is the average, so the saved models are
-/// the same bits (NOTIFY-ACK on a ring is deterministic, as allreduce is).
+/// the same bits (NOTIFY-ACK on a ring is deterministic, as allreduce is, and gaia whose two
+/// groups meet every clock).
 #[test]
 fn sgd_with_step_one_is_the_mode_without_an_outer_optimizer() {
     let dir = scratch("outer-sgd-one");
-    for (name, sync) in [("allreduce", &["--sync", "allreduce"][..]), ("asap", &["--sync", "asap", "--graph", "ring"][..])] {
+    let modes = [
+        ("allreduce", &["--sync", "allreduce"][..]),
+        ("asap", &["--sync", "asap", "--graph", "ring"][..]),
+        ("gaia", &["--sync", "gaia", "--groups", "2", "--dc-staleness", "0"][..]),
+    ];
+    for (name, sync) in modes {
         let (plain, outer) = (dir.join(format!("{name}-none.h5")), dir.join(format!("{name}-sgd.h5")));
         train(&base(sync), &["--save-model", s(&plain)]).expect_ok();
         let m = dir.join(format!("{name}.jsonl"));

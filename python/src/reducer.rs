@@ -37,6 +37,7 @@ const REDUCER_OPTIONS: &[&str] = &[
     "outer_optimizer",
     "outer_lr",
     "outer_momentum",
+    "compress",
 ];
 
 thread_local! {
