@@ -55,7 +55,7 @@ BIN="$dir/asap-train"
 [ -x "$BIN" ] || cp "$BIN_SRC" "$BIN"
 WORKLOAD=(--model mlp --hidden 256 --partition by-label:2 --epochs 10 --eval-every 100000)
 echo "load before: $(uptime)"
-echo "binary: $BIN_SRC copied to $BIN ($(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "binary: $BIN_SRC copied to $BIN (worktree at $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'); the copy is kept from the first call into DIR)"
 
 method_args() { # method_args METHOD: the sync options of one method
     case "$1" in
