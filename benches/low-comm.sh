@@ -14,6 +14,7 @@
 #               neighbourhood's average)
 #   noloco-hypercube  the same on --graph hypercube (undirected: on auto's directed root expander
 #               the outer Nesterov step makes the replicas drift apart, benches/low-comm.md)
+#   noloco-onepeer  the same on --graph one-peer-exponential (one peer a round, NoLoCo's setting)
 #   gossip      --sync asap, no outer optimizer (tuned gossip)
 # Workload: Fashion-MNIST, --model mlp --hidden 256, --partition by-label:2 (each rank holds 2
 # classes), 10 epochs, batch 32, the default step schedule (decay 0.8 per epoch at 8 ranks).
@@ -64,6 +65,7 @@ method_args() { # method_args METHOD: the sync options of one method
         diloco-lr1) echo "--sync allreduce --outer-optimizer nesterov --outer-lr 1.0" ;;
         noloco) echo "--sync asap --outer-optimizer nesterov" ;;
         noloco-hypercube) echo "--sync asap --graph hypercube --outer-optimizer nesterov" ;;
+        noloco-onepeer) echo "--sync asap --graph one-peer-exponential --outer-optimizer nesterov" ;;
         gossip) echo "--sync asap" ;;
         *) echo "unknown method $1 (see the head of benches/low-comm.sh)" >&2; exit 2 ;;
     esac

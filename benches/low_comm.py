@@ -24,9 +24,10 @@ METHODS = [
     ("diloco-lr1", "DiLoCo, outer lr 1.0"),
     ("noloco", "NoLoCo (asap + nesterov 0.7/0.9)"),
     ("noloco-hypercube", "NoLoCo on --graph hypercube"),
+    ("noloco-onepeer", "NoLoCo on --graph one-peer-exponential"),
     ("gossip", "gossip (asap, no outer)"),
 ]
-TARGETS = {"diloco", "diloco-lr1", "noloco", "noloco-hypercube"}  # the outer-optimizer rows the targets judge
+TARGETS = {"diloco", "diloco-lr1", "noloco", "noloco-hypercube", "noloco-onepeer"}  # the outer-optimizer rows the targets judge
 NAME = re.compile(r"n(\d+)-(.+)-k(\d+)-s(\d+)$")
 
 
