@@ -152,7 +152,10 @@ pub struct OuterOptions {
     /// What a sync does with the average: none (take it, plain local SGD), sgd or nesterov (an
     /// outer step on the pseudo-gradient, the model at the last sync minus the average: DiLoCo
     /// under allreduce, NoLoCo under asap, whose average is the neighbourhood's). Raise
-    /// --sync-every with it: the outer step pays off over many local steps (DiLoCo: 500).
+    /// --sync-every with it: the outer step pays off over many local steps (DiLoCo: 500). NoLoCo
+    /// wants --graph one-peer-exponential (one peer a round) or an undirected graph: on a
+    /// directed one (auto's root expander, ring) momentum 0.9 made the replicas drift apart
+    /// (docs/low-communication.md).
     #[arg(long, value_enum, default_value_t = OuterKind::None, group = "outer_group")]
     pub outer_optimizer: OuterKind,
     /// The outer step size (sgd, nesterov); 1 with sgd is plain averaging. DiLoCo's 0.7.
