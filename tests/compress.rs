@@ -91,13 +91,8 @@ fn a_resume_is_bit_identical_with_the_residuals() {
         let resumed = dir.join(format!("{name}-resumed.h5"));
         let job = train(&args, &["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]).expect_ok();
         assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
-        let name10 = std::fs::read_dir(&ck)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().into_string().unwrap())
-            .find(|n| n.ends_with("-0000000010.h5"))
-            .expect("the checkpoint of round 10");
-        let f = hdf5::File::open(ck.join(name10)).unwrap();
+        let round10 = checkpoint_of_round(&ck, 10);
+        let f = hdf5::File::open(round10).unwrap();
         let g = f.group("sync/rank1").unwrap();
         for state in ["compress_last_sync", "compress_worker_residual", "compress_server_residual"] {
             assert!(g.dataset(state).is_ok(), "{name}: the checkpoint lacks {state}");

@@ -64,13 +64,8 @@ fn nesterov_resumes_bit_identically_with_its_outer_state() {
         let resumed = dir.join(format!("{name}-resumed.h5"));
         let job = train(&args, &["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]).expect_ok();
         assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
-        let name10 = std::fs::read_dir(&ck)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().into_string().unwrap())
-            .find(|n| n.ends_with("-0000000010.h5"))
-            .expect("the checkpoint of round 10");
-        let f = hdf5::File::open(ck.join(name10)).unwrap();
+        let round10 = checkpoint_of_round(&ck, 10);
+        let f = hdf5::File::open(round10).unwrap();
         for rank in 0..4 {
             let g = f.group(&format!("sync/rank{rank}")).unwrap();
             for state in ["outer_anchor", "outer_velocity"] {

@@ -296,3 +296,14 @@ pub fn settled_count(count: impl Fn() -> usize) -> usize {
 /// schedule seen and is still 50 above a model that did not train. How well a mode trains is
 /// measured by deterministic runs (allreduce, NOTIFY-ACK) and by `make report`.
 pub const TRAINED: f64 = 0.6;
+
+/// The checkpoint file of `round` in `dir` (checkpoint names end in the zero-padded round).
+pub fn checkpoint_of_round(dir: &Path, round: u64) -> PathBuf {
+    let suffix = format!("-{round:010}.h5");
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(&suffix))
+        .unwrap_or_else(|| panic!("no checkpoint of round {round} in {}", dir.display()))
+}
