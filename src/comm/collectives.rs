@@ -271,7 +271,10 @@ pub fn all_to_all_bytes(comm: &SimpleCommunicator, out: &[Vec<u8>]) -> anyhow::R
     }
     let recv_total: i64 = recv_counts.iter().map(|&c| c as i64).sum();
     anyhow::ensure!(recv_total <= i32::MAX as i64, "an all-to-all receiving more than 2 GiB on one rank: use more ranks");
-    let send: Vec<u8> = out.concat();
+    // Capacity at least 1: an empty Vec's pointer is dangling (0x1 for bytes), and 0x1 is Open
+    // MPI's MPI_IN_PLACE, so a rank with nothing to send would have its receive buffer sent.
+    let mut send: Vec<u8> = Vec::with_capacity(total.max(1));
+    out.iter().for_each(|b| send.extend_from_slice(b));
     let mut recv = vec![0u8; recv_total as usize];
     {
         let (sd, rd) = (displacements(&send_counts), displacements(&recv_counts));
@@ -312,6 +315,10 @@ pub fn all_gather_varcount<T: Equivalence + Default + Clone>(comm: &SimpleCommun
     debug_assert_eq!(counts[comm.rank() as usize] as usize, v.len());
     let mut all = vec![T::default(); counts.iter().map(|&c| c as usize).sum()];
     let displs = displacements(counts);
+    // An empty slice's pointer is dangling, and for a 1-byte `T` it is 0x1, Open MPI's
+    // MPI_IN_PLACE: send from a real (empty) allocation instead.
+    let allocated: Vec<T> = Vec::with_capacity(1);
+    let v = if v.is_empty() { &allocated[..] } else { v };
     {
         let mut part = PartitionMut::new(&mut all[..], counts, &displs[..]);
         if deadline::armed() {
