@@ -16,7 +16,17 @@
 # per row give the median and the range. A row whose runs were not all valid (more than 1 % of steps broken or
 # 1 % drift on some rank, docs/emulation.md) is marked INVALID and is not a result.
 #
-# Environment (defaults in brackets): ONLY (a regex: only the rows whose name matches), REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10],
+#   benches/emulated-cluster.sh lan         8 ranks, clusters/1gbe.toml, MLP 784-1024-10, batch 256:
+#                                           DiLoCo and NoLoCo against tuned allreduce (issue 40)
+#   benches/emulated-cluster.sh wan         the same on clusters/wan-2dc.toml (100 Mbit/s, 50 ms)
+#
+# Tuned baselines (issue 40): INTERVALS="1 4 16 64" runs every row at each --sync-every K (rows
+# "NAME, k K"), and the table adds, per variant, its best valid interval by time to target, with
+# the ratio to the best tuned allreduce without an outer optimizer and to the best tuned
+# allreduce of any kind (DiLoCo included). Both sides get the same grid. INTERVALS="1" (the
+# default) runs each row once at every step, as before.
+#
+# Environment (defaults in brackets): ONLY (a regex: only the rows whose name matches), REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10], INTERVALS [1],
 # MODEL (compute/even/production) [mlr], DILATION (links [8], links32 [24]), NP (production) [32],
 # OUT (a directory of an earlier run of the same table whose rows are reused in the printed
 # table), BIN [target/release/asap-train]; NICE [-20]: the ranks' priority (a benchmark beside other jobs
@@ -71,6 +81,25 @@ links)
         "asap notify-ack|--sync asap"
         "asap deadline|--sync asap --notify deadline"
         "asap deadline exponential|--sync asap --notify deadline --graph exponential"
+        "allreduce diloco|--sync allreduce --outer-optimizer nesterov"
+        "asap noloco|--sync asap --graph one-peer-exponential --outer-optimizer nesterov"
+    )
+    ;;
+lan | wan)
+    # 8 ranks of one core each, the 3.3 MB MLP; lan: 1 GbE, 50 us (bandwidth-bound: a ring
+    # allreduce moves 2 x 7/8 x 3.3 MB in 46 ms against a 24 ms step); wan: every link 100
+    # Mbit/s and 50 ms one way, the two data centres' link for every pair (latency- and
+    # bandwidth-bound: 460 ms a ring round).
+    NP=8; EPOCHS=${EPOCHS:-10}; TARGET=${TARGET:-0.80}; DILATION=${DILATION:-8}
+    [ "$WHAT" = lan ] && profile=clusters/1gbe.toml || profile=clusters/wan-2dc.toml
+    common=(--cluster "$profile" --dilation "$DILATION" --model mlp --hidden 1024 --batch-size 256 --lr 0.3)
+    slow=(); bal=()
+    variants=(
+        "allreduce|--sync allreduce"
+        "allreduce diloco|--sync allreduce --outer-optimizer nesterov"
+        "asap notify-ack|--sync asap"
+        "asap deadline|--sync asap --notify deadline"
+        "asap noloco|--sync asap --graph one-peer-exponential --outer-optimizer nesterov"
     )
     ;;
 links32)
@@ -103,12 +132,19 @@ production)
         "asap complete --balance|--sync asap --graph complete --balance"
     )
     ;;
-*) echo "usage: $0 compute|even|links|links32|production" >&2; exit 2 ;;
+*) echo "usage: $0 compute|even|links|links32|production|lan|wan" >&2; exit 2 ;;
 esac
 
 echo "# $WHAT: $NP ranks, partition $PARTITION, target $TARGET (worst rank's own model), $REPS runs per row"
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg), binary $BIN"
+INTERVALS=${INTERVALS:-1}
+grid=()   # "NAME|ARGS" per row: each variant at each interval
 for v in "${variants[@]}"; do
+    for k in $INTERVALS; do
+        if [ "$INTERVALS" = 1 ]; then grid+=("$v"); else grid+=("${v%%|*}, k $k|${v#*|} --sync-every $k"); fi
+    done
+done
+for v in "${grid[@]}"; do
     name=${v%%|*}; args=${v#*|}
     rows+=("$name")
     if [ -n "${ONLY:-}" ] && [[ ! $name =~ $ONLY ]]; then continue; fi

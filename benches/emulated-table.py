@@ -61,7 +61,7 @@ def main():
     out, reps, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     data = {n: row(out, n, reps) for n in names}
     med = {n: statistics.median(d[0]) if d[0] else float("inf") for n, d in data.items()}
-    plain = med.get("allreduce", float("inf"))
+    plain = med.get("allreduce", med.get("allreduce, k 1", float("inf")))  # every-step allreduce
     allreduces = [n for n in names if n.startswith("allreduce") and data[n][3]]
     best_ar = min(allreduces, key=lambda n: med[n]) if allreduces else None
     print(f"| variant | s to target, median (range) | rounds | MB sent/rank to target | x plain allreduce | x best allreduce ({best_ar or '-'}) | emulation |")
@@ -77,6 +77,47 @@ def main():
     if asaps and plain != float("inf"):
         best = min(asaps, key=lambda n: med[n])
         print(f"\nbest valid asap: {best}: {med[best] / plain:.2f}x plain allreduce" + (f", {med[best] / med[best_ar]:.2f}x the best allreduce ({best_ar})" if best_ar else ""))
+    tuned(names, data, med)
+
+
+OUTER = ("diloco", "noloco")  # the rows with an outer optimizer (benches/emulated-cluster.sh)
+
+
+def tuned(names, data, med):
+    """With an interval grid (rows "NAME, k K"): per variant its best valid interval by median
+    time to target, the ratios to the best tuned allreduce without an outer optimizer and to the
+    best tuned allreduce of any kind, and issue 40's time verdicts."""
+    if not any(", k " in n for n in names):
+        return
+    best = {}
+    for n in names:
+        base, _, k = n.partition(", k ")
+        if data[n][3] and med[n] != float("inf") and (base not in best or med[n] < med[best[base][0]]):
+            best[base] = (n, k)
+    is_outer = lambda b: any(o in b for o in OUTER)
+    ars = [b for b in best if b.startswith("allreduce")]
+    plain_ar = min((b for b in ars if not is_outer(b)), key=lambda b: med[best[b][0]], default=None)
+    any_ar = min(ars, key=lambda b: med[best[b][0]], default=None)
+    base_of = lambda b: med[best[b][0]] if b else float("inf")
+    ratio = lambda t, b: f"{t / base_of(b):.2f}" if b and base_of(b) not in (0, float("inf")) else "-"
+    print(f"\nTuned: each variant at its best valid --sync-every (same grid for every row)\n")
+    print(f"| variant | best --sync-every | s to target, median (range) | MB sent/rank to target | x best tuned allreduce ({plain_ar or '-'}) | x best tuned allreduce of any kind ({any_ar or '-'}) |")
+    print("|---|---|---|---|---|---|")
+    for b in dict.fromkeys(n.partition(", k ")[0] for n in names):
+        if b not in best:
+            print(f"| {b} | none valid and reached | - | - | - | - |")
+            continue
+        n, k = best[b]
+        mb = f"{statistics.median(data[n][2]):.1f}" if data[n][2] else "-"
+        print(f"| {b} | {k} | {fmt(data[n][0])} | {mb} | {ratio(med[n], plain_ar)} | {ratio(med[n], any_ar)} |")
+    outer = [b for b in best if is_outer(b)]
+    if outer and plain_ar:
+        o = min(outer, key=lambda b: med[best[b][0]])
+        print(f"\nbest outer-optimizer run: {o}: {ratio(med[best[o][0]], plain_ar)}x the best tuned allreduce without one (issue 40's target: at most 0.5)")
+    asaps = [b for b in best if b.startswith("asap")]
+    if asaps and any_ar:
+        a = min(asaps, key=lambda b: med[best[b][0]])
+        print(f"best asap or NoLoCo run: {a}: {ratio(med[best[a][0]], any_ar)}x the best tuned allreduce, DiLoCo included (target on uneven links: at most 0.5)")
 
 
 if __name__ == "__main__":  # benches/claim-*.sh import row() and fmt()
