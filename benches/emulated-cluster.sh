@@ -23,7 +23,8 @@
 # Tuned baselines (issue 40): INTERVALS="1 4 16 64" runs every row at each --sync-every K (rows
 # "NAME, k K"), and the table adds, per variant, its best valid interval by time to target, with
 # the ratio to the best tuned allreduce without an outer optimizer and to the best tuned
-# allreduce of any kind (DiLoCo included). Both sides get the same grid. INTERVALS="1" (the
+# allreduce of any kind (DiLoCo included). Both sides get the same grid, and every row is
+# evaluated about every EVAL_EVERY steps (EVAL_EVERY / K rounds, at least 1). INTERVALS="1" (the
 # default) runs each row once at every step, as before.
 #
 # Environment (defaults in brackets): ONLY (a regex: only the rows whose name matches), REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10], INTERVALS [1],
@@ -141,18 +142,21 @@ INTERVALS=${INTERVALS:-1}
 grid=()   # "NAME|ARGS" per row: each variant at each interval
 for v in "${variants[@]}"; do
     for k in $INTERVALS; do
-        if [ "$INTERVALS" = 1 ]; then grid+=("$v"); else grid+=("${v%%|*}, k $k|${v#*|} --sync-every $k"); fi
+        # Evaluate about every EVAL_EVERY steps at every interval (at least once a round): a
+        # fixed count of rounds would score k = 16 every 160 steps and make it look slow.
+        ev=$(( EVAL_EVERY / k > 0 ? EVAL_EVERY / k : 1 ))
+        if [ "$INTERVALS" = 1 ]; then grid+=("$v|$EVAL_EVERY"); else grid+=("${v%%|*}, k $k|${v#*|} --sync-every $k|$ev"); fi
     done
 done
 for v in "${grid[@]}"; do
-    name=${v%%|*}; args=${v#*|}
+    name=${v%%|*}; rest=${v#*|}; args=${rest%|*}; ev=${rest##*|}
     rows+=("$name")
     if [ -n "${ONLY:-}" ] && [[ ! $name =~ $ONLY ]]; then continue; fi
     for rep in $(seq 1 "$REPS"); do
         f="$out/$(echo "$name" | tr ' /' '__')-$rep"
         # shellcheck disable=SC2086
         if ! nice -n "$NICE" mpirun -n "$NP" "$BIN" train "${common[@]}" "${slow[@]}" $args \
-            --partition "$PARTITION" --epochs "$EPOCHS" --eval-every "$EVAL_EVERY" --own-models 0 \
+            --partition "$PARTITION" --epochs "$EPOCHS" --eval-every "$ev" --own-models 0 \
             --target "$TARGET" --target-on worst-rank --stop-at-target --metrics "$f.jsonl" > "$f.log" 2>&1; then
             echo "run $name #$rep failed: see $f.log" >&2
             touch "$f.failed"
