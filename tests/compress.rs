@@ -81,9 +81,11 @@ fn bytes_are_the_encoded_sizes_and_fewer_than_the_ring() {
 #[test]
 fn a_resume_is_bit_identical_with_the_residuals() {
     let dir = scratch("compress-resume");
-    for (name, extra) in
-        [("int8", &["--compress", "int8"][..]), ("topk-diloco", &["--compress", "topk:0.05", "--outer-optimizer", "nesterov"])]
-    {
+    for (name, extra) in [
+        ("int8", &["--compress", "int8"][..]),
+        ("fp16", &["--compress", "fp16"]),
+        ("topk-diloco", &["--compress", "topk:0.05", "--outer-optimizer", "nesterov"]),
+    ] {
         let args = base(extra);
         let full = dir.join(format!("{name}-full.h5"));
         train(&args, &["--save-model", s(&full)]).expect_ok();
