@@ -8,7 +8,7 @@
 //! - [`OuterOptions`] (`--outer-optimizer`, `--outer-lr`, `--outer-momentum`): the outer step of
 //!   every mode that averages replicas (allreduce, asap, gaia), applied by sync/outer.rs;
 //! - [`CompressOptions`] (`--compress`): what allreduce's syncs send, int8, fp16 or top-k with
-//!   error feedback ([`super::codec::mean`]).
+//!   error feedback ([`super::codec::mean`]); bosen's pushes, fp16 (its rules: sync/bosen.rs).
 //!
 //! Each group is a flattened field of [`super::ModeOptions`] (the registry's `shared` line), with
 //! the same config-file keys as before they moved here (the checkpoints' run identity hashes the
@@ -217,7 +217,7 @@ fn outer_momentum(s: &str) -> Result<f64, String> {
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 #[group(id = "compress_group")]
-#[command(next_help_heading = "Compressed exchange (--sync allreduce)")]
+#[command(next_help_heading = "Compressed exchange (--sync allreduce, bosen)")]
 pub struct CompressOptions {
     /// What each sync exchanges: none (the model, f32, by MPI_Allreduce), int8 or int8:BLOCK
     /// (each rank's change since the last sync, 8 bits a value and a scale per BLOCK values,
@@ -225,7 +225,8 @@ pub struct CompressOptions {
     /// fewer) or topk:FRACTION (that fraction of the change's largest entries, e.g. topk:0.01:
     /// about 1 / (2 FRACTION) fewer bytes). What a send leaves out stays in a per-rank residual
     /// and goes out with later syncs (error feedback); the ranks still end each sync with the
-    /// same model.
+    /// same model. bosen: none or fp16 (its pushed updates as half-precision numbers, each
+    /// value's rounding error left in the buffer for a later push).
     #[arg(long, value_name = "CODEC", default_value = "none", value_parser = compress_spec)]
     pub compress: String,
 }
