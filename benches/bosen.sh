@@ -87,7 +87,7 @@ for B in 40 80; do
     for P in random relative; do
         run "bosen-B$B-$P" 8 "${DATA[@]}" "${LINK[@]}" --sync bosen "${S2[@]}" --bandwidth-mbps $B --priority $P
     done
-    run "bosen-B$B-relative-fp16" 8 "${DATA[@]}" "${LINK[@]}" --sync bosen "${S2[@]}" --bandwidth-mbps $B --priority relative --fp16
+    run "bosen-B$B-relative-fp16" 8 "${DATA[@]}" "${LINK[@]}" --sync bosen "${S2[@]}" --bandwidth-mbps $B --priority relative --compress fp16
 done
 for B in 40 80; do
     for P in random relative; do

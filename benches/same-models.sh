@@ -9,7 +9,7 @@
 # deterministic setting of its mode (the ones tests/preempt.rs holds to bit-identical resumes):
 # - ssp at staleness 0 with each apply rule (DynSGD is its default), and bosen (a budget no clock
 #   exhausts, with and without AdaRevision).
-#   Not bosen --fp16: a value's rounding error waits in the buffer for a later push, early ones
+#   Not bosen --compress fp16 (--fp16 before issue 40): a value's rounding error waits in the buffer for a later push, early ones
 #   included, whose timing varies; main's binary against itself differed in 2,465-2,539 of 7,850
 #   values (7,647-7,691 with AdaRevision) in 6 of 6 runs on a loaded machine (it matched once,
 #   idle). The fp16 bits themselves are checked by src/sync/codec/fp16.rs's tests;

@@ -387,6 +387,25 @@ pub const TRAJECTORY_FREE: &[(&str, &str)] = &[
     ("fault_panic", "fault injection that ends the run; up to it the run is the one without it"),
 ];
 
+/// Options no longer declared, each with what to give instead. A flag (the command line,
+/// Python's keyword arguments) or config-file key of one is refused with its replacement, where
+/// clap alone would only call it unexpected.
+pub const RETIRED_OPTIONS: &[(&str, &str)] = &[(
+    "fp16",
+    "--fp16 is now --compress fp16 (compress = \"fp16\" in a config file, compress=\"fp16\" from Python): Bösen's half-precision pushes are one case of the codec option every mode shares (issue 40)",
+)];
+
+/// The replacement of the retired option clap's error `e` names as unexpected, if it names one.
+pub fn retired_option_hint(e: &clap::Error) -> Option<&'static str> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else { return None };
+    let key = arg.strip_prefix("--")?.split('=').next()?.replace('-', "_");
+    RETIRED_OPTIONS.iter().find(|(old, _)| *old == key).map(|(_, hint)| *hint)
+}
+
 /// Which options a source gave (the command line or the config file) rather than left at their
 /// defaults, as the merge found them: the run plan (`train::plan`) fills a default that depends on
 /// the run (the step size searched for the data, the decay scaled to the ranks) only where the
@@ -679,6 +698,9 @@ impl ConfigFile {
                 let (line, col) = locate_key(&text, &key);
                 anyhow::anyhow!("{}:{line}:{col}: {msg}", path.display())
             };
+            if let Some((_, hint)) = RETIRED_OPTIONS.iter().find(|(old, _)| *old == key) {
+                return Err(at(format!("option {key}: {hint}")));
+            }
             let Some(arg) = cmd.get_arguments().find(|a| a.get_id() == key.as_str()) else {
                 return Err(at(format!("unknown option {key:?} (see asap-train train --help; keys are the long options with _)")));
             };
@@ -860,6 +882,28 @@ mod tests {
         assert!(e.contains("c.json:1:") && e.contains("epoch"), "{e}");
     }
 
+    /// A retired option, as a flag (bare or with a value) or a config-file key, is refused with
+    /// what replaces it; an unknown one is not given a replacement; every retired option is
+    /// undeclared (a declared one would be parsed, never refused).
+    #[test]
+    fn retired_options_are_refused_with_their_replacement() {
+        let cmd = TrainConfig::augment_args(clap::Command::new("x"));
+        for flag in ["--fp16", "--fp16=true"] {
+            let e = cmd.clone().try_get_matches_from(["x", "--sync", "bosen", flag]).unwrap_err();
+            assert!(retired_option_hint(&e).is_some_and(|h| h.contains("--compress fp16")), "{flag}: {e}");
+        }
+        let e = cmd.clone().try_get_matches_from(["x", "--fp17"]).unwrap_err();
+        assert_eq!(retired_option_hint(&e), None, "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("c.toml");
+        std::fs::write(&t, "sync = \"bosen\"\nfp16 = true\n").unwrap();
+        let e = TrainConfig::from_file(&t).unwrap_err().to_string();
+        assert!(e.contains("c.toml:2:1") && e.contains("compress = \"fp16\""), "{e}");
+        for (old, _) in RETIRED_OPTIONS {
+            assert!(cmd.get_arguments().all(|a| a.get_id() != *old), "{old} is retired and declared");
+        }
+    }
+
     /// Flags given on the command line beat the file; defaults do not; mode groups and the old
     /// name of --factors work in files; a wrong type names its key and line.
     #[test]
@@ -962,7 +1006,7 @@ mod tests {
             ("classes_group", "model", &["mlr", "mlp"]),
             ("LdaOptions", "model", &["lda"]),
             ("outer_group", "sync", &["allreduce", "asap", "gaia"]),
-            ("compress_group", "sync", &["allreduce"]),
+            ("compress_group", "sync", &["allreduce", "bosen"]),
             // Only with --outer-optimizer sgd or nesterov (checked below): refused at its default.
             ("outer_step_group", "sync", &[]),
             ("outer_momentum_group", "sync", &[]),

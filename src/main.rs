@@ -88,7 +88,13 @@ fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
 
 fn main() -> ExitCode {
     phases::mark_process_start();
-    let matches = Cli::command().get_matches();
+    let matches = Cli::command().try_get_matches().unwrap_or_else(|e| match asap_train::config::retired_option_hint(&e) {
+        Some(hint) => {
+            eprintln!("error: {hint}");
+            std::process::exit(2)
+        }
+        None => e.exit(),
+    });
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging();
     let result = match &cli.command {

@@ -140,7 +140,10 @@ pub fn label_from_start(start: &Value) -> String {
                 if let Some(p) = s("priority") {
                     parts.push(p);
                 }
-                if field(&cfg, "fp16").and_then(Value::as_bool) == Some(true) {
+                // bosen's own record (sync_info.bosen.fp16): written by --fp16 before issue 40 and
+                // by --compress fp16 since, so old and new runs label alike.
+                let record = field(start, "sync_info").and_then(|i| field(i, "bosen"));
+                if record.and_then(|r| field(r, "fp16")).and_then(Value::as_bool) == Some(true) {
                     parts.push("fp16".into());
                 }
             }
@@ -576,6 +579,12 @@ mod tests {
         let file: Value =
             serde_json::from_str(r#"{"ranks":8,"config":{"sync":"asap","graph":"graphs/searched-8.txt","notify":"barrier"}}"#).unwrap();
         assert_eq!(label_from_start(&file), "asap searched-8.txt barrier 8r");
+        let bosen: Value = serde_json::from_str(
+            r#"{"ranks":8,"config":{"sync":"bosen","staleness":2,"apply":"consgd","bandwidth_mbps":40.0,"priority":"relative","compress":"fp16"},
+                "sync_info":{"bosen":{"fp16":true}}}"#,
+        )
+        .unwrap();
+        assert_eq!(label_from_start(&bosen), "bosen S=2 consgd B=40.0 relative fp16 8r");
     }
 
     #[test]

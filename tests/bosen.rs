@@ -229,7 +229,7 @@ fn each_priority_fp16_and_adarevision_train() {
         let b = per_value(&sm);
         assert!((4.0..4.2).contains(&b), "{p}: {b} bytes per pushed f32 value");
     }
-    let sm = run("fp16", &["--priority", "relative", "--fp16"]);
+    let sm = run("fp16", &["--priority", "relative", "--compress", "fp16"]);
     assert!(sm["final_metric"].as_f64().unwrap() > TRAINED, "{sm}");
     let b = per_value(&sm);
     assert!((2.0..2.2).contains(&b), "fp16: {b} bytes per pushed value");
@@ -255,7 +255,8 @@ fn bosen_resumes_from_a_checkpoint() {
         "bosen",
         "--bandwidth-mbps",
         "400",
-        "--fp16",
+        "--compress",
+        "fp16",
         "--sync-every",
         "2",
         "--lr-schedule",
@@ -429,14 +430,21 @@ fn asap_edge_budget_matches_plain_asap_and_resumes_consistently() {
 
 #[test]
 fn misuse_is_refused_with_the_option_to_fix() {
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["--sync", "bosen"], "--bandwidth-mbps"),
         (&["--sync", "bosen", "--bandwidth-mbps", "10", "--apply", "dynsgd"], "--apply consgd"),
         (&["--sync", "ssp", "--lr-schedule", "adarevision"], "needs --sync bosen"),
         (&["--sync", "allreduce", "--emulate-bandwidth", "-3"], "--emulate-bandwidth <MBPS[,RANKS:MBPS]>': expected Mbit/s"),
         (&["--sync", "allreduce", "--bandwidth-mbps", "10"], "--bandwidth-mbps applies to --sync asap and to --sync bosen"),
         (&["--sync", "asap", "--bandwidth-mbps", "10", "--notify", "barrier"], "needs --notify notify-ack"),
-        (&["--sync", "asap", "--bandwidth-mbps", "10", "--fp16"], "--fp16 applies to --sync bosen"),
+        (&["--sync", "asap", "--bandwidth-mbps", "10", "--queue-size", "5"], "--queue-size applies to --sync bosen"),
+        // One codec option: bosen's half precision is --compress fp16; the old flag names it.
+        (&["--sync", "bosen", "--bandwidth-mbps", "10", "--fp16"], "--fp16 is now --compress fp16"),
+        (
+            &["--sync", "bosen", "--bandwidth-mbps", "10", "--compress", "int8"],
+            "--compress int8 with --sync bosen: its row pushes take --compress fp16",
+        ),
+        (&["--sync", "bosen", "--bandwidth-mbps", "10", "--compress", "topk:0.01"], "--compress topk:0.01 with --sync bosen"),
     ];
     for (extra, needle) in cases {
         let mut a = vec!["train", "--data", t10k_static()];

@@ -1,4 +1,4 @@
-//! `--compress` (int8 and top-k with error feedback) under real `mpirun`, with `--sync allreduce`:
+//! `--compress` (int8, fp16 and top-k with error feedback) under real `mpirun`, with `--sync allreduce`:
 //! the byte counters are the encoded sizes (an oracle computed here from the chunking, not read
 //! from the code), the replicas agree, a resume is bit-identical with the residuals, and the
 //! option is refused where it does not apply.
@@ -31,7 +31,7 @@ fn train(args: &[String], extra: &[&str]) -> Job {
 }
 
 /// Bytes of one encoded chunk of `len` values, from the formats' definitions: int8 is a 4-byte
-/// scale per `block` values and a byte per value; top-k is k = ceil(fraction len) (index u32,
+/// scale per `block` values and a byte per value; fp16 is 2 bytes a value; top-k is k = ceil(fraction len) (index u32,
 /// value f32) pairs, or the chunk dense (4 bytes a value) when that is shorter.
 fn encoded(codec: &str, len: usize) -> f64 {
     match codec.split_once(':') {
@@ -39,6 +39,7 @@ fn encoded(codec: &str, len: usize) -> f64 {
             let k = (f.parse::<f64>().unwrap() * len as f64).ceil().max(1.0) as usize;
             (8 * k).min(4 * len) as f64
         }
+        None if codec == "fp16" => (2 * len) as f64,
         _ => (len + 4 * len.div_ceil(256)) as f64,
     }
 }
@@ -57,7 +58,7 @@ fn bytes_are_the_encoded_sizes_and_fewer_than_the_ring() {
     let plain = dir.join("plain.jsonl");
     train(&base(&[]), &["--metrics", s(&plain)]).expect_ok();
     let ring = summary(&plain)["counters"]["bytes_sent"]["mean"].as_f64().unwrap();
-    for (codec, fewer) in [("int8", 3.9), ("topk:0.01", 40.0)] {
+    for (codec, fewer) in [("int8", 3.9), ("fp16", 1.99), ("topk:0.01", 40.0)] {
         let m = dir.join(format!("{}.jsonl", codec.replace(':', "-")));
         train(&base(&["--compress", codec]), &["--metrics", s(&m)]).expect_ok();
         let sum = summary(&m);
@@ -80,9 +81,11 @@ fn bytes_are_the_encoded_sizes_and_fewer_than_the_ring() {
 #[test]
 fn a_resume_is_bit_identical_with_the_residuals() {
     let dir = scratch("compress-resume");
-    for (name, extra) in
-        [("int8", &["--compress", "int8"][..]), ("topk-diloco", &["--compress", "topk:0.05", "--outer-optimizer", "nesterov"])]
-    {
+    for (name, extra) in [
+        ("int8", &["--compress", "int8"][..]),
+        ("fp16", &["--compress", "fp16"]),
+        ("topk-diloco", &["--compress", "topk:0.05", "--outer-optimizer", "nesterov"]),
+    ] {
         let args = base(extra);
         let full = dir.join(format!("{name}-full.h5"));
         train(&args, &["--save-model", s(&full)]).expect_ok();
@@ -104,9 +107,10 @@ fn a_resume_is_bit_identical_with_the_residuals() {
 #[test]
 fn compress_is_refused_where_it_does_not_apply() {
     let data = t10k();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--sync", "asap", "--compress", "int8"], "--compress applies to --sync allreduce"),
         (&["--sync", "ssp", "--compress", "topk:0.01"], "--compress applies to --sync allreduce"),
+        (&["--sync", "ssp", "--compress", "fp16"], "--compress applies to --sync allreduce"),
         (&["--sync", "allreduce", "--compress", "topk:2"], "--compress takes none, int8"),
         (&["--sync", "allreduce", "--compress", "int8:0"], "--compress takes none, int8"),
     ];

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 
 use asap_train::comm::collectives;
-use asap_train::config::{Merged, SyncKind, TrainConfig};
+use asap_train::config::{retired_option_hint, Merged, SyncKind, TrainConfig};
 use asap_train::model::RowLayout;
 use asap_train::sync::{Aggregate, ModeMetric, SyncContext, SyncMode};
 use asap_train::train::plan::RunPlan;
@@ -71,7 +71,9 @@ pub fn close_all() {
 pub(crate) fn parse_flags(flags: &[String], allowed: &[&str], who: &str) -> anyhow::Result<Merged> {
     let cmd = TrainConfig::augment_args(clap::Command::new("asap_train").no_binary_name(true).allow_negative_numbers(true));
     let ids: Vec<String> = cmd.get_arguments().map(|a| a.get_id().to_string()).collect();
-    let matches = cmd.try_get_matches_from(flags).map_err(|e| anyhow::anyhow!(clap_message(&e)))?;
+    let matches = cmd
+        .try_get_matches_from(flags)
+        .map_err(|e| anyhow::anyhow!(retired_option_hint(&e).map_or_else(|| clap_message(&e), str::to_owned)))?;
     for id in &ids {
         if matches.value_source(id) == Some(ValueSource::CommandLine) && !allowed.contains(&id.as_str()) {
             anyhow::bail!(

@@ -31,7 +31,7 @@ const TABLE_OPTIONS: &[&str] = &[
     "bandwidth_mbps",
     "priority",
     "queue_size",
-    "fp16",
+    "compress",
     "max_snapshots",
     "emulate_bandwidth",
     "emulate_latency",

@@ -7,8 +7,8 @@
 //!   one;
 //! - [`OuterOptions`] (`--outer-optimizer`, `--outer-lr`, `--outer-momentum`): the outer step of
 //!   every mode that averages replicas (allreduce, asap, gaia), applied by sync/outer.rs;
-//! - [`CompressOptions`] (`--compress`): what allreduce's syncs send, int8 or top-k with error
-//!   feedback ([`super::codec::mean`]).
+//! - [`CompressOptions`] (`--compress`): what allreduce's syncs send, int8, fp16 or top-k with
+//!   error feedback ([`super::codec::mean`]); bosen's pushes, fp16 (its rules: sync/bosen.rs).
 //!
 //! Each group is a flattened field of [`super::ModeOptions`] (the registry's `shared` line), with
 //! the same config-file keys as before they moved here (the checkpoints' run identity hashes the
@@ -217,14 +217,16 @@ fn outer_momentum(s: &str) -> Result<f64, String> {
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 #[group(id = "compress_group")]
-#[command(next_help_heading = "Compressed exchange (--sync allreduce)")]
+#[command(next_help_heading = "Compressed exchange (--sync allreduce, bosen)")]
 pub struct CompressOptions {
     /// What each sync exchanges: none (the model, f32, by MPI_Allreduce), int8 or int8:BLOCK
     /// (each rank's change since the last sync, 8 bits a value and a scale per BLOCK values,
-    /// default 256: 3.94x fewer bytes) or topk:FRACTION (that fraction of the change's largest
-    /// entries, e.g. topk:0.01: about 1 / (2 FRACTION) fewer bytes). What a send leaves out
-    /// stays in a per-rank residual and goes out with later syncs (error feedback); the ranks
-    /// still end each sync with the same model.
+    /// default 256: 3.94x fewer bytes), fp16 (the change as IEEE half-precision numbers: 2x
+    /// fewer) or topk:FRACTION (that fraction of the change's largest entries, e.g. topk:0.01:
+    /// about 1 / (2 FRACTION) fewer bytes). What a send leaves out stays in a per-rank residual
+    /// and goes out with later syncs (error feedback); the ranks still end each sync with the
+    /// same model. bosen: none or fp16 (its pushed updates as half-precision numbers, each
+    /// value's rounding error left in the buffer for a later push).
     #[arg(long, value_name = "CODEC", default_value = "none", value_parser = compress_spec)]
     pub compress: String,
 }
@@ -242,14 +244,17 @@ impl CompressOptions {
     }
 }
 
-/// `--compress`: none, int8, int8:BLOCK or topk:FRACTION.
+/// `--compress`: none, int8, int8:BLOCK, fp16 or topk:FRACTION.
 fn parse_compress(s: &str) -> Result<Option<Compression>, String> {
     let bad = || {
-        format!("--compress takes none, int8, int8:BLOCK (values per scale, >= 1) or topk:FRACTION (in (0, 1], e.g. topk:0.01), got {s:?}")
+        format!(
+            "--compress takes none, int8, int8:BLOCK (values per scale, >= 1), fp16 or topk:FRACTION (in (0, 1], e.g. topk:0.01), got {s:?}"
+        )
     };
     match s.split_once(':') {
         None if s == "none" => Ok(None),
         None if s == "int8" => Ok(Some(Compression::Int8 { block: DEFAULT_BLOCK })),
+        None if s == "fp16" => Ok(Some(Compression::Fp16)),
         Some(("int8", b)) => b.parse().ok().filter(|&b: &usize| b >= 1).map(|block| Some(Compression::Int8 { block })).ok_or_else(bad),
         Some(("topk", f)) => {
             f.parse().ok().filter(|f: &f64| *f > 0.0 && *f <= 1.0).map(|fraction| Some(Compression::TopK { fraction })).ok_or_else(bad)

@@ -166,7 +166,13 @@ def bad_options():
     expect_option_error("training loop", sync="allreduce", lr=0.1)
     expect_option_error("a Reducer runs allreduce, asap or none", sync="ssp")
     expect_option_error("--wait-timeout", sync="asap", wait_timeout=-1)
-    for kw, needle in [({"sync": "bosen"}, "--sync bosen needs a per-rank budget"), ({"sync": "asap"}, "a Table runs ssp or bosen"), ({"graph": "ring"}, "not of a Table")]:
+    for kw, needle in [
+        ({"sync": "bosen"}, "--sync bosen needs a per-rank budget"),
+        ({"sync": "asap"}, "a Table runs ssp or bosen"),
+        ({"graph": "ring"}, "not of a Table"),
+        ({"sync": "bosen", "bandwidth_mbps": 10, "fp16": True}, 'compress="fp16" from Python'),
+        ({"sync": "bosen", "bandwidth_mbps": 10, "compress": "int8"}, "its row pushes take --compress fp16"),
+    ]:
         try:
             at.Table(4, 2, **kw)
         except at.OptionError as e:

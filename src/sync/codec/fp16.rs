@@ -1,8 +1,9 @@
 //! Half precision on the wire: every value as the IEEE 754 binary16 nearest to it (ties to even,
 //! saturating at 65504), little-endian, 2 bytes a value: half the bytes of single precision.
-//! Bösen's `--fp16` pushes (docs/sync-modes.md, "fp16") travel in it inside the row format (rows.rs);
-//! the rounding error stays in the sender's buffer and goes out with a later push, so nothing is
-//! lost.
+//! `--compress fp16`: Bösen's pushes (docs/sync-modes.md, "fp16") travel in it inside the row
+//! format (rows.rs), the rounding error staying in the sender's buffer for a later push;
+//! allreduce's compressed mean (mean.rs) sends its chunks in it with the rounding error in its
+//! residuals. Either way nothing is lost.
 
 use super::ValueCodec;
 

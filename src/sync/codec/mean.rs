@@ -15,22 +15,23 @@
 //!    the same code, so every rank ends with the same vector, bit for bit (replicas that
 //!    average must agree).
 //!
-//! [`Compression`] is [`Int8`] (every value, 8 bits and a scale per block) or [`TopK`] (the
-//! `fraction` of each chunk's entries of largest magnitude, in both steps, so the chunk's k =
-//! ceil(fraction * n / N) entries go out instead of the k of the whole vector).
+//! [`Compression`] is [`Int8`] (every value, 8 bits and a scale per block), [`Fp16`] (every
+//! value as binary16, the codec of Bösen's pushes) or [`TopK`] (the `fraction` of each chunk's
+//! entries of largest magnitude, in both steps, so the chunk's k = ceil(fraction * n / N) entries
+//! go out instead of the k of the whole vector).
 //!
 //! **Bytes per rank**, counted as encoded, to and from other ranks only: rank i sends its N - 1
 //! other chunks' contributions and its own encoded chunk to N - 1 ranks, about 2 (N-1) x the
 //! encoding of n / N values; a ring allreduce of f32 sends 2 (N-1)/N x 4n. So int8 sends
-//! 4 / (1 + 4 / block) fewer, 3.94x at block 256; top-k sends 8 ceil(fraction n / N) bytes a
+//! 4 / (1 + 4 / block) fewer, 3.94x at block 256; fp16 exactly 2x fewer; top-k sends 8 ceil(fraction n / N) bytes a
 //! chunk, 1 / (2 fraction) fewer for large chunks: 50x at top-1 % (not 1 / (4 fraction): the
 //! ring too sends the model's size twice, in its reduce-scatter and its all-gather). On the default model (MLR, 7,850 values; checked by
 //! `bytes_against_a_ring_allreduce`):
 //!
-//! | ranks | int8 (block 256) | top-1 % |
-//! |---|---|---|
-//! | 8 | 3.94x (13,960 bytes against 54,950) | 49.1x (10 entries a chunk, 1,120 bytes) |
-//! | 32 | 3.94x (15,448 bytes against 60,837) | 40.9x (3 entries a chunk, 1,488 bytes: the ceiling costs) |
+//! | ranks | int8 (block 256) | fp16 | top-1 % |
+//! |---|---|---|---|
+//! | 8 | 3.94x (13,960 bytes against 54,950) | 2.0x (27,472 bytes) | 49.1x (10 entries a chunk, 1,120 bytes) |
+//! | 32 | 3.94x (15,448 bytes against 60,837) | 2.0x (30,400 bytes) | 40.9x (3 entries a chunk, 1,488 bytes: the ceiling costs) |
 //!
 //! **What the residuals conserve**, every call, where v_i is rank i's input, w_i its worker
 //! residual, s the server residuals of all chunks side by side and m the mean returned:
@@ -42,11 +43,13 @@
 //! magnitudes on both sides (the tests allow (N + 3) u M).
 //!
 //! **Non-finite input is refused**: a NaN or infinity on any rank reaches the mean on every rank
-//! (int8 sends its block as NaN, top-k sends it first), and every rank, holding the same vector,
-//! returns the same error, so none is left waiting in a collective.
+//! (int8 sends its block as NaN, top-k sends it first, fp16 sends it as NaN: binary16 saturates
+//! an infinity at 65504, which Bösen's pushes want and a mean must not hide), and every rank,
+//! holding the same vector, returns the same error, so none is left waiting in a collective.
 
 use mpi::topology::{Communicator, SimpleCommunicator};
 
+use super::fp16::Fp16;
 use super::int8::Int8;
 use super::topk::TopK;
 use super::{Sparsifier, ValueCodec};
@@ -60,6 +63,8 @@ pub enum Compression {
         /// Values per scale.
         block: usize,
     },
+    /// Every value as binary16, [`Fp16`].
+    Fp16,
     /// The `fraction` of each chunk's entries of largest magnitude, as [`TopK`].
     TopK {
         /// The share of the entries sent, in (0, 1].
@@ -78,6 +83,7 @@ impl Compression {
                 fraction > 0.0 && fraction <= 1.0,
                 "top-k compression sends a fraction of the entries in (0, 1], got {fraction}"
             ),
+            Compression::Fp16 => {}
         }
         Ok(())
     }
@@ -86,6 +92,7 @@ impl Compression {
     fn encoded_len(&self, len: usize) -> usize {
         match *self {
             Compression::Int8 { block } => Int8 { block }.encoded_len(len),
+            Compression::Fp16 => Fp16.encoded_len(len),
             Compression::TopK { fraction } => TopK { fraction }.encoded_len(len),
         }
     }
@@ -94,6 +101,15 @@ impl Compression {
     fn encode(&self, values: &[f32], residual: &mut [f32], out: &mut Vec<u8>) {
         match *self {
             Compression::Int8 { block } => Int8 { block }.encode(values, Some(residual), out),
+            Compression::Fp16 => {
+                let start = out.len();
+                Fp16.encode(values, Some(residual), out);
+                // A non-finite value leaves a non-finite residual (binary16 saturated it): it goes
+                // as NaN, so that the mean refuses it (the file's doc).
+                for (i, _) in residual.iter().enumerate().filter(|(_, r)| !r.is_finite()) {
+                    out[start + 2 * i..start + 2 * i + 2].copy_from_slice(&F16_NAN.to_le_bytes());
+                }
+            }
             Compression::TopK { fraction } => {
                 let topk = TopK { fraction };
                 residual.iter_mut().zip(values).for_each(|(r, &v)| *r += v);
@@ -107,15 +123,22 @@ impl Compression {
     /// Adds the values `bytes` encodes into `into` (one chunk).
     fn add_decoded(&self, bytes: &[u8], into: &mut [f32]) -> anyhow::Result<()> {
         match *self {
-            Compression::Int8 { block } => {
-                let mut decoded = Vec::with_capacity(into.len());
-                Int8 { block }.decode(bytes, into.len(), &mut decoded)?;
-                into.iter_mut().zip(decoded).for_each(|(x, d)| *x += d);
-                Ok(())
-            }
+            Compression::Int8 { block } => add_dense(&Int8 { block }, bytes, into),
+            Compression::Fp16 => add_dense(&Fp16, bytes, into),
             Compression::TopK { fraction } => TopK { fraction }.add_decoded(bytes, into),
         }
     }
+}
+
+/// Binary16's quiet NaN.
+const F16_NAN: u16 = 0x7e00;
+
+/// Adds the values `bytes` encodes with a codec of every value into `into` (one chunk).
+fn add_dense(codec: &dyn ValueCodec, bytes: &[u8], into: &mut [f32]) -> anyhow::Result<()> {
+    let mut decoded = Vec::with_capacity(into.len());
+    codec.decode(bytes, into.len(), &mut decoded)?;
+    into.iter_mut().zip(decoded).for_each(|(x, d)| *x += d);
+    Ok(())
 }
 
 /// The bytes one call of [`CompressedMean::mean`] moved to and from other ranks, as encoded.
@@ -310,7 +333,7 @@ mod tests {
         ExchangeBytes { sent: each_way, received: each_way }
     }
 
-    /// Over several calls, for both compressions, N from 1 to 7 (dividing n or not, up to n):
+    /// Over several calls, for every compression, N from 1 to 7 (dividing n or not, up to n):
     /// every rank gets the same vector, bit for bit; the bytes are the encoded sizes;
     /// and the residuals conserve the mass (the file's doc, with its tolerance).
     #[test]
@@ -319,6 +342,7 @@ mod tests {
         for c in [
             Compression::Int8 { block: 4 },
             Compression::Int8 { block: 256 },
+            Compression::Fp16,
             Compression::TopK { fraction: 0.1 },
             Compression::TopK { fraction: 0.7 },
         ] {
@@ -364,12 +388,18 @@ mod tests {
         let mut found = Vec::new();
         for ranks in [8, 32] {
             let ring = crate::sync::ring_allreduce_bytes(ranks, n) as f64;
-            for c in [Compression::Int8 { block: super::super::int8::DEFAULT_BLOCK }, Compression::TopK { fraction: 0.01 }] {
+            for c in
+                [Compression::Int8 { block: super::super::int8::DEFAULT_BLOCK }, Compression::Fp16, Compression::TopK { fraction: 0.01 }]
+            {
                 let sent = expected_bytes(c, n, ranks, 0).sent;
                 found.push((ranks, sent, (ring / sent as f64 * 100.0).round() / 100.0));
             }
         }
-        assert_eq!(found, [(8, 13960, 3.94), (8, 1120, 49.06), (32, 15448, 3.94), (32, 1488, 40.89)], "(ranks, bytes sent, x fewer)");
+        assert_eq!(
+            found,
+            [(8, 13960, 3.94), (8, 27472, 2.0), (8, 1120, 49.06), (32, 15448, 3.94), (32, 30400, 2.0), (32, 1488, 40.89)],
+            "(ranks, bytes sent, x fewer)"
+        );
         assert_eq!(crate::sync::ring_allreduce_bytes(8, n), 54950);
     }
 
@@ -403,21 +433,26 @@ mod tests {
         assert!(e.contains("3 values over 4 ranks: every rank owns a chunk"), "{e}");
     }
 
-    /// A non-finite input on one rank reaches every rank's mean, and every rank refuses it.
+    /// A non-finite input on one rank reaches every rank's mean, and every rank refuses it (an
+    /// infinity too, which binary16 alone would saturate).
     #[test]
     fn a_non_finite_input_is_refused_on_every_rank() {
         // int8 sends the whole block holding value 60 as NaN: 58..66 (rank 2's chunk is 50..75, blocks of 8 from 50).
-        for (c, first) in [(Compression::Int8 { block: 8 }, 58), (Compression::TopK { fraction: 0.01 }, 60)] {
+        let int8 = Compression::Int8 { block: 8 };
+        let top = Compression::TopK { fraction: 0.01 };
+        for (c, bad, first) in
+            [(int8, f32::NAN, 58), (top, f32::NAN, 60), (Compression::Fp16, f32::NAN, 60), (Compression::Fp16, f32::INFINITY, 60)]
+        {
             let (n, ranks) = (100, 4);
             let mut states: Vec<CompressedMean> = (0..ranks).map(|r| CompressedMean::for_rank(c, n, ranks, r).unwrap()).collect();
             let mut inputs = vec![vec![0.5f32; n]; ranks];
-            inputs[2][60] = f32::NAN;
+            inputs[2][60] = bad;
             let sends: Vec<Vec<Vec<u8>>> = states.iter_mut().zip(&inputs).map(|(s, v)| s.contributions(v)).collect();
             let gathered: Vec<u8> =
                 (0..ranks).flat_map(|j| states[j].reduce(&sends.iter().map(|out| out[j].clone()).collect::<Vec<_>>()).unwrap()).collect();
             for (r, s) in states.iter().enumerate() {
                 let e = s.assemble(&gathered, &mut inputs[r].clone()).unwrap_err().to_string();
-                assert!(e.contains(&format!("is NaN at value {first}:")) && e.contains("diverged"), "{c:?}, rank {r}: {e}");
+                assert!(e.contains(&format!("is NaN at value {first}:")) && e.contains("diverged"), "{c:?} {bad}, rank {r}: {e}");
             }
         }
     }

@@ -5,12 +5,13 @@
 //!   parameter servers (ssp, bosen, async) push updates and answer reads; its values go through a
 //!   value codec.
 //! - Value codecs ([`ValueCodec`]: every value of a run carried): [`single`] (IEEE binary32,
-//!   exact), [`fp16`] (binary16, nearest with ties to even, saturating; Bösen's `--fp16`) and
+//!   exact), [`fp16`] (binary16, nearest with ties to even, saturating; `--compress fp16`: Bösen's
+//!   pushes and allreduce's mean) and
 //!   [`int8`] (8 bits a value and an f32 scale per block, 3.94x fewer bytes than single).
 //! - Sparsifiers ([`Sparsifier`]: which entries of an accumulated update go out, the rest kept as
 //!   the residual): [`significance`], Gaia's filter, and [`topk`], the entries of largest
 //!   magnitude (with its own headerless wire format).
-//! - [`mean`]: the mean over all ranks of a vector, exchanged as int8 or top-k chunks with a
+//! - [`mean`]: the mean over all ranks of a vector, exchanged as int8, fp16 or top-k chunks with a
 //!   worker and a server residual (compressed allreduce), the same on every rank.
 //! - [`sparse`]: (index, value) entries of a vector, or the vector dense when that is shorter,
 //!   after a stamp word (gaia's mirror data, forwards and selective barriers).

@@ -1,6 +1,6 @@
 //! The parameter servers' row codec: sparse rows of a flat model as they travel between workers
 //! and servers (ssp, bosen, async), in single or half precision: the values of the listed rows
-//! go through a value codec, [`Single`] or (`--fp16`) [`Fp16`].
+//! go through a value codec, [`Single`] or (`--compress fp16`) [`Fp16`].
 
 use super::fp16::Fp16;
 use super::single::Single;

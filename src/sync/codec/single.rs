@@ -1,6 +1,6 @@
 //! Single precision on the wire: every value as its own IEEE 754 binary32 bits, little-endian, 4
 //! bytes a value. Exact, so a residual given for error feedback is sent whole and left at zero.
-//! What the parameter servers' rows carry unless `--fp16` asks for [`super::fp16`].
+//! What the parameter servers' rows carry unless `--compress fp16` asks for [`super::fp16`].
 
 use super::ValueCodec;
 

@@ -45,7 +45,7 @@ pub struct ManagedSettings {
     /// `--queue-size`: most rows in one message.
     pub queue_size: usize,
     pub priority: Priority,
-    /// `--fp16`: updates pushed as binary16.
+    /// `--compress fp16`: updates pushed as binary16.
     pub fp16: bool,
     /// `--max-snapshots`: AdaRevision snapshots a shard keeps at most.
     pub max_snapshots: usize,

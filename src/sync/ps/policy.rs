@@ -46,7 +46,7 @@ impl SendPolicy {
         matches!(self, SendPolicy::Managed(_))
     }
 
-    /// Updates go out as binary16 (`--fp16`).
+    /// Updates go out as binary16 (`--compress fp16`).
     pub fn fp16(&self) -> bool {
         match self {
             SendPolicy::Plain => false,

@@ -30,7 +30,7 @@ pub enum PolicySettings {
 }
 
 impl PolicySettings {
-    /// `--fp16`: updates pushed as binary16.
+    /// `--compress fp16`: updates pushed as binary16.
     pub fn fp16(&self) -> bool {
         matches!(self, PolicySettings::Managed(m) if m.fp16)
     }
@@ -72,7 +72,7 @@ impl PsSettings {
         if let PolicySettings::Managed(m) = &self.policy {
             anyhow::ensure!(
                 !m.fp16,
-                "--fp16 with --model lda: binary16 holds integers exactly only up to 2048, and count deltas must arrive exactly"
+                "--compress fp16 with --model lda: binary16 holds integers exactly only up to 2048, and count deltas must arrive exactly"
             );
             anyhow::ensure!(m.adarevision.is_none(), "--lr-schedule adarevision with --model lda: a Gibbs sampler takes no gradient steps");
         }
