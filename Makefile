@@ -26,7 +26,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 
-.PHONY: all deps build run test bench clean test-mpich test-mpich-subset datasets report python torch test-torch
+.PHONY: all deps build run test bench clean test-mpich test-mpich-subset datasets report python torch test-torch test-charlm
 
 all: build
 
@@ -79,6 +79,15 @@ torch: python
 # The PyTorch example against DDP (tests/python.rs, ignored by `make test`).
 test-torch: torch
 	$(CARGO) test --release --locked --test python -- --ignored --test-threads=1 torch
+
+# The character-level language model (examples/torch_charlm.py: DDP, local SGD, DiLoCo, NoLoCo in
+# one job), short, with its --check invariants: the same batches for every way, the replicas of
+# ddp, local and diloco equal bit for bit after the last sync, the allreduce Reducer's bytes equal
+# to the ring volume computed in Python. Opt-in like test-torch, never part of `make test`. The
+# measured table (docs/low-communication.md) is the example's default run at 8 ranks.
+test-charlm: torch
+	mpirun -n $(NP) --oversubscribe $(TORCH_VENV)/bin/python examples/torch_charlm.py --steps 64 --print-every 64 \
+		--ways ddp,local:16,diloco:16:0.7,noloco:16:0.7 --check
 
 # A failing Open MPI target does not skip the MPICH subset: both run, and the target fails at
 # the end if either did (naming which).
