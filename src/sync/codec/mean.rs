@@ -69,7 +69,7 @@ pub enum Compression {
 
 impl Compression {
     /// Refuses a block of 0 and a fraction outside (0, 1].
-    fn check(&self) -> anyhow::Result<()> {
+    pub fn check(&self) -> anyhow::Result<()> {
         match *self {
             Compression::Int8 { block } => {
                 anyhow::ensure!(block >= 1, "int8 compression needs at least 1 value per scale, got a block of 0")
@@ -83,7 +83,7 @@ impl Compression {
     }
 
     /// The bytes of one encoded chunk of `len` values.
-    fn encoded_len(&self, len: usize) -> usize {
+    pub fn encoded_len(&self, len: usize) -> usize {
         match *self {
             Compression::Int8 { block } => Int8 { block }.encoded_len(len),
             Compression::TopK { fraction } => TopK { fraction }.encoded_len(len),
@@ -91,7 +91,7 @@ impl Compression {
     }
 
     /// Appends the encoding of `values + residual` and leaves what it lost in `residual`.
-    fn encode(&self, values: &[f32], residual: &mut [f32], out: &mut Vec<u8>) {
+    pub fn encode(&self, values: &[f32], residual: &mut [f32], out: &mut Vec<u8>) {
         match *self {
             Compression::Int8 { block } => Int8 { block }.encode(values, Some(residual), out),
             Compression::TopK { fraction } => {
@@ -105,7 +105,7 @@ impl Compression {
     }
 
     /// Adds the values `bytes` encodes into `into` (one chunk).
-    fn add_decoded(&self, bytes: &[u8], into: &mut [f32]) -> anyhow::Result<()> {
+    pub fn add_decoded(&self, bytes: &[u8], into: &mut [f32]) -> anyhow::Result<()> {
         match *self {
             Compression::Int8 { block } => {
                 let mut decoded = Vec::with_capacity(into.len());
