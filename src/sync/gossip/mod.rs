@@ -203,7 +203,7 @@ impl StochasticReduce {
         let fixed_size = budget.is_none() && choco.is_none();
         let mut mode = match (budget, choco) {
             (None, Some(c)) => {
-                let (mail, choco) = Choco::build(ctx, &cfg.in_neighbours, &c)?;
+                let (mail, choco) = Choco::build(ctx, &cfg.in_neighbours, &c, init)?;
                 info["consensus_step"] = serde_json::json!(c.step);
                 let net = Neighbourhood::new(ctx.comm, cfg.wait_timeout, cfg.stop_sending_after, ctx.n_params(), mail)?;
                 StochasticReduce { net, gossip: Box::new(choco) }
