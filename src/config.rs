@@ -1006,7 +1006,8 @@ mod tests {
             ("classes_group", "model", &["mlr", "mlp"]),
             ("LdaOptions", "model", &["lda"]),
             ("outer_group", "sync", &["allreduce", "asap", "gaia"]),
-            ("compress_group", "sync", &["allreduce", "bosen"]),
+            ("compress_group", "sync", &["allreduce", "asap", "bosen"]),
+            ("consensus_group", "sync", &["asap"]),
             // Only with --outer-optimizer sgd or nesterov (checked below): refused at its default.
             ("outer_step_group", "sync", &[]),
             ("outer_momentum_group", "sync", &[]),

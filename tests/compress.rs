@@ -1,7 +1,13 @@
-//! `--compress` (int8, fp16 and top-k with error feedback) under real `mpirun`, with `--sync allreduce`:
-//! the byte counters are the encoded sizes (an oracle computed here from the chunking, not read
-//! from the code), the replicas agree, a resume is bit-identical with the residuals, and the
-//! option is refused where it does not apply.
+//! `--compress` (int8, fp16 and top-k) under real `mpirun`:
+//! - with `--sync allreduce` (error feedback): the byte counters are the encoded sizes (an oracle
+//!   computed here from the chunking, not read from the code), the replicas agree, a resume is
+//!   bit-identical with the residuals;
+//! - with `--sync asap` (CHOCO's public copies, on the undirected hypercube): the replicas' mean
+//!   is kept (against `--sync none`, which averages the untouched starting replicas) while they
+//!   come to agree, the byte counters are the encoded sizes of the messages, and a resume is
+//!   bit-identical with the copies, under NoLoCo's outer step too;
+//! - the option is refused where it does not apply, and asap's variants that do not deliver
+//!   every message once are refused with it.
 
 mod common;
 use common::*;
@@ -11,8 +17,11 @@ fn t10k() -> String {
 }
 
 fn read_model(p: &std::path::Path) -> Vec<u32> {
-    let v: Vec<f32> = hdf5::File::open(p).unwrap().dataset("params").unwrap().read_raw().unwrap();
-    v.into_iter().map(f32::to_bits).collect()
+    read_values(p).into_iter().map(f32::to_bits).collect()
+}
+
+fn read_values(p: &std::path::Path) -> Vec<f32> {
+    hdf5::File::open(p).unwrap().dataset("params").unwrap().read_raw().unwrap()
 }
 
 /// The default model, multinomial logistic regression on 784 pixels and 10 classes.
@@ -107,16 +116,102 @@ fn a_resume_is_bit_identical_with_the_residuals() {
 #[test]
 fn compress_is_refused_where_it_does_not_apply() {
     let data = t10k();
-    let cases: [(&[&str], &str); 5] = [
-        (&["--sync", "asap", "--compress", "int8"], "--compress applies to --sync allreduce"),
+    let refused_with = "--compress on --sync asap cannot be combined with";
+    let cases: [(&[&str], &str); 13] = [
         (&["--sync", "ssp", "--compress", "topk:0.01"], "--compress applies to --sync allreduce"),
         (&["--sync", "ssp", "--compress", "fp16"], "--compress applies to --sync allreduce"),
         (&["--sync", "allreduce", "--compress", "topk:2"], "--compress takes none, int8"),
         (&["--sync", "allreduce", "--compress", "int8:0"], "--compress takes none, int8"),
+        (&["--sync", "asap", "--compress", "int8", "--notify", "barrier"], "cannot be combined with --notify barrier"),
+        (&["--sync", "asap", "--compress", "int8", "--notify", "push-sum"], "cannot be combined with --notify push-sum"),
+        (&["--sync", "asap", "--compress", "int8", "--staleness", "1"], "cannot be combined with --staleness > 0"),
+        (&["--sync", "asap", "--compress", "topk:0.01", "--overlap"], "cannot be combined with --overlap"),
+        (&["--sync", "asap", "--compress", "int8", "--bandwidth-mbps", "10"], "cannot be combined with --bandwidth-mbps"),
+        (&["--sync", "asap", "--compress", "int8", "--graph", "one-peer-exponential"], refused_with),
+        (&["--sync", "asap", "--consensus-step", "0.5"], "--consensus-step is CHOCO's step on compressed public copies"),
+        (&["--sync", "allreduce", "--compress", "int8", "--consensus-step", "0.5"], "--consensus-step applies to --sync asap"),
+        (&["--sync", "asap", "--compress", "int8", "--consensus-step", "2"], "must be in (0, 1]"),
     ];
     for (extra, needle) in cases {
         let mut argv = vec!["train", "--data", &data, "--epochs", "1"];
         argv.extend(extra);
         mpirun(2, &argv, 60).expect_failure(&[needle]);
+    }
+}
+
+/// 10,000 examples on 4 ranks on the hypercube (every rank 2 in- and 2 out-neighbours, doubly
+/// stochastic equal weights), batch 64: 39 rounds an epoch.
+fn gossip(extra: &[&str]) -> Vec<String> {
+    let common = ["train", "--data", &t10k(), "--batch-size", "64", "--seed", "5", "--sync", "asap", "--graph", "hypercube"];
+    common.iter().chain(extra).map(|s| s.to_string()).collect()
+}
+
+/// CHOCO-GOSSIP from every rank's own random model (`--consensus-only`: no gradient): summed
+/// over the ranks the consensus steps cancel on a doubly stochastic graph, so the final model
+/// (the replicas' average) is the starting replicas' average, which `--sync none` computes
+/// without any gossip, up to the rounding of the steps; the replicas come to agree (their
+/// distance falls 1,000-fold from the starting one, `--sync none`'s); and every message costs its encoded body plus the mailbox's five words
+/// (round, length and footer with the body, the NOTIFY, and the ACK back), per edge and round.
+#[test]
+fn gossip_compression_keeps_the_mean_while_the_replicas_agree() {
+    let dir = scratch("compress-choco-mean");
+    let epochs = ["--consensus-only", "--epochs", "4", "--eval-every", "39"];
+    let start = dir.join("start.h5");
+    let none_metrics = dir.join("start.jsonl");
+    let none = ["train", "--data", &t10k(), "--batch-size", "64", "--seed", "5", "--sync", "none"];
+    let none: Vec<String> = none.iter().chain(&epochs).map(|s| s.to_string()).collect();
+    train(&none, &["--save-model", s(&start), "--metrics", s(&none_metrics)]).expect_ok();
+    let mean = read_values(&start);
+    let distance = |m: &std::path::Path| -> f64 {
+        let evals: Vec<serde_json::Value> = metrics(m).into_iter().filter(|e| e["event"] == "eval").collect();
+        evals.last().expect("an evaluation")["consensus_distance"].as_f64().unwrap()
+    };
+    let apart = distance(&none_metrics);
+    for codec in ["int8", "fp16", "topk:0.05"] {
+        let name = codec.replace(':', "-");
+        let (model, m) = (dir.join(format!("{name}.h5")), dir.join(format!("{name}.jsonl")));
+        train(&gossip(&[&epochs[..], &["--compress", codec]].concat()), &["--save-model", s(&model), "--metrics", s(&m)]).expect_ok();
+        let end = read_values(&model);
+        let worst = mean.iter().zip(&end).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst < 1e-4, "{codec}: the mean moved by {worst}");
+        let last = distance(&m);
+        assert!(last < 1e-3 * apart, "{codec}: the replicas' distance went from {apart} to {last}");
+        let sum = summary(&m);
+        let rounds = sum["rounds"].as_f64().unwrap();
+        let body = encoded(codec, N_PARAMS);
+        let want = rounds * 2.0 * (body + 5.0 * 8.0);
+        for counter in ["bytes_sent", "bytes_received"] {
+            assert_eq!(sum["counters"][counter]["mean"].as_f64().unwrap(), want, "{codec} {counter}: {rounds} rounds");
+        }
+        assert_eq!(sum["sync_metrics"]["compressed_bytes_sent"].as_f64().unwrap(), 4.0 * rounds * 2.0 * body, "{codec}");
+        assert_eq!(sum["sync_metrics"]["torn"].as_f64().unwrap(), 0.0, "{codec}");
+    }
+}
+
+/// The public copies are each rank's state: with them in the checkpoint the resumed run ends with
+/// the uninterrupted run's model, bit for bit, under NoLoCo's outer step too (asap's NOTIFY-ACK
+/// reduces every in-neighbour's message of each round, so a run is deterministic).
+#[test]
+fn a_gossip_resume_is_bit_identical_with_the_public_copies() {
+    let dir = scratch("compress-choco-resume");
+    let cases: [(&str, &[&str]); 2] = [
+        ("int8", &["--compress", "int8"]),
+        ("topk-noloco", &["--compress", "topk:0.01", "--sync-every", "4", "--outer-optimizer", "nesterov"]),
+    ];
+    for (name, extra) in cases {
+        let args = gossip(&[&["--epochs", "2"], extra].concat());
+        let full = dir.join(format!("{name}-full.h5"));
+        train(&args, &["--save-model", s(&full)]).expect_ok();
+        let ck = dir.join(format!("{name}-ck"));
+        train(&args, &["--checkpoint-dir", s(&ck), "--checkpoint-every", "5", "--max-rounds", "10"]).expect_ok();
+        let resumed = dir.join(format!("{name}-resumed.h5"));
+        let job = train(&args, &["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]).expect_ok();
+        assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
+        let f = hdf5::File::open(checkpoint_of_round(&ck, 10)).unwrap();
+        let g = f.group("sync/rank1").unwrap();
+        for state in ["choco_public_self", "choco_public_in_0", "choco_public_in_1"] {
+            assert!(g.dataset(state).is_ok(), "{name}: the checkpoint lacks {state}");
+        }
+        assert!(read_model(&full) == read_model(&resumed), "{name}: the resumed model differs from the uninterrupted one");
     }
 }

@@ -5,9 +5,18 @@
 //! This file holds the mode's options ([`AsapOptions`]: `--notify`, `--overlap`, `--deadline`),
 //! its rules and its declaration ([`MODE`]). The engine, every NOTIFY-ACK variant and the
 //! budgeted edges, is [`super::gossip`]; the shared groups it reads (`--graph`, `--staleness`,
-//! `--bandwidth-mbps`/`--priority`) are declared in [`super::groups`].
+//! `--bandwidth-mbps`/`--priority`, `--compress`/`--consensus-step`) are declared in
+//! [`super::groups`].
+//!
+//! `--compress` runs CHOCO-GOSSIP (sync/gossip/choco.rs), whose public copies agree only while
+//! every message is delivered exactly once and in order: the rules below refuse it with every
+//! variant where that does not hold (barrier, none, push-sum and deadline drop or overwrite
+//! messages, bounded staleness skips older ones, a budgeted edge sends rows of its own, overlap
+//! reduces a round after the next local steps, and the one-peer graph sends each round to one of
+//! the peers that would each need their own copy).
 
 use super::groups::OUTER_USES;
+use super::gossip::choco::{default_step, ChocoOptions};
 use super::gossip::edge_budget::EdgeBudgetOptions;
 use super::gossip::{GossipSettings, NotifyMode, StochasticReduce};
 use super::SyncContext;
@@ -50,14 +59,20 @@ impl Default for AsapOptions {
 }
 
 
-/// `--sync asap`'s declaration (see [`super::ModeSpec`]). Besides its own options it reads three
-/// shared groups ([`super::groups`]): `--graph`, `--staleness` (bounds NOTIFY-ACK) and
-/// `--bandwidth-mbps`/`--priority` (budget each edge).
+/// `--sync asap`'s declaration (see [`super::ModeSpec`]). Besides its own options it reads the
+/// shared groups ([`super::groups`]) `--graph`, `--staleness` (bounds NOTIFY-ACK),
+/// `--bandwidth-mbps`/`--priority` (budget each edge) and `--compress`/`--consensus-step`
+/// (CHOCO's compressed messages).
 pub const MODE: super::ModeSpec = super::ModeSpec {
-    uses: &[(&[], &["AsapOptions", "graph_group", "staleness_group", "budget_group"]), OUTER_USES[0], OUTER_USES[1], OUTER_USES[2]],
+    uses: &[
+        (&[], &["AsapOptions", "graph_group", "staleness_group", "budget_group", "compress_group", "consensus_group"]),
+        OUTER_USES[0],
+        OUTER_USES[1],
+        OUTER_USES[2],
+    ],
     paces_sends: |o| o.budget.bandwidth_mbps.is_some(),
     validate: validate_asap,
-    resolve: |o| o.staleness.staleness = Some(o.staleness.or(0)),
+    resolve: resolve_asap,
     ..super::ModeSpec::new(
         "asap",
         "ASAP stochastic reduce: average with in-neighbours on --graph, one-sided NOTIFY-ACK",
@@ -65,7 +80,53 @@ pub const MODE: super::ModeSpec = super::ModeSpec {
     )
 };
 
+/// Fills `--staleness` (0) and, under `--compress`, the codec's `--consensus-step`.
+fn resolve_asap(o: &mut super::ModeOptions) {
+    o.staleness.fill(0);
+    if let Some(c) = o.compress.compression() {
+        o.consensus.consensus_step.get_or_insert(default_step(&c));
+    }
+}
+
+/// `--compress` (CHOCO) needs every message delivered once and in order: refused with the
+/// variants that do not deliver so (see the file's doc), each error naming the option to drop.
+fn validate_compressed(run: &super::RunSpec) -> anyhow::Result<()> {
+    let o = run.opts;
+    let Some(_) = o.compress.compression() else {
+        anyhow::ensure!(
+            o.consensus.consensus_step.is_none(),
+            "--consensus-step is CHOCO's step on compressed public copies: it applies to --sync asap with --compress int8|topk:F; add --compress or remove --consensus-step"
+        );
+        return Ok(());
+    };
+    let why = "CHOCO's public copies (sync/gossip/choco.rs) agree only while every message is delivered once, in order";
+    let mut conflicts = Vec::new();
+    if o.asap.notify != NotifyMode::NotifyAck {
+        conflicts.push(format!("--notify {}", serde_json::to_value(o.asap.notify).unwrap_or_default().as_str().unwrap_or_default()));
+    }
+    if o.staleness.staleness.is_some_and(|s| s > 0) {
+        conflicts.push("--staleness > 0".to_owned());
+    }
+    if o.budget.bandwidth_mbps.is_some() {
+        conflicts.push("--bandwidth-mbps".to_owned());
+    }
+    if o.asap.overlap {
+        conflicts.push("--overlap".to_owned());
+    }
+    if o.graph.graph == crate::graph::ONE_PEER_EXPONENTIAL {
+        conflicts.push(format!("--graph {}", crate::graph::ONE_PEER_EXPONENTIAL));
+    }
+    anyhow::ensure!(
+        conflicts.is_empty(),
+        "--compress on --sync asap cannot be combined with {}: {why}, which needs --notify notify-ack on a static graph at --staleness 0, without --overlap and --bandwidth-mbps; remove {} or --compress",
+        conflicts.join(", "),
+        conflicts.join(", ")
+    );
+    Ok(())
+}
+
 fn validate_asap(run: &super::RunSpec) -> anyhow::Result<()> {
+    validate_compressed(run)?;
     let o = run.opts;
     anyhow::ensure!(
         o.asap.notify != NotifyMode::Deadline || !run.checkpoints,
@@ -85,6 +146,13 @@ fn build_asap(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> super::B
     let o = run.opts;
     let budget = o.budget.bandwidth_mbps.map(|mbps| EdgeBudgetOptions { mbps, priority: o.budget.priority });
     let settings = GossipSettings { graph: &o.graph.graph, notify: o.asap.notify, overlap: o.asap.overlap, deadline_ms: o.asap.deadline };
-    let (mode, info) = StochasticReduce::build(ctx, &settings, init, budget, o.staleness.or(0))?;
+    let choco = o.compress.compression().map(|compression| ChocoOptions {
+        compression,
+        step: o.consensus.consensus_step.unwrap_or_else(|| default_step(&compression)),
+    });
+    let (mode, mut info) = StochasticReduce::build(ctx, &settings, init, budget, choco, o.staleness.or(0))?;
+    if choco.is_some() {
+        info["compress"] = serde_json::json!(o.compress.compress);
+    }
     Ok((Box::new(mode), info))
 }

@@ -82,7 +82,7 @@ fn validate_bosen(run: &RunSpec) -> anyhow::Result<()> {
     );
     anyhow::ensure!(
         matches!(o.compress.compression(), None | Some(Compression::Fp16)),
-        "--compress {} with --sync bosen: its row pushes take --compress fp16 (half-precision values) or none; int8 and top-k compress allreduce's syncs (--sync allreduce)",
+        "--compress {} with --sync bosen: its row pushes take --compress fp16 (half-precision values) or none; int8 and top-k compress the syncs of --sync allreduce and asap",
         o.compress.compress
     );
     Ok(())

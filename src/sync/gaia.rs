@@ -874,7 +874,7 @@ fn build_inner(
     let inner_ctx = ctx.on_group(local);
     // Every rank of a group builds the same graph, so the group fails or succeeds as one (and
     // drops the mailboxes together when the check below refuses the graph).
-    let (mode, info) = StochasticReduce::build(&inner_ctx, &settings, init, None, 0)?;
+    let (mode, info) = StochasticReduce::build(&inner_ctx, &settings, init, None, None, 0)?;
     let r = &info["report"];
     let deg = |k: &str| r[k].as_u64().unwrap_or(0);
     anyhow::ensure!(

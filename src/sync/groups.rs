@@ -8,7 +8,9 @@
 //! - [`OuterOptions`] (`--outer-optimizer`, `--outer-lr`, `--outer-momentum`): the outer step of
 //!   every mode that averages replicas (allreduce, asap, gaia), applied by sync/outer.rs;
 //! - [`CompressOptions`] (`--compress`): what allreduce's syncs send, int8, fp16 or top-k with
-//!   error feedback ([`super::codec::mean`]); bosen's pushes, fp16 (its rules: sync/bosen.rs).
+//!   error feedback ([`super::codec::mean`]); asap's messages (CHOCO's public copies,
+//!   sync/gossip/choco.rs), with [`ConsensusOptions`] (`--consensus-step`) beside it for asap;
+//!   bosen's pushes, fp16 (its rules: sync/bosen.rs).
 //!
 //! Each group is a flattened field of [`super::ModeOptions`] (the registry's `shared` line), with
 //! the same config-file keys as before they moved here (the checkpoints' run identity hashes the
@@ -217,16 +219,18 @@ fn outer_momentum(s: &str) -> Result<f64, String> {
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 #[group(id = "compress_group")]
-#[command(next_help_heading = "Compressed exchange (--sync allreduce, bosen)")]
+#[command(next_help_heading = "Compressed exchange (--sync allreduce, asap, bosen)")]
 pub struct CompressOptions {
-    /// What each sync exchanges: none (the model, f32, by MPI_Allreduce), int8 or int8:BLOCK
-    /// (each rank's change since the last sync, 8 bits a value and a scale per BLOCK values,
-    /// default 256: 3.94x fewer bytes), fp16 (the change as IEEE half-precision numbers: 2x
-    /// fewer) or topk:FRACTION (that fraction of the change's largest entries, e.g. topk:0.01:
-    /// about 1 / (2 FRACTION) fewer bytes). What a send leaves out stays in a per-rank residual
-    /// and goes out with later syncs (error feedback); the ranks still end each sync with the
-    /// same model. bosen: none or fp16 (its pushed updates as half-precision numbers, each
-    /// value's rounding error left in the buffer for a later push).
+    /// What each sync exchanges: none (the model, f32), int8 or int8:BLOCK (8 bits a value and a
+    /// scale per BLOCK values, default 256: 3.94x fewer bytes), fp16 (IEEE half-precision
+    /// numbers: 2x fewer) or topk:FRACTION (that fraction of the largest entries, e.g.
+    /// topk:0.01: about 1 / (2 FRACTION) fewer bytes). allreduce: each rank's change since the
+    /// last sync; what a send leaves out stays in a per-rank residual and goes out with later
+    /// syncs (error feedback); the ranks still end each sync with the same model. asap
+    /// (CHOCO-SGD; notify-ack on a static graph, staleness 0): the change of a public copy of
+    /// each rank's model that its neighbours hold, mixed in with --consensus-step. bosen: none or
+    /// fp16 (its pushed updates as half-precision numbers, each value's rounding error left in
+    /// the buffer for a later push).
     #[arg(long, value_name = "CODEC", default_value = "none", value_parser = compress_spec)]
     pub compress: String,
 }
@@ -241,6 +245,30 @@ impl CompressOptions {
     /// The compression asked for; None: the exchange is not compressed.
     pub fn compression(&self) -> Option<Compression> {
         parse_compress(&self.compress).expect("--compress is checked where it is parsed")
+    }
+}
+
+/// CHOCO's consensus step (`--sync asap --compress`; sync/gossip/choco.rs).
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+#[group(id = "consensus_group")]
+#[command(next_help_heading = "Compressed exchange (--sync allreduce, asap, bosen)")]
+pub struct ConsensusOptions {
+    /// asap with --compress: the consensus step γ of CHOCO-SGD, x_i += γ sum_j w_ij (x̂_j - x̂_i)
+    /// over the public copies x̂, in (0, 1]; smaller is stabler under coarser compression
+    /// [default: 1 for int8, 2 FRACTION for topk:FRACTION (0.02 at topk:0.01), measured:
+    /// sync/gossip/choco.rs].
+    #[arg(long, value_name = "GAMMA", value_parser = consensus_step)]
+    pub consensus_step: Option<f64>,
+}
+
+/// `--consensus-step`: finite, in (0, 1].
+fn consensus_step(s: &str) -> Result<f64, String> {
+    let v = crate::values::finite_f64(s)?;
+    if v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("must be in (0, 1] (1 with exact messages is plain gossip), got {s}"))
     }
 }
 

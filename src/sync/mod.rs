@@ -47,7 +47,7 @@ modes! {
     Bosen: bosen { bosen: BosenOptions };
     Gaia: gaia { gaia: GaiaOptions };
     None: independent;
-    @shared { graph: GraphOptions, staleness: StalenessOptions, budget: BudgetOptions, outer: OuterOptions, compress: CompressOptions }
+    @shared { graph: GraphOptions, staleness: StalenessOptions, budget: BudgetOptions, outer: OuterOptions, compress: CompressOptions, consensus: ConsensusOptions }
 }
 
 /// Communication counters every mode keeps the same way; the training loop reports them per rank

@@ -74,7 +74,7 @@ pub enum Compression {
 
 impl Compression {
     /// Refuses a block of 0 and a fraction outside (0, 1].
-    fn check(&self) -> anyhow::Result<()> {
+    pub fn check(&self) -> anyhow::Result<()> {
         match *self {
             Compression::Int8 { block } => {
                 anyhow::ensure!(block >= 1, "int8 compression needs at least 1 value per scale, got a block of 0")
@@ -89,7 +89,7 @@ impl Compression {
     }
 
     /// The bytes of one encoded chunk of `len` values.
-    fn encoded_len(&self, len: usize) -> usize {
+    pub fn encoded_len(&self, len: usize) -> usize {
         match *self {
             Compression::Int8 { block } => Int8 { block }.encoded_len(len),
             Compression::Fp16 => Fp16.encoded_len(len),
@@ -98,7 +98,7 @@ impl Compression {
     }
 
     /// Appends the encoding of `values + residual` and leaves what it lost in `residual`.
-    fn encode(&self, values: &[f32], residual: &mut [f32], out: &mut Vec<u8>) {
+    pub fn encode(&self, values: &[f32], residual: &mut [f32], out: &mut Vec<u8>) {
         match *self {
             Compression::Int8 { block } => Int8 { block }.encode(values, Some(residual), out),
             Compression::Fp16 => {
@@ -121,7 +121,7 @@ impl Compression {
     }
 
     /// Adds the values `bytes` encodes into `into` (one chunk).
-    fn add_decoded(&self, bytes: &[u8], into: &mut [f32]) -> anyhow::Result<()> {
+    pub fn add_decoded(&self, bytes: &[u8], into: &mut [f32]) -> anyhow::Result<()> {
         match *self {
             Compression::Int8 { block } => add_dense(&Int8 { block }, bytes, into),
             Compression::Fp16 => add_dense(&Fp16, bytes, into),

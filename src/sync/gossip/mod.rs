@@ -20,6 +20,9 @@
 //! rows that fit the rank's budget, most significant first, and the rest stays in per-edge
 //! residuals: see [`edge_budget`].
 //!
+//! With compression (`--compress`, NOTIFY-ACK on a static graph at staleness 0 only) each message
+//! is the compressed change of a public copy of the sender's model, CHOCO-GOSSIP: see [`choco`].
+//!
 //! Layout, after Bluefog's split of topology, communication primitive and algorithm: the graph
 //! comes from [`crate::graph`]; the transport every variant shares is `Neighbourhood`
 //! (gossip/neighbourhood.rs: the mailboxes, the pacing, the fault injection, the counters every
@@ -34,6 +37,7 @@
 //! | notify-ack, `--graph one-peer-exponential` | `OnePeer` | gossip/notify_ack.rs |
 //! | notify-ack `--staleness S` | `BoundedStaleness` | gossip/bounded.rs |
 //! | notify-ack `--bandwidth-mbps` | `BudgetedEdges` | gossip/edge_budget.rs |
+//! | notify-ack `--compress` | `Choco` | gossip/choco.rs |
 //! | barrier, none | `Barrier`, `Unsynchronised` | gossip/unacked.rs |
 //! | push-sum | `PushSumGossip` | gossip/push_sum.rs |
 //! | deadline | `Deadline` | gossip/deadline.rs |
@@ -43,6 +47,7 @@
 //! counts, the end's flush and barrier).
 
 mod bounded;
+pub mod choco;
 mod deadline;
 pub mod edge_budget;
 mod neighbourhood;
@@ -58,6 +63,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::{Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::mailbox::Mailboxes;
+use choco::{Choco, ChocoOptions};
 use edge_budget::{BudgetedEdges, EdgeBudgetOptions};
 use neighbourhood::Neighbourhood;
 use push_sum::PushSumGossip;
@@ -147,12 +153,14 @@ impl StochasticReduce {
     /// Builds the mode from the run's options: the graph (its spectral gap computed and logged),
     /// then the mailboxes. Returns the graph report for the metrics' start line too.
     /// With `budget`, every rank's edges spend at most that bandwidth (`init`: the model every
-    /// rank starts from, which the per-edge mirrors start at).
+    /// rank starts from, which the per-edge mirrors start at); with `choco`, the messages are
+    /// compressed changes of public copies.
     pub fn build(
         ctx: &SyncContext,
         opts: &GossipSettings,
         init: &[f32],
         budget: Option<EdgeBudgetOptions>,
+        choco: Option<ChocoOptions>,
         staleness: u64,
     ) -> anyhow::Result<(Self, serde_json::Value)> {
         let n = ctx.comm.size() as usize;
@@ -188,11 +196,20 @@ impl StochasticReduce {
         if staleness > 0 && (opts.notify != NotifyMode::NotifyAck || budget.is_some()) {
             bail!("--staleness on --sync asap needs --notify notify-ack and no --bandwidth-mbps");
         }
+        if choco.is_some() && (opts.notify != NotifyMode::NotifyAck || budget.is_some() || staleness > 0 || opts.overlap || one_peer) {
+            bail!("--compress on --sync asap needs every message delivered once, in order: --notify notify-ack on a static graph, without --overlap, --bandwidth-mbps and --staleness");
+        }
         let mut info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "staleness": staleness, "report": report});
-        let fixed_size = budget.is_none();
-        let mut mode = match budget {
-            None => StochasticReduce::new(ctx.comm, cfg, ctx.n_params())?,
-            Some(b) => {
+        let fixed_size = budget.is_none() && choco.is_none();
+        let mut mode = match (budget, choco) {
+            (None, Some(c)) => {
+                let (mail, choco) = Choco::build(ctx, &cfg.in_neighbours, &c, init)?;
+                info["consensus_step"] = serde_json::json!(c.step);
+                let net = Neighbourhood::new(ctx.comm, cfg.wait_timeout, cfg.stop_sending_after, ctx.n_params(), mail)?;
+                StochasticReduce { net, gossip: Box::new(choco) }
+            }
+            (None, None) => StochasticReduce::new(ctx.comm, cfg, ctx.n_params())?,
+            (Some(b), _) => {
                 if opts.notify != NotifyMode::NotifyAck {
                     bail!(
                         "--bandwidth-mbps on --sync asap needs --notify notify-ack: a budgeted edge \
@@ -206,8 +223,8 @@ impl StochasticReduce {
             }
         };
         mode.net.mail.set_pacer(ctx.pacer(None));
-        // The receiver's link: several in-neighbours share it (fixed-size messages carry the
-        // stamp it needs; a budgeted edge's variable-length messages do not model it).
+        // The receiver's link: several in-neighbours share it (fixed-size models carry the
+        // stamp it needs; byte messages, budgeted or compressed, do not model it).
         if fixed_size {
             mode.net.mail.set_ingress(ctx.ingress());
         }
