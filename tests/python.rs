@@ -95,6 +95,13 @@ fn outer_optimizer_is_plain_averaging_at_step_one_and_textbook_nesterov() {
 }
 
 #[test]
+fn compressed_gossip_keeps_the_mean_while_the_replicas_agree() {
+    if !skip_under_mpich() {
+        check(4, "choco");
+    }
+}
+
+#[test]
 fn notify_ack_has_no_torn_reads_and_keeps_the_mean() {
     if !skip_under_mpich() {
         check(8, "notify_ack");

@@ -38,6 +38,7 @@ const REDUCER_OPTIONS: &[&str] = &[
     "outer_lr",
     "outer_momentum",
     "compress",
+    "consensus_step",
 ];
 
 thread_local! {

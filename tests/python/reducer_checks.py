@@ -330,9 +330,25 @@ def outer():
     print("outer ok rank %d" % RANK, flush=True)
 
 
+def choco():
+    """sync="asap" with compress (CHOCO-SGD's public copies) on the undirected hypercube: with no
+    local change between syncs the replicas' mean stays where it started (the mixing is
+    doubly stochastic) while they come to agree at the consensus_step given."""
+    x = ints(9, 1000) / np.float32(100)
+    mean = global_sum(x) / N
+    r = at.Reducer(x.copy(), sync="asap", graph="hypercube", compress="int8", consensus_step=0.5)
+    for _ in range(120):
+        r.sync(x)
+    assert np.abs(global_sum(x) / N - mean).max() < 1e-3, np.abs(global_sum(x) / N - mean).max()
+    spread = np.abs(x - global_sum(x) / N).max()
+    assert spread < 1e-3, "the replicas still differ by %g" % spread
+    r.finish(x)
+    print("choco ok rank %d" % RANK, flush=True)
+
+
 CHECKS = {
     f.__name__: f
-    for f in [allreduce_exact, notify_ack, push_sum, staleness, budget, graphs, bad_options, uncaught, wrong_array, table_ssp, table_bosen, emulated, outer]
+    for f in [allreduce_exact, notify_ack, push_sum, staleness, budget, graphs, bad_options, uncaught, wrong_array, table_ssp, table_bosen, emulated, outer, choco]
 }
 
 if __name__ == "__main__":
