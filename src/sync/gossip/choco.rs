@@ -69,9 +69,10 @@ pub struct ChocoOptions {
 ///   0.05 stalled at 7.3; 0.1 grew again after round 360. top-5 %: γ = 0.1 reached the floor
 ///   (8.9e-6) by round 280, 0.05 reached 2.9e-5, 0.2 diverged. So γ = 2 F for top-F: the best of
 ///   the grid at both fractions, half of where it diverged.
+///
 /// In training the best step can differ: on the MLP bench of benches/compress.md (by-label:2
 /// shards, top-1 %, seed 1) γ = 0.1 gave 63.8 % against 53 % at the default 0.02, and 0.2
-/// gave 57.3 %; the default stays the one under which the replicas provably come to agree.
+/// gave 57.3 %; the default stays the one under which the replicas were measured to agree.
 pub fn default_step(c: &Compression) -> f64 {
     match *c {
         // fp16 rounds each value to 11 significant bits, finer than int8's 8 bits under a
