@@ -96,13 +96,7 @@ fn a_resume_is_bit_identical_with_the_residuals() {
         ("topk-diloco", &["--compress", "topk:0.05", "--outer-optimizer", "nesterov"]),
     ] {
         let args = base(extra);
-        let full = dir.join(format!("{name}-full.h5"));
-        train(&args, &["--save-model", s(&full)]).expect_ok();
-        let ck = dir.join(format!("{name}-ck"));
-        train(&args, &["--checkpoint-dir", s(&ck), "--checkpoint-every", "5", "--max-rounds", "10"]).expect_ok();
-        let resumed = dir.join(format!("{name}-resumed.h5"));
-        let job = train(&args, &["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]).expect_ok();
-        assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
+        let (full, ck, resumed) = full_and_resumed_at_round_10(&dir, name, |extra| train(&args, extra));
         let round10 = checkpoint_of_round(&ck, 10);
         let f = hdf5::File::open(round10).unwrap();
         let g = f.group("sync/rank1").unwrap();
@@ -200,13 +194,7 @@ fn a_gossip_resume_is_bit_identical_with_the_public_copies() {
     ];
     for (name, extra) in cases {
         let args = gossip(&[&["--epochs", "2"], extra].concat());
-        let full = dir.join(format!("{name}-full.h5"));
-        train(&args, &["--save-model", s(&full)]).expect_ok();
-        let ck = dir.join(format!("{name}-ck"));
-        train(&args, &["--checkpoint-dir", s(&ck), "--checkpoint-every", "5", "--max-rounds", "10"]).expect_ok();
-        let resumed = dir.join(format!("{name}-resumed.h5"));
-        let job = train(&args, &["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]).expect_ok();
-        assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
+        let (full, ck, resumed) = full_and_resumed_at_round_10(&dir, name, |extra| train(&args, extra));
         let f = hdf5::File::open(checkpoint_of_round(&ck, 10)).unwrap();
         let g = f.group("sync/rank1").unwrap();
         for state in ["choco_public_self", "choco_public_in_0", "choco_public_in_1"] {

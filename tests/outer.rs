@@ -57,13 +57,7 @@ fn nesterov_resumes_bit_identically_with_its_outer_state() {
     for (name, sync) in [("diloco", &["--sync", "allreduce"][..]), ("noloco", &["--sync", "asap", "--graph", "ring"][..])] {
         let mut args = base(sync);
         args.extend(["--outer-optimizer", "nesterov", "--outer-lr", "0.7", "--outer-momentum", "0.9"].map(String::from));
-        let full = dir.join(format!("{name}-full.h5"));
-        train(&args, &["--save-model", s(&full)]).expect_ok();
-        let ck = dir.join(format!("{name}-ck"));
-        train(&args, &["--checkpoint-dir", s(&ck), "--checkpoint-every", "5", "--max-rounds", "10"]).expect_ok();
-        let resumed = dir.join(format!("{name}-resumed.h5"));
-        let job = train(&args, &["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]).expect_ok();
-        assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
+        let (full, ck, resumed) = full_and_resumed_at_round_10(&dir, name, |extra| train(&args, extra));
         let round10 = checkpoint_of_round(&ck, 10);
         let f = hdf5::File::open(round10).unwrap();
         for rank in 0..4 {

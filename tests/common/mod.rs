@@ -297,6 +297,20 @@ pub fn settled_count(count: impl Fn() -> usize) -> usize {
 /// measured by deterministic runs (allreduce, NOTIFY-ACK) and by `make report`.
 pub const TRAINED: f64 = 0.6;
 
+/// A resume check's three runs of `run` (one training job, given extra options): uninterrupted to
+/// `{name}-full.h5`; checkpointed every 5 rounds and stopped at round 10 in `{name}-ck`; resumed
+/// from there to `{name}-resumed.h5`. Returns (full model, checkpoint directory, resumed model).
+pub fn full_and_resumed_at_round_10(dir: &Path, name: &str, run: impl Fn(&[&str]) -> Job) -> (PathBuf, PathBuf, PathBuf) {
+    let full = dir.join(format!("{name}-full.h5"));
+    run(&["--save-model", s(&full)]).expect_ok();
+    let ck = dir.join(format!("{name}-ck"));
+    run(&["--checkpoint-dir", s(&ck), "--checkpoint-every", "5", "--max-rounds", "10"]).expect_ok();
+    let resumed = dir.join(format!("{name}-resumed.h5"));
+    let job = run(&["--checkpoint-dir", s(&ck), "--resume", "--save-model", s(&resumed)]).expect_ok();
+    assert!(job.stderr.contains("resuming from"), "{}", job.stderr);
+    (full, ck, resumed)
+}
+
 /// The checkpoint file of `round` in `dir` (checkpoint names end in the zero-padded round).
 pub fn checkpoint_of_round(dir: &Path, round: u64) -> PathBuf {
     let suffix = format!("-{round:010}.h5");
