@@ -289,7 +289,7 @@ if not quick and any(", k " in n for n in names):
                     + (f"; excluded as INVALID: {', '.join(bad)}" if bad else ""))
         v = judge([ba, br], ratio, 2.0, PARTLY)
         fa, fr = data[ba], data[br]
-        why = (f"At k 1 (the paper's setting) the root expander was {rs1}x allreduce (time over time); with the interval tuned both "
+        why = (f"At k 1 (the paper's setting) the root expander's speed-up over allreduce was {rs1}x; with the interval tuned both "
                f"amortise an exchange over k steps. The best allreduce ({ba}) reached {float(target):.0%} at round {rounds(fa)} "
                f"({per_round(fa)*1000:.0f} ms a round, {statistics.median(fa['mb']):.1f} MB/rank), the best root expander "
                f"({br}) at round {rounds(fr)} ({per_round(fr)*1000:.0f} ms a round, {statistics.median(fr['mb']):.1f} MB/rank). "
