@@ -36,6 +36,72 @@ def summaries(out, name, reps):
                 yield s
 
 
+def grid(names, base):
+    """{k: row} of one variant over the interval grid: BASE itself is the paper's clock (k 30)."""
+    g = {30: base} if base in names else {}
+    for n in names:
+        b, _, k = n.partition(", k ")
+        if b == base and k:
+            g[int(k)] = n
+    return g
+
+
+def per_k(g, data, med, valid, extra):
+    """'k 4 not reached (>= 21.3 s), k 16 24.10 s, ...': the grid as measured, for the claim's why and the table."""
+    def one(n):
+        if not valid[n]:
+            return "INVALID"
+        if med[n] == float("inf"):
+            return f"not reached (>= {extra[n]['train_s'] or 0:.1f} s)"
+        return f"{med[n]:.2f} s"
+    return ", ".join(f"k {k} {one(n)}" for k, n in sorted(g.items()))
+
+
+def tuned_rows(names, data, med, valid, extra, verdict_of, setting):
+    """Issue 40, item 4: gaia against BSP (with or without DiLoCo) and SSP over the WAN, each side at its
+    best valid --sync-every of the grid by median time to target; the paper's threshold. A capped row
+    that missed the target is out of the running; the why says whether its bound (its training time)
+    is above the chosen best, i.e. whether it could not have won."""
+    if not any(", k " in n for n in names):
+        return []
+    gg = grid(names, "wan gaia")
+    best = lambda rs: min((n for n in rs if valid[n] and med[n] != float("inf")), key=lambda n: med[n], default=None)
+    bg = best(gg.values())
+    out = []
+    for label, bases in (("BSP (allreduce, or DiLoCo: allreduce with an outer Nesterov step)", ("wan allreduce", "wan allreduce diloco")),
+                         ("SSP (staleness 2)", ("wan ssp",))):
+        grids = {b: grid(names, b) for b in bases}
+        rs = [n for g in grids.values() for n in g.values()]
+        bb = best(rs)
+        ks = "/".join(str(k) for k in sorted({k for g in list(grids.values()) + [gg] for k in g}))
+        shown = "; ".join(f"{b}: {per_k(g, data, med, valid, extra)}" for b, g in list(grids.items()) + [("wan gaia", gg)] if g)
+        claim = (f"Gaia is 1.8-53.5x faster than a {label} parameter server over the same WAN: against the tuned baseline "
+                 f"(best --sync-every of {ks}; gaia's clock at the same grid, its best)")
+        if bb is None or bg is None:
+            out.append({"paper": "Gaia (Hsieh et al., NSDI'17)", "claim": claim, "paper_value": ">= 1.8x (1.8-53.5x)",
+                        "measured": f"no valid row reached the target on one side ({shown})", "verdict": "not judged",
+                        "why": "a side of the grid has no valid run that reached the target", "setting": setting})
+            continue
+        r = med[bb] / med[bg]
+        loose = [n for n in rs + list(gg.values()) if valid[n] and med[n] == float("inf")
+                 and (extra[n]["train_s"] or 0) < med[bb if n in rs else bg]]
+        rounds = lambda n: f"{statistics.median(data[n][1]):.0f}" if data[n][1] else "-"
+        out.append({
+            "paper": "Gaia (Hsieh et al., NSDI'17)",
+            "claim": claim,
+            "paper_value": ">= 1.8x (1.8-53.5x)",
+            "measured": f"{r:.2f}x (the best baseline {bb} {fmt(data[bb][0])} s vs the best gaia {bg} {fmt(data[bg][0])} s)",
+            "verdict": verdict_of([bb, bg], lambda r=r: "reproduced" if r >= SPEEDUP_MIN else ("partly" if r > 1.0 else "not reproduced")),
+            "why": (f"Per interval (median s to target): {shown}. The best baseline ({bb}) reached the target in {rounds(bb)} rounds, "
+                    f"sync {extra[bb]['wait'] or 0:.2f} s per rank; the best gaia ({bg}) in {rounds(bg)} clocks, "
+                    f"{extra[bg]['wait'] or 0:.2f} s. Over this WAN every baseline round pays the round trip, so fewer, "
+                    f"longer rounds are the baseline's only lever, and k 30 (a pass) is the top of the grid."
+                    + (f" Not excluded by their bound: {', '.join(loose)} (capped below the best's time)." if loose else "")),
+            "setting": setting,
+        })
+    return out
+
+
 def main():
     args = sys.argv[1:]
     cut = args.index("--")
@@ -121,6 +187,7 @@ def main():
                         f"{' (our ssp worker waits for its read answer every clock, so staleness 2 hides no latency)' if base == sw else ''}."),
                 "setting": setting,
             })
+    rows += tuned_rows(names, data, med, valid, extra, verdict_of, setting)
     # §3.3: the share of each worker's updates that change their parameter by < 1 %.
     fr = {}
     if g in extra and extra[g]["w1"] is not None:
@@ -159,6 +226,13 @@ def main():
             wan = f"{extra[n]['wan_mb']:.2f}" if extra[n]["wan_mb"] is not None else "-"
             v = "valid" if ok else "INVALID: " + "; ".join(sorted(set(notes)))
             t.write(f"| {n} | {rng} | {r} | {m} | {ws} | {mw} | {wan} | {v} |\n")
+        if any(", k " in n for n in names):
+            t.write("\nAgainst the tuned baseline, per --sync-every (median s to target; a capped row that missed it: its "
+                    "training time, a lower bound):\n\n")
+            for b in ("wan allreduce", "wan allreduce diloco", "wan ssp", "wan gaia"):
+                gb = grid(names, b)
+                if gb:
+                    t.write(f"- {b}: {per_k(gb, data, med, valid, extra)}\n")
         t.write("\n" + setting.replace("; ", ".\n", 2) + ".\n")
         t.write("Time is training seconds (emulated, dilated) until the evaluated model reached the target, evaluated every clock; "
                 "the baselines' links charge a parameter server's WAN cost per round (benches/claim-gaia.sh).\n")
