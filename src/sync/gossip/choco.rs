@@ -203,11 +203,12 @@ impl Choco {
         }
     }
 
-    /// x_i += γ / 2 (x̂_j - x̂_i^(o)) for the round's one in-edge `i` and out-edge `j`, both at
-    /// offset o (the one-peer graph's weights: 1/2 each).
-    fn mix_pair(&self, i: usize, j: usize, params: &mut [f32]) {
+    /// x_i += γ / 2 (x̂_{i-o} - x̂_i^(o)): the copy of in-edge `in_edge` (the rank at -o) and
+    /// this rank's copy for out-edge `out_edge` (the rank at +o), both of the round's offset o
+    /// (the one-peer graph's weights: 1/2 each).
+    fn mix_pair(&self, in_edge: usize, out_edge: usize, params: &mut [f32]) {
         let weight = self.step / 2.0;
-        for ((x, theirs), own) in params.iter_mut().zip(&self.public_in[i]).zip(&self.public_self[j]) {
+        for ((x, theirs), own) in params.iter_mut().zip(&self.public_in[in_edge]).zip(&self.public_self[out_edge]) {
             *x += weight * (theirs - own);
         }
     }
