@@ -227,7 +227,7 @@ pub struct CompressOptions {
     /// topk:0.01: about 1 / (2 FRACTION) fewer bytes). allreduce: each rank's change since the
     /// last sync; what a send leaves out stays in a per-rank residual and goes out with later
     /// syncs (error feedback); the ranks still end each sync with the same model. asap
-    /// (CHOCO-SGD; notify-ack on a static graph, staleness 0): the change of a public copy of
+    /// (CHOCO-SGD; notify-ack, staleness 0; on the one-peer graph a copy per edge): the change of a public copy of
     /// each rank's model that its neighbours hold, mixed in with --consensus-step. bosen: none or
     /// fp16 (its pushed updates as half-precision numbers, each value's rounding error left in
     /// the buffer for a later push).

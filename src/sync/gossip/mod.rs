@@ -20,8 +20,9 @@
 //! rows that fit the rank's budget, most significant first, and the rest stays in per-edge
 //! residuals: see [`edge_budget`].
 //!
-//! With compression (`--compress`, NOTIFY-ACK on a static graph at staleness 0 only) each message
-//! is the compressed change of a public copy of the sender's model, CHOCO-GOSSIP: see [`choco`].
+//! With compression (`--compress`, NOTIFY-ACK at staleness 0 only, on a static graph or the
+//! one-peer one) each message is the compressed change of a public copy of the sender's model,
+//! CHOCO-GOSSIP: see [`choco`].
 //!
 //! Layout, after Bluefog's split of topology, communication primitive and algorithm: the graph
 //! comes from [`crate::graph`]; the transport every variant shares is `Neighbourhood`
@@ -37,7 +38,7 @@
 //! | notify-ack, `--graph one-peer-exponential` | `OnePeer` | gossip/notify_ack.rs |
 //! | notify-ack `--staleness S` | `BoundedStaleness` | gossip/bounded.rs |
 //! | notify-ack `--bandwidth-mbps` | `BudgetedEdges` | gossip/edge_budget.rs |
-//! | notify-ack `--compress` | `Choco` | gossip/choco.rs |
+//! | notify-ack `--compress` (static or one-peer graph) | `Choco` | gossip/choco.rs |
 //! | barrier, none | `Barrier`, `Unsynchronised` | gossip/unacked.rs |
 //! | push-sum | `PushSumGossip` | gossip/push_sum.rs |
 //! | deadline | `Deadline` | gossip/deadline.rs |
@@ -196,14 +197,14 @@ impl StochasticReduce {
         if staleness > 0 && (opts.notify != NotifyMode::NotifyAck || budget.is_some()) {
             bail!("--staleness on --sync asap needs --notify notify-ack and no --bandwidth-mbps");
         }
-        if choco.is_some() && (opts.notify != NotifyMode::NotifyAck || budget.is_some() || staleness > 0 || opts.overlap || one_peer) {
-            bail!("--compress on --sync asap needs every message delivered once, in order: --notify notify-ack on a static graph, without --overlap, --bandwidth-mbps and --staleness");
+        if choco.is_some() && (opts.notify != NotifyMode::NotifyAck || budget.is_some() || staleness > 0 || opts.overlap) {
+            bail!("--compress on --sync asap needs every message delivered once, in order: --notify notify-ack, without --overlap, --bandwidth-mbps and --staleness");
         }
         let mut info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "staleness": staleness, "report": report});
         let fixed_size = budget.is_none() && choco.is_none();
         let mut mode = match (budget, choco) {
             (None, Some(c)) => {
-                let (mail, choco) = Choco::build(ctx, &cfg.in_neighbours, &c, init)?;
+                let (mail, choco) = Choco::build(ctx, &cfg.in_neighbours, &c, init, one_peer)?;
                 info["consensus_step"] = serde_json::json!(c.step);
                 let net = Neighbourhood::new(ctx.comm, cfg.wait_timeout, cfg.stop_sending_after, ctx.n_params(), mail)?;
                 StochasticReduce { net, gossip: Box::new(choco) }

@@ -274,12 +274,19 @@ impl Neighbourhood {
     /// Time-varying graphs: waits for the NOTIFY of `round` from in-neighbour `i` alone and
     /// adds its model to `acc` (see [`Neighbourhood::add_round`]). Returns when the waiting ended.
     pub(in crate::sync) fn add_one(&mut self, i: usize, round: u64, acc: &mut [f32]) -> anyhow::Result<Instant> {
+        self.receive_one(i, round, acc)
+    }
+
+    /// Time-varying graphs: waits for the NOTIFY of `round` from in-neighbour `i` alone and
+    /// reads its message into `inbox` (see [`Neighbourhood::add_one`]). Returns when the waiting
+    /// ended.
+    pub(in crate::sync) fn receive_one(&mut self, i: usize, round: u64, inbox: &mut (impl Inbox + ?Sized)) -> anyhow::Result<Instant> {
         let t = Instant::now();
         self.emulated_latency();
         self.mail.wait_one(i, round, self.wait_timeout)?;
         let t2 = Instant::now();
         self.stats.wait_seconds += (t2 - t).as_secs_f64();
-        self.read_one(i, round, acc)?;
+        self.read_one(i, round, inbox)?;
         Ok(t2)
     }
 
