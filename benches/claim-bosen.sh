@@ -64,8 +64,8 @@ variants+=(
 # S = 2 stays the paper's). ssp and bosen random get the same clock grid, 11 and 22 steps beside
 # the paper's 44 (= one pass, the longest clock the grid takes: "up to an epoch"). Shorter clocks
 # (1-4 steps) are left out: each clock end pushes and reads every touched row, and at 11 steps a
-# clock already sends ~4x the rows of the 44-step clock for the same steps; the 2 shared cores fit
-# 4 more rows x 3 runs (benches/claim-bosen.md, "Against the tuned ssp").
+# clock already sends ~4x the rows of the 44-step clock for the same steps; sized to add
+# 4 rows x 3 runs on the 2 shared cores (benches/claim-bosen.md, "Against the tuned ssp").
 GRID=${GRID:-$([ -n "$QUICK" ] && echo 0 || echo 1)}
 if [ "$GRID" = 1 ]; then
     for k in 11 22; do

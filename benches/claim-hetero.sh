@@ -68,7 +68,7 @@ rows=(
 )
 # Issue 40's tuned baseline: the clock length is the knob an SSP user turns (S stays the paper's 3).
 # SSPSGD and both challengers get the same grid, 2 and 5 steps a clock beside the paper's 10 (one
-# pass: "up to an epoch"). 2 is the shortest that keeps the 2 shared cores' 24 runs in budget; a
+# pass: "up to an epoch"), sized to add 18 runs on the 2 shared cores (not 1: budget); a
 # shorter clock gives SSPSGD fresher reads (its summed updates are what oscillate at 10), so the
 # grid runs toward 1 and not past the pass. GRID=0 leaves them out (QUICK does).
 GRID=${GRID:-$([ -n "${QUICK:-}" ] && echo 0 || echo 1)}
