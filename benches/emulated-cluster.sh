@@ -105,6 +105,9 @@ lan | wan)
         "asap notify-ack|--sync asap"
         "asap deadline|--sync asap --notify deadline"
         "asap noloco|--sync asap --graph one-peer-exponential --outer-optimizer nesterov"
+        # outer lr 1.0: the step at which DiLoCo sent 4x fewer bytes than the best tuned allreduce
+        # on by-label:2 shards (benches/low-comm.md); PARTITION=by-label:2 is its time table.
+        "allreduce diloco outer-lr 1|--sync allreduce --outer-optimizer nesterov --outer-lr 1"
     )
     ;;
 links32)
