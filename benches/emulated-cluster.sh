@@ -6,8 +6,9 @@
 #   benches/emulated-cluster.sh even        the same without stragglers
 #   benches/emulated-cluster.sh links       8 ranks, clusters/1gbe-2slow.toml (ranks 0-1 behind
 #                                           100 Mbit/s), MLP 784-1024-10 (3.3 MB), batch 256
-#   benches/emulated-cluster.sh links32     32 ranks, clusters/1gbe.toml (every link 1 GbE), MLP
-#                                           784-1024-10, batch 64
+#   benches/emulated-cluster.sh links32     32 ranks (NP), clusters/1gbe.toml (every link 1 GbE),
+#                                           MLP 784-1024-10, batch 64; with DiLoCo and NoLoCo
+#                                           (issue 40's 32 and 64 ranks)
 #   benches/emulated-cluster.sh production  NP ranks (32) with --straggler production, MLR
 #
 # Time is training seconds until the worst rank's own model reaches TARGET (every rank's own
@@ -28,10 +29,11 @@
 # default) runs each row once at every step, as before.
 #
 # Environment (defaults in brackets): ONLY (a regex: only the rows whose name matches), REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10], INTERVALS [1],
-# MODEL (compute/even/production) [mlr], DILATION (links [8], links32 [24]), NP (production) [32],
+# MODEL (compute/even/production) [mlr], DILATION (links [8], links32 [24 x NP / 32]), NP (links32, production) [32],
 # OUT (a directory of an earlier run of the same table whose rows are reused in the printed
 # table), BIN [target/release/asap-train]; NICE [-20]: the ranks' priority (a benchmark beside other jobs
-# needs its ranks woken on time).
+# needs its ranks woken on time); BENCH_LOCK (a file: every mpirun runs under `flock` on it, so that
+# benches started beside this one with the same lock take turns).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source benches/priority.sh
@@ -46,6 +48,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 out=runs/emulated/$WHAT-$(date +%H%M%S)
 mkdir -p "$out"
 rows=()
+lock=()   # BENCH_LOCK: every mpirun under `flock $BENCH_LOCK`, so that benches beside this one wait
+[ -n "${BENCH_LOCK:-}" ] && lock=(flock "$BENCH_LOCK")
 
 case $WHAT in
 compute | even)
@@ -101,6 +105,9 @@ lan | wan)
         "asap notify-ack|--sync asap"
         "asap deadline|--sync asap --notify deadline"
         "asap noloco|--sync asap --graph one-peer-exponential --outer-optimizer nesterov"
+        # outer lr 1.0: the step at which DiLoCo sent 4x fewer bytes than the best tuned allreduce
+        # on by-label:2 shards (benches/low-comm.md); PARTITION=by-label:2 is its time table.
+        "allreduce diloco outer-lr 1|--sync allreduce --outer-optimizer nesterov --outer-lr 1"
     )
     ;;
 links32)
@@ -108,7 +115,8 @@ links32)
     # allreduce moves 2 x 31/32 of the model per rank per round, the root expander 2 models,
     # one-peer exponential 1). Dilation 24: 32 ranks need 32 x 6.4 ms of CPU per round, 103 ms
     # on 2 cores, inside the 154 ms declared step.
-    NP=32; EPOCHS=${EPOCHS:-10}; TARGET=${TARGET:-0.80}; DILATION=${DILATION:-24}
+    # NP=64 doubles the CPU a round needs, so the dilation doubles with it (48).
+    NP=${NP:-32}; EPOCHS=${EPOCHS:-10}; TARGET=${TARGET:-0.80}; DILATION=${DILATION:-$((24 * NP / 32))}
     common=(--cluster clusters/1gbe.toml --dilation "$DILATION" --model mlp --hidden 1024 --batch-size 64 --lr 0.1)
     slow=(); bal=()
     variants=(
@@ -117,6 +125,8 @@ links32)
         "asap notify-ack|--sync asap"
         "asap deadline|--sync asap --notify deadline"
         "asap one-peer exponential|--sync asap --graph one-peer-exponential"
+        "allreduce diloco|--sync allreduce --outer-optimizer nesterov"
+        "asap noloco|--sync asap --graph one-peer-exponential --outer-optimizer nesterov"
     )
     ;;
 production)
@@ -155,7 +165,7 @@ for v in "${grid[@]}"; do
     for rep in $(seq 1 "$REPS"); do
         f="$out/$(echo "$name" | tr ' /' '__')-$rep"
         # shellcheck disable=SC2086
-        if ! nice -n "$NICE" mpirun -n "$NP" "$BIN" train "${common[@]}" "${slow[@]}" $args \
+        if ! "${lock[@]}" nice -n "$NICE" mpirun -n "$NP" "$BIN" train "${common[@]}" "${slow[@]}" $args \
             --partition "$PARTITION" --epochs "$EPOCHS" --eval-every "$ev" --own-models 0 \
             --target "$TARGET" --target-on worst-rank --stop-at-target --metrics "$f.jsonl" > "$f.log" 2>&1; then
             echo "run $name #$rep failed: see $f.log" >&2

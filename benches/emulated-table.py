@@ -46,6 +46,19 @@ def row(out, name, reps):
     return times, rounds, mb, valid, notes
 
 
+def busiest_mb(out, name, reps):
+    """The median over the runs of the MB sent to the target by the rank that sent the most: the
+    bytes on the busiest link (every rank has one link in the emulated cluster)."""
+    mb = []
+    for r in runs(out, name, reps):
+        if r is None or r[1] is None or r[1].get("time_to_target") is None:
+            continue
+        lines, s = r
+        hit = next(e for e in lines if e["event"] == "eval" and e["round"] == s["time_to_target"]["round"])
+        mb.append(hit["counters"]["bytes_sent"]["max"] / 1e6)
+    return statistics.median(mb) if mb else None
+
+
 def fmt(times):
     if not times:
         return "-"
@@ -77,13 +90,13 @@ def main():
     if asaps and plain != float("inf"):
         best = min(asaps, key=lambda n: med[n])
         print(f"\nbest valid asap: {best}: {med[best] / plain:.2f}x plain allreduce" + (f", {med[best] / med[best_ar]:.2f}x the best allreduce ({best_ar})" if best_ar else ""))
-    tuned(names, data, med)
+    tuned(names, data, med, out, reps)
 
 
 OUTER = ("diloco", "noloco")  # the rows with an outer optimizer (benches/emulated-cluster.sh)
 
 
-def tuned(names, data, med):
+def tuned(names, data, med, out, reps):
     """With an interval grid (rows "NAME, k K"): per variant its best valid interval by median
     time to target, the ratios to the best tuned allreduce without an outer optimizer and to the
     best tuned allreduce of any kind, and issue 40's time verdicts."""
@@ -101,19 +114,27 @@ def tuned(names, data, med):
     base_of = lambda b: med[best[b][0]] if b else float("inf")
     ratio = lambda t, b: f"{t / base_of(b):.2f}" if b and base_of(b) not in (0, float("inf")) else "-"
     print(f"\nTuned: each variant at its best valid --sync-every (same grid for every row)\n")
-    print(f"| variant | best --sync-every | s to target, median (range) | MB sent/rank to target | x best tuned allreduce ({plain_ar or '-'}) | x best tuned allreduce of any kind ({any_ar or '-'}) |")
-    print("|---|---|---|---|---|---|")
+    print(f"| variant | best --sync-every | s to target, median (range) | MB sent/rank to target | MB on the busiest link | x best tuned allreduce ({plain_ar or '-'}) | x best tuned allreduce of any kind ({any_ar or '-'}) |")
+    print("|---|---|---|---|---|---|---|")
     for b in dict.fromkeys(n.partition(", k ")[0] for n in names):
         if b not in best:
-            print(f"| {b} | none valid and reached | - | - | - | - |")
+            print(f"| {b} | none valid and reached | - | - | - | - | - |")
             continue
         n, k = best[b]
         mb = f"{statistics.median(data[n][2]):.1f}" if data[n][2] else "-"
-        print(f"| {b} | {k} | {fmt(data[n][0])} | {mb} | {ratio(med[n], plain_ar)} | {ratio(med[n], any_ar)} |")
+        busy = busiest_mb(out, n, reps)
+        busy = f"{busy:.1f}" if busy is not None else "-"
+        print(f"| {b} | {k} | {fmt(data[n][0])} | {mb} | {busy} | {ratio(med[n], plain_ar)} | {ratio(med[n], any_ar)} |")
     outer = [b for b in best if is_outer(b)]
     if outer and plain_ar:
         o = min(outer, key=lambda b: med[best[b][0]])
         print(f"\nbest outer-optimizer run: {o}: {ratio(med[best[o][0]], plain_ar)}x the best tuned allreduce without one (issue 40's target: at most 0.5)")
+    dil = next((b for b in best if "diloco" in b), None)
+    nol = next((b for b in best if "noloco" in b), None)
+    if dil and nol:
+        bd, bn = busiest_mb(out, best[dil][0], reps), busiest_mb(out, best[nol][0], reps)
+        print(f"NoLoCo against DiLoCo, each at its best interval: {med[best[nol][0]] / med[best[dil][0]]:.2f}x the time, "
+              f"{bn:.1f} against {bd:.1f} MB on the busiest link (target at 32 and 64 ranks: at most 1.0x, with fewer bytes)")
     asaps = [b for b in best if b.startswith("asap")]
     if asaps and any_ar:
         a = min(asaps, key=lambda b: med[best[b][0]])
