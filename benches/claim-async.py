@@ -31,6 +31,17 @@ PAPER = [
 ]
 
 
+def verdict_of(valid, quick, speed, good_at, partly_at):
+    """A claim row's verdict from its speed-up (None: the challenger never reached the target)."""
+    if not valid:
+        return "not judged"
+    if quick:
+        return "quick run: not judged"
+    if speed is None:
+        return "not reproduced"
+    return "reproduced" if speed >= good_at else "partly" if speed >= partly_at else "not reproduced"
+
+
 def load(name):
     """(eval lines, summary) of each repetition of NAME; None for a failed run."""
     runs = []
@@ -137,14 +148,9 @@ for claim, scen, sync, asyn, paper, good_at, partly_at in PAPER:
     why = (f"{sync} reached the target at clock {s['clocks']} of the slowest worker, {asyn} at clock {a['clocks']} (mean clock staleness {a['stale']}); "
            f"a task (release to result) took the median worker {a['tasks'].split(' / ')[0]} ms and the slowest {a['tasks'].split(' / ')[1]} ms under {asyn}; "
            f"{sync} waited {s['wait']} ms per round against {asyn}'s {a['wait']} ms.")
+    verdict = verdict_of(s["valid"] and a["valid"], quick, speed, good_at, partly_at)
     if not (s["valid"] and a["valid"]):
-        verdict, measured = "not judged", "; ".join(f"{x['name']}: {x['validity']}" for x in (s, a) if not x["valid"])
-    elif quick:
-        verdict = "quick run: not judged"
-    elif speed is None:
-        verdict = "not reproduced"
-    else:
-        verdict = "reproduced" if speed >= good_at else "partly" if speed >= partly_at else "not reproduced"
+        measured = "; ".join(f"{x['name']}: {x['validity']}" for x in (s, a) if not x["valid"])
     claims.append({"paper": "ASYNC (Mokhtari Sani et al.), §VI-C", "claim": claim, "paper_value": paper,
                    "measured": measured, "verdict": verdict, "why": why, "setting": setting,
                    "threshold": f"reproduced at >= {good_at}x, partly at >= {partly_at}x"})
@@ -172,14 +178,7 @@ for claim, scen, sync, asyn, paper, good_at, partly_at in PAPER:
     speed = ts / ta if ta not in (0, float("inf")) and ts != float("inf") else None
     per = "; ".join(f"--sync-every {k}: {sync} {cell[sync, k]['time']} s, {asyn} {cell[asyn, k]['time']} s" for k in ks)
     ok = all(c["valid"] for c in cell.values())
-    if not ok:
-        verdict = "not judged"
-    elif quick:
-        verdict = "quick run: not judged"
-    elif speed is None:
-        verdict = "not reproduced"
-    else:
-        verdict = "reproduced" if speed >= good_at else "partly" if speed >= partly_at else "not reproduced"
+    verdict = verdict_of(ok, quick, speed, good_at, partly_at)
     claims.append({"paper": "ASYNC (Mokhtari Sani et al.), §VI-C",
                    "claim": claim.replace(f"than {sync}", f"than the best-tuned {sync} (task length tuned for both, issue 40)"),
                    "paper_value": paper,
