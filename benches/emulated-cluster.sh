@@ -10,6 +10,8 @@
 #                                           MLP 784-1024-10, batch 64; with DiLoCo and NoLoCo
 #                                           (issue 40's 32 and 64 ranks)
 #   benches/emulated-cluster.sh production  NP ranks (32) with --straggler production, MLR
+#   benches/emulated-cluster.sh scale       NP ranks (64), clusters/1gbe.toml, MLR batch 64
+#                                           (latency-bound): allreduce, DiLoCo, NoLoCo
 #
 # Time is training seconds until the worst rank's own model reaches TARGET (every rank's own
 # model scored, --own-models 0), evaluated every EVAL_EVERY rounds; a run stops there
@@ -29,7 +31,7 @@
 # default) runs each row once at every step, as before.
 #
 # Environment (defaults in brackets): ONLY (a regex: only the rows whose name matches), REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10], INTERVALS [1],
-# MODEL (compute/even/production) [mlr], DILATION (links [8], links32 [24 x NP / 32]), NP (links32, production) [32],
+# MODEL (compute/even/production) [mlr], DILATION (links [8], links32 [24 x NP / 32], scale [100]), NP (links32, production [32], scale [64]),
 # OUT (a directory of an earlier run of the same table whose rows are reused in the printed
 # table), BIN [target/release/asap-train]; NICE [-20]: the ranks' priority (a benchmark beside other jobs
 # needs its ranks woken on time); BENCH_LOCK (a file: every mpirun runs under `flock` on it, so that
@@ -73,6 +75,9 @@ compute | even)
             "asap one-peer exponential|--sync asap --graph one-peer-exponential"
             "asap exponential --balance|--sync asap --graph exponential --balance"
             "asap complete --balance|--sync asap --graph complete --balance"
+            # DiLoCo with --balance: the best allreduce is the best over the interval,
+            # --balance and the outer optimizer (issue 40)
+            "allreduce diloco --balance|--sync allreduce --outer-optimizer nesterov --balance"
         )
     fi
     ;;
@@ -141,9 +146,27 @@ production)
         "asap --balance|--sync asap --balance"
         "asap deadline --balance|--sync asap --notify deadline --balance"
         "asap complete --balance|--sync asap --graph complete --balance"
+        "allreduce diloco --balance|--sync allreduce --outer-optimizer nesterov --balance"
     )
     ;;
-*) echo "usage: $0 compute|even|links|links32|production|lan|wan" >&2; exit 2 ;;
+scale)
+    # NP ranks (64), every link 1 GbE, MLR (31 KB) at batch 64: latency-bound (a ring allreduce
+    # takes 2 x (NP - 1) one-way latencies a round, 6.3 ms at 64 ranks, against a 0.142 ms
+    # step), where the links32 table's MLP is bandwidth-bound. The setting in which 64 ranks fit
+    # this machine: dilation 100 makes a step 14 ms, inside which 64 ranks' real steps (about
+    # 0.2 ms each of CPU) run on 2 cores. Issue 40's "NoLoCo at most 1.0x DiLoCo at 32 and 64
+    # ranks, with fewer bytes on the busiest link".
+    NP=${NP:-64}; EPOCHS=${EPOCHS:-30}; TARGET=${TARGET:-0.83}; DILATION=${DILATION:-100}
+    common=(--cluster clusters/1gbe.toml --dilation "$DILATION" --model mlr --batch-size 64 --lr 0.3)
+    slow=(); bal=()
+    variants=(
+        "allreduce|--sync allreduce"
+        "allreduce diloco|--sync allreduce --outer-optimizer nesterov"
+        "asap one-peer exponential|--sync asap --graph one-peer-exponential"
+        "asap noloco|--sync asap --graph one-peer-exponential --outer-optimizer nesterov"
+    )
+    ;;
+*) echo "usage: $0 compute|even|links|links32|production|scale|lan|wan" >&2; exit 2 ;;
 esac
 
 echo "# $WHAT: $NP ranks, partition $PARTITION, target $TARGET (worst rank's own model), $REPS runs per row"
