@@ -221,6 +221,51 @@ def tag(r):
     return f"{r.start['ranks']}-{r.start['config']['partition'].replace(':', '')}"
 
 
+# asap61's run names: VARIANT[-kK]-RANKS-PARTITION (report/run.sh), K the --sync-every of issue 40's grid.
+TUNED_NAME = re.compile(r"(.*?)(?:-k(\d+))?-(\d+-(?:iid|by-label\d+|dirichlet[\d.]+))")
+
+
+def tuned_section(d, names, target):
+    """Issue 40's tuned baseline in asap61: each variant's best --sync-every by time to target
+    (valid runs only), against the best tuned allreduce, DiLoCo's outer optimizer included. The
+    rows and a table per ranks-partition; ([], "") when the section ran no grid (TUNE="")."""
+    cells = {}  # tag -> variant -> {k: seconds to target or None (not reached, diverged, invalid)}
+    for n in names:
+        m = TUNED_NAME.fullmatch(n)
+        if not m:
+            continue
+        variant, k, t = m.group(1), int(m.group(2) or 1), m.group(3)
+        r = Run(d, n)
+        row = r.row(target)
+        e = row.get("emulation")
+        ok = not row.get("diverged") and (not e or e.get("valid"))
+        cells.setdefault(t, {}).setdefault(variant, {})[k] = row.get("seconds_to_target") if ok else None
+    ks = sorted({k for vs in cells.values() for c in vs.values() for k in c})
+    if ks == [1] or not ks:
+        return [], ""
+    rows, text = [], []
+    for t, vs in cells.items():
+        best = {v: min(((s, k) for k, s in c.items() if s), default=None) for v, c in vs.items()}
+        ars = [b for v, b in best.items() if v.startswith("allreduce") and b]
+        base = min(ars) if ars else None
+        md = []
+        for v, c in vs.items():
+            b = best[v]
+            ratio = b[0] / base[0] if b and base else None
+            rows.append({"tag": t, "variant": v, "seconds_by_sync_every": {str(k): c.get(k) for k in ks},
+                         "best_sync_every": b[1] if b else None, "best_seconds": b[0] if b else None,
+                         "x_best_tuned_allreduce": ratio})
+            md.append([v] + [secs(c[k]) if c.get(k) else ("-" if k not in c else "not reached") for k in ks]
+                      + [f"{secs(b[0])} at k {b[1]}" if b else "not reached", f(ratio)])
+        text.append(f"**{t.replace('-', ' ranks, ', 1)}, each variant at its best `--sync-every`** "
+                    f"(train s to {100 * target:.0f} %, one run a cell; invalid or diverged runs count as not reached):")
+        text.append(table(["variant"] + [f"k {k}" for k in ks] + ["best", "x best tuned allreduce"], md))
+    text.insert(0, "**Against the tuned baseline** (issue 40): the same rows at every `--sync-every` of the grid, "
+                   "with allreduce under DiLoCo's outer optimizer (nesterov, `allreduce-diloco`); each variant "
+                   "takes its best interval, and the best of the allreduce rows is the baseline.")
+    return rows, "\n\n".join(text)
+
+
 def consistent(row):
     h = row.get("consistency_histogram")
     if not h or sum(h) == 0:
@@ -325,9 +370,16 @@ def section(args, name):
         rows, md = training_section(args, d, m, names, cols, extra, base_of)
         res["rows"] = rows
         text.append(md)
+        if name == "asap61":
+            res["tuned"], tmd = tuned_section(d, names, TARGETS[name])
+            if tmd:
+                text.append(tmd)
         groups = {}
         for n in names:
             if name == "asap61":
+                tm = TUNED_NAME.fullmatch(n)
+                if tm and tm.group(2):
+                    continue  # the grid's rows are in the tuned table; the plots keep every-step runs
                 key = tag(Run(d, n))
             elif name == "libsvm":
                 key = Run(d, n).start["config"]["model"]

@@ -31,7 +31,7 @@
 # tests/report.rs); BIN (binary; default target/release/asap-train), RUNS (raw metrics, default
 # runs/report[-quick]), OUT (default report[-quick] under runs/ for QUICK), PEERS=torch (adds the
 # torch section to the default list), TORCH_VENV (default runs/torch-venv), CLUSTER and DILATION
-# (the ASAP sections' emulated cluster, below).
+# (the ASAP sections' emulated cluster, below), TUNE (asap61's --sync-every grid, below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=$PWD
@@ -71,6 +71,9 @@ end() { meta load="$(cut -d' ' -f1-3 /proc/loadavg)" finished="$(date -u +%FT%TZ
 . benches/lib.sh   # run NAME NP ARGS... (metrics into $out/NAME.jsonl; divergence is a row)
 
 if [ "$QUICK" = 1 ]; then EPOCHS=1; else EPOCHS=3; fi
+# asap61's grid of --sync-every (issue 40's tuned baseline; QUICK runs allreduce and DiLoCo at
+# k 4 only, to check the pipeline): TUNE="" leaves the section as the paper's, every step.
+if [ "$QUICK" = 1 ]; then TUNE=${TUNE-4}; else TUNE=${TUNE-4 16}; fi
 # The ASAP sections (asap61, asap62) run in the emulated cluster (docs/emulation.md): every step
 # takes the time CLUSTER's profile declares for the model and batch, every message the time its
 # links declare, DILATION times slower than that cluster so that 32 ranks on these 2 cores keep up
@@ -107,6 +110,20 @@ asap61() {
                 run "asap-$g-$tag" "$np" "${c[@]}" --sync asap --graph "$g"
             done
             run "asap-searched-$tag" "$np" "${c[@]}" --sync asap --graph "file:$out/searched-$np.txt"
+            # Issue 40's tuned baseline: every row again at each --sync-every K of TUNE, and
+            # allreduce with DiLoCo's outer optimizer; render.py picks each variant's best K by
+            # time to target and compares it with the best tuned allreduce (the same grid for
+            # both sides). Evaluated about every ev steps at every K.
+            for k in $TUNE; do
+                local ck=("${MLR[@]}" --epochs "$ep" "${EMU[@]}" --partition "$p" --eval-every $(( ev / k > 0 ? ev / k : 1 )) --sync-every "$k")
+                run "allreduce-k$k-$tag" "$np" "${ck[@]}" --sync allreduce
+                run "allreduce-diloco-k$k-$tag" "$np" "${ck[@]}" --sync allreduce --outer-optimizer nesterov
+                [ "$QUICK" = 1 ] && continue
+                for g in root-expander exponential ring; do
+                    run "asap-$g-k$k-$tag" "$np" "${ck[@]}" --sync asap --graph "$g"
+                done
+                run "asap-searched-k$k-$tag" "$np" "${ck[@]}" --sync asap --graph "file:$out/searched-$np.txt"
+            done
         done
     done
     end

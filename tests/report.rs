@@ -57,6 +57,30 @@ fn quick_report_runs_every_section_and_its_numbers_hold() {
             assert!(acc > 0.6 && acc <= 1.0, "{s}/{name}: accuracy {acc}");
         }
     }
+    // asap61's tuned table (issue 40): each variant's best --sync-every is its first evaluation
+    // at the target in that run's metrics (read here), and the best allreduce row is 1.00x.
+    let tuned = summary["asap61"]["tuned"].as_array().expect("asap61 ran its --sync-every grid");
+    for row in tuned {
+        let Some(k) = row["best_sync_every"].as_u64() else { continue };
+        let v = row["variant"].as_str().unwrap();
+        let name =
+            if k == 1 { format!("{v}-{}", row["tag"].as_str().unwrap()) } else { format!("{v}-k{k}-{}", row["tag"].as_str().unwrap()) };
+        let hit = common::metrics(&dir.join("asap61").join(format!("{name}.jsonl")))
+            .into_iter()
+            .filter(|e| e["event"] == "eval" && e["test_metric"].as_f64().is_some_and(|a| a >= 0.82))
+            .min_by_key(|e| e["round"].as_u64().unwrap())
+            .unwrap_or_else(|| panic!("{name} never reached 82 %: {row}"));
+        assert_eq!(hit["train_seconds"], row["best_seconds"], "{name}: {row}");
+    }
+    if let Some(b) = tuned
+        .iter()
+        .filter(|r| r["variant"].as_str().unwrap().starts_with("allreduce"))
+        .filter_map(|r| r["best_seconds"].as_f64())
+        .reduce(f64::min)
+    {
+        let ar = tuned.iter().find(|r| r["best_seconds"].as_f64() == Some(b)).unwrap();
+        assert_eq!(ar["x_best_tuned_allreduce"].as_f64(), Some(1.0), "{ar}");
+    }
     // MovieLens: every mode's held-out RMSE beats predicting the training set's mean rating
     // (computed here from the rating files), and SSP's row pushes send less than averaging the
     // whole model every round (the SSP/Bösen claim the table sets next to it).
