@@ -277,7 +277,9 @@ def consistent(row):
 # an array of rows (paper, claim, paper_value, measured, verdict, why, setting), and DIR/table.md.
 # The verdicts are the scripts' own, computed from their runs against the paper's threshold; this
 # only lays them out. summary.json gets them as its `claims` array, the section's facts as
-# `claims_run`.
+# `claims_run`. A meta.jsonl key `assembled` (written by hand when DIR/NAME are copies of the
+# scripts' separate full runs rather than one `report/run.sh claims`) says where each came from,
+# in place of "one run of this section".
 CLAIMS_TITLE = "The papers' claims, tested in the emulated cluster"
 CLAIM_FIELDS = ("paper", "claim", "paper_value", "measured", "verdict")
 
@@ -309,7 +311,8 @@ def claims_section(args):
     q = m.get("quick") == "1"
     text = [("QUICK=1: each claim's script ran its short subset (one repetition, runs too short to judge); "
              "`make report` runs them in full.\n" if q else "")
-            + "Every row below was measured in one run of this section, in the emulated cluster "
+            + (m["assembled"] + " " if m.get("assembled") else "Every row below was measured in one run of this section, ")
+            + "in the emulated cluster "
             "(docs/emulation.md): every step lasts a declared compute time and every message the time its "
             "declared link takes, at a dilation that keeps the ranks on time on this 2-core machine; each run "
             "checks that it did (its validity is in the tables). Times are to the same target on the same "
