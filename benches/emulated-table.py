@@ -15,8 +15,11 @@ def runs(out, name, reps):
     stem = name.replace(" ", "_").replace("/", "_")
     for rep in range(1, reps + 1):
         f = f"{out}/{stem}-{rep}.jsonl"
-        if os.path.exists(f"{out}/{stem}-{rep}.failed") or not os.path.exists(f):
-            yield None
+        if os.path.exists(f"{out}/{stem}-{rep}.failed"):
+            yield [], None  # it failed: no summary
+            continue
+        if not os.path.exists(f):
+            yield None  # not run
             continue
         lines = [json.loads(l) for l in open(f) if l.strip()]
         s = next((l for l in lines if l["event"] == "summary"), None)
@@ -28,7 +31,8 @@ def row(out, name, reps):
     for r in runs(out, name, reps):
         if r is None or r[1] is None:
             valid = False
-            notes.append("a run failed")
+            # no metrics file: the row was not run (ONLY); a file without a summary: it failed
+            notes.append("a run failed" if r else "not run")
             continue
         lines, s = r
         em = s.get("emulation") or {}
