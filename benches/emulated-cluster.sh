@@ -11,7 +11,7 @@
 #                                           (issue 40's 32 and 64 ranks)
 #   benches/emulated-cluster.sh production  NP ranks (32) with --straggler production, MLR
 #   benches/emulated-cluster.sh scale       NP ranks (64), clusters/1gbe.toml, MLR batch 64
-#                                           (latency-bound): allreduce, DiLoCo, NoLoCo
+#                                           (a small model): allreduce, DiLoCo, NoLoCo
 #
 # Time is training seconds until the worst rank's own model reaches TARGET (every rank's own
 # model scored, --own-models 0), evaluated every EVAL_EVERY rounds; a run stops there
@@ -150,12 +150,13 @@ production)
     )
     ;;
 scale)
-    # NP ranks (64), every link 1 GbE, MLR (31 KB) at batch 64: latency-bound (a ring allreduce
-    # takes 2 x (NP - 1) one-way latencies a round, 6.3 ms at 64 ranks, against a 0.142 ms
-    # step), where the links32 table's MLP is bandwidth-bound. The setting in which 64 ranks fit
-    # this machine: dilation 100 makes a step 14 ms, inside which 64 ranks' real steps (about
-    # 0.2 ms each of CPU) run on 2 cores. Issue 40's "NoLoCo at most 1.0x DiLoCo at 32 and 64
-    # ranks, with fewer bytes on the busiest link".
+    # NP ranks (64), every link 1 GbE, MLR (31 KB) at batch 64: communication-bound with a small
+    # model (the emulated allreduce, 2 (N-1)/N x 31 KB at 1 Gbit/s + 2 log2 64 x 50 us, is 1.1 ms
+    # a round against a 0.142 ms step; one peer's message 0.3 ms), where the links32 table's
+    # 3.3 MB MLP is bandwidth-bound. The setting in which 64 ranks fit this machine: dilation
+    # 100 makes a step 14 ms, inside which 64 ranks' real steps run on 2 cores (measured: a run
+    # used 25-28 % of them, valid). Issue 40's "NoLoCo at most 1.0x DiLoCo at 32 and 64 ranks,
+    # with fewer bytes on the busiest link".
     NP=${NP:-64}; EPOCHS=${EPOCHS:-30}; TARGET=${TARGET:-0.83}; DILATION=${DILATION:-100}
     common=(--cluster clusters/1gbe.toml --dilation "$DILATION" --model mlr --batch-size 64 --lr 0.3)
     slow=(); bal=()
