@@ -92,3 +92,34 @@ fn outer_options_are_refused_where_they_do_not_apply() {
     let lda = ["train", "--model", "lda", "--topics", "2", "--data", &corpus, "--outer-optimizer", "nesterov"];
     mpirun(2, &lda, 60).expect_failure(&["--model lda sums count deltas"]);
 }
+
+/// Under gossip the outer step is each rank's own, taken before the exchange
+/// (src/sync/outer.rs): without inner steps (`--consensus-only`, every rank from its own random
+/// model) nesterov is plain gossip. One period of the one-peer exponential graph (2 rounds on 4
+/// ranks) then averages exactly, and the model is the starting replicas' mean (`--sync none`'s
+/// final model). A step on the neighbourhood's average instead puts the replicas' differences
+/// into the momentum: they overshoot the average and still differ after a period (that form
+/// diverged at 64 ranks: docs/low-communication.md).
+#[test]
+fn under_gossip_the_outer_step_leaves_the_replicas_differences_to_plain_averaging() {
+    let dir = scratch("outer-consensus");
+    let every = ["--consensus-only", "--eval-every", "1"];
+    let (start, none_m) = (dir.join("start.h5"), dir.join("start.jsonl"));
+    train(&base(&["--sync", "none"]), &[&every[..], &["--save-model", s(&start), "--metrics", s(&none_m)]].concat()).expect_ok();
+    let (model, m) = (dir.join("noloco.h5"), dir.join("noloco.jsonl"));
+    let noloco = ["--sync", "asap", "--graph", "one-peer-exponential", "--outer-optimizer", "nesterov"];
+    train(&base(&noloco), &[&every[..], &["--save-model", s(&model), "--metrics", s(&m)]].concat()).expect_ok();
+    let distance = |m: &std::path::Path, round: u64| -> f64 {
+        let e = metrics(m).into_iter().find(|e| e["event"] == "eval" && e["round"] == round).expect("an evaluation of that round");
+        e["consensus_distance"].as_f64().unwrap()
+    };
+    let apart = distance(&none_m, 1);
+    assert!(apart > 1.0, "the replicas start apart: {apart}");
+    for round in 2..=18 {
+        let d = distance(&m, round);
+        assert!(d < 1e-5 * apart, "round {round}: the replicas' distance is {d}, from {apart}");
+    }
+    let bits = |p: &std::path::Path| -> Vec<f32> { hdf5::File::open(p).unwrap().dataset("params").unwrap().read_raw().unwrap() };
+    let worst = bits(&start).iter().zip(bits(&model)).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < 1e-5, "the mean moved by {worst}");
+}

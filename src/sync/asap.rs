@@ -73,6 +73,7 @@ pub const MODE: super::ModeSpec = super::ModeSpec {
     paces_sends: |o| o.budget.bandwidth_mbps.is_some(),
     validate: validate_asap,
     resolve: resolve_asap,
+    outer_before_exchange: true,
     ..super::ModeSpec::new(
         "asap",
         "ASAP stochastic reduce: average with in-neighbours on --graph, one-sided NOTIFY-ACK",

@@ -6,24 +6,37 @@
 //!   outer Nesterov step on it gives the next x. Here: `--sync allreduce --sync-every H
 //!   --outer-optimizer nesterov`.
 //! - NoLoCo (Kolehmainen et al., arXiv 2506.10911): no all-reduce; each replica averages with a
-//!   few peers and a modified Nesterov step pulls its outer weights towards theirs. Here: the
-//!   gossip modes (`--sync asap`, every variant, and gaia's groups), whose sync returns the
-//!   neighbourhood's average: the pseudo-gradient `x_i - avg_N(i)` is NoLoCo's outer gradient
-//!   of the group plus its pull term `x_i - avg_N(i)(x)` with the two weights equal (the
-//!   neighbours send their inner models only, so one average carries both terms; the paper's
-//!   separate weight for the pull would need their outer weights sent as well, twice the bytes).
+//!   few peers, and the outer step pulls its weights towards theirs. Here: the gossip modes
+//!   (`--sync asap`, every variant), which take the outer step *before* the exchange (their
+//!   declaration's `outer_before_exchange`): each rank steps on its own pseudo-gradient
+//!   `anchor - x` and sends the stepped model, and the neighbourhood's average of the stepped
+//!   models is the next anchor. The neighbours send one model, as without an outer optimizer.
+//!   - Why before: the neighbourhood's average is not the replicas' mean, so a step on
+//!     `anchor - avg_N(x)` feeds the replicas' differences into the momentum. That form (this
+//!     file until 2026-11-28) diverged: 64 ranks of MLR on one-peer exponential at k 4
+//!     (`benches/emulated-cluster.sh scale`) saw the consensus distance grow from 1.6 to 92,138
+//!     in 112 rounds, the ranks' own models falling to 4-11 %; a simulation of consensus with
+//!     weak inner steps diverged the same way at 32 and 64 ranks, on one-peer exponential and on
+//!     hypercube pairs alike, and stayed bounded before the exchange
+//!     (docs/low-communication.md).
+//!   - What before keeps: the mixing is doubly stochastic, so the replicas' mean moves by the
+//!     mean of the ranks' outer steps, which is DiLoCo's step on the mean pseudo-gradient (the
+//!     velocities are linear in it); the pull towards the neighbours is a plain average, which
+//!     momentum never amplifies. Without inner steps (`--consensus-only`) it is plain gossip.
+//! - gaia's groups take the step on the exchange's average, as allreduce does.
 //!
-//! The step, per coordinate, with `d = anchor - average` (`anchor`: this rank's model after the
-//! last sync, where this round's inner steps started), step size `lr` and momentum `mu`:
+//! The step, per coordinate, with `d = anchor - x` (`anchor`: this rank's model after the last
+//! sync, where this round's inner steps started; `x`: the average after the exchange, or this
+//! rank's own model before it), step size `lr` and momentum `mu`:
 //! - sgd: `x = anchor - lr d`;
 //! - nesterov (torch's `SGD(nesterov=True)`, as DiLoCo runs it): `v = mu v + d`,
 //!   `x = anchor - lr (d + mu v)`.
 //!
-//! Both are computed as `average + (1 - lr) d - lr mu v`, which is the average bit for bit when
-//! `lr` is 1 and there is no momentum: `--outer-optimizer sgd --outer-lr 1` is the mode without
-//! an outer optimizer, exactly (tests/outer.rs checks the saved models). The outer state (the
-//! anchor and the velocity) is each rank's own; it is saved with the mode's state in a
-//! checkpoint, so a resume continues bit-identically, and its options enter the run identity.
+//! Both are computed as `x + (1 - lr) d - lr mu v`, which is `x` bit for bit when `lr` is 1 and
+//! there is no momentum: `--outer-optimizer sgd --outer-lr 1` is the mode without an outer
+//! optimizer, exactly (tests/outer.rs checks the saved models). The outer state (the anchor and
+//! the velocity) is each rank's own; it is saved with the mode's state in a checkpoint, so a
+//! resume continues bit-identically, and its options enter the run identity.
 
 use std::time::Duration;
 
@@ -40,6 +53,8 @@ pub struct Outer {
     anchor: Vec<f32>,
     /// Nesterov's velocity (empty for sgd).
     velocity: Vec<f32>,
+    /// The step is this rank's own, before the exchange (gossip), not on its average.
+    before_exchange: bool,
 }
 
 /// The names of the outer state in a checkpoint's mode state.
@@ -49,8 +64,15 @@ const VELOCITY: &str = "outer_velocity";
 impl Outer {
     /// Wraps `inner` (built from `init`, the model every rank starts from) when `opts` asks for
     /// an outer step; returns it as it is otherwise. `info` (the start line's record of the mode)
-    /// gains the outer optimizer's settings.
-    pub fn wrap(inner: Box<dyn SyncMode>, info: &mut serde_json::Value, opts: &OuterOptions, init: &[f32]) -> Box<dyn SyncMode> {
+    /// gains the outer optimizer's settings. `before_exchange`: the mode's declaration's
+    /// `outer_before_exchange`.
+    pub fn wrap(
+        inner: Box<dyn SyncMode>,
+        info: &mut serde_json::Value,
+        opts: &OuterOptions,
+        init: &[f32],
+        before_exchange: bool,
+    ) -> Box<dyn SyncMode> {
         if opts.outer_optimizer == OuterKind::None {
             return inner;
         }
@@ -59,6 +81,7 @@ impl Outer {
             "optimizer": opts.outer_optimizer,
             "lr": opts.outer_lr,
             "momentum": if nesterov { opts.outer_momentum } else { 0.0 },
+            "step": if before_exchange { "own pseudo-gradient, before the exchange" } else { "on the exchange's average" },
         });
         if !info.is_object() {
             *info = serde_json::json!({});
@@ -71,29 +94,28 @@ impl Outer {
             momentum: if nesterov { opts.outer_momentum as f32 } else { 0.0 },
             anchor: init.to_vec(),
             velocity: if nesterov { vec![0.0; init.len()] } else { Vec::new() },
+            before_exchange,
         })
     }
 
-    /// The outer step: `params` holds the average on entry and the next round's start on return.
+    /// The outer step on `params` (the average, or this rank's model before the exchange), from
+    /// the anchor; the anchor itself is set by the caller.
     fn step(&mut self, params: &mut [f32]) {
         let (lr, mu) = (self.lr, self.momentum);
         if lr == 1.0 && mu == 0.0 {
-            // The average as it is (the arithmetic below would turn an average of -0 into +0).
-            self.anchor.copy_from_slice(params);
+            // `params` as it is (the arithmetic below would turn -0 into +0).
             return;
         }
         if self.kind == OuterKind::Nesterov {
-            for ((x, a), v) in params.iter_mut().zip(&mut self.anchor).zip(&mut self.velocity) {
+            for ((x, a), v) in params.iter_mut().zip(&self.anchor).zip(&mut self.velocity) {
                 let d = *a - *x;
                 *v = mu * *v + d;
                 *x += (1.0 - lr) * d - lr * mu * *v;
-                *a = *x;
             }
         } else {
-            for (x, a) in params.iter_mut().zip(&mut self.anchor) {
+            for (x, a) in params.iter_mut().zip(&self.anchor) {
                 let d = *a - *x;
                 *x += (1.0 - lr) * d;
-                *a = *x;
             }
         }
     }
@@ -131,8 +153,14 @@ impl SyncMode for Outer {
             params.len(),
             self.anchor.len()
         );
-        self.inner.sync(params, round)?;
-        self.step(params);
+        if self.before_exchange {
+            self.step(params);
+            self.inner.sync(params, round)?;
+        } else {
+            self.inner.sync(params, round)?;
+            self.step(params);
+        }
+        self.anchor.copy_from_slice(params);
         Ok(())
     }
 
@@ -229,7 +257,7 @@ mod tests {
 
     fn outer(kind: OuterKind, lr: f64, momentum: f64, init: &[f32], average: &[f32]) -> Box<dyn SyncMode> {
         let opts = OuterOptions { outer_optimizer: kind, outer_lr: lr, outer_momentum: momentum };
-        Outer::wrap(Box::new(FixedAverage(average.to_vec(), CommStats::default())), &mut serde_json::Value::Null, &opts, init)
+        Outer::wrap(Box::new(FixedAverage(average.to_vec(), CommStats::default())), &mut serde_json::Value::Null, &opts, init, false)
     }
 
     #[test]
@@ -266,6 +294,61 @@ mod tests {
                 assert!((x[i] as f64 - x_ref[i]).abs() < 1e-5, "round {round}, {i}: {} vs {}", x[i], x_ref[i]);
             }
         }
+    }
+
+    /// A gossip round with one peer whose model is fixed: the exchange returns (x + peer) / 2.
+    struct PairAverage(Vec<f32>, CommStats);
+
+    impl SyncMode for PairAverage {
+        fn name(&self) -> &'static str {
+            "pair"
+        }
+        fn lockstep(&self) -> bool {
+            true
+        }
+        fn sync(&mut self, params: &mut [f32], _: u64) -> anyhow::Result<()> {
+            params.iter_mut().zip(&self.0).for_each(|(x, p)| *x = (*x + p) / 2.0);
+            Ok(())
+        }
+        fn finish(&mut self, _: &mut [f32]) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn stats(&self) -> &CommStats {
+            &self.1
+        }
+    }
+
+    /// Before the exchange (gossip): the rank's own Nesterov step from the anchor, then the
+    /// average of the stepped model with the peer's, against the textbook form in f64 over three
+    /// rounds of inner progress. And a round without inner steps (the model still at the
+    /// anchor) is the plain average, bit for bit: the outer step never acts on the differences
+    /// between replicas.
+    #[test]
+    fn before_the_exchange_the_step_is_the_ranks_own_and_without_inner_steps_it_is_plain_gossip() {
+        let (lr, mu) = (0.7f64, 0.9f64);
+        let opts = OuterOptions { outer_optimizer: OuterKind::Nesterov, outer_lr: lr, outer_momentum: mu };
+        let (init, peer) = ([1.0f32, -2.0], [0.5f32, 4.0]);
+        let mut m =
+            Outer::wrap(Box::new(PairAverage(peer.to_vec(), CommStats::default())), &mut serde_json::Value::Null, &opts, &init, true);
+        let (mut a_ref, mut v_ref) = ([1.0f64, -2.0], [0.0f64; 2]);
+        let mut x = init;
+        for (round, progress) in [[-0.1f32, 0.3], [0.2, 0.2], [0.05, -0.4]].iter().enumerate() {
+            x.iter_mut().zip(progress).for_each(|(x, p)| *x += p); // the inner steps
+            let inner = x.map(f64::from);
+            m.sync(&mut x, round as u64 + 1).unwrap();
+            for i in 0..2 {
+                let d = a_ref[i] - inner[i];
+                v_ref[i] = mu * v_ref[i] + d;
+                a_ref[i] = (a_ref[i] - lr * (d + mu * v_ref[i]) + peer[i] as f64) / 2.0;
+                assert!((x[i] as f64 - a_ref[i]).abs() < 1e-5, "round {round}, {i}: {} vs {}", x[i], a_ref[i]);
+            }
+        }
+        let mut still =
+            Outer::wrap(Box::new(PairAverage(peer.to_vec(), CommStats::default())), &mut serde_json::Value::Null, &opts, &init, true);
+        let mut x = init;
+        still.sync(&mut x, 1).unwrap();
+        let plain = [0, 1].map(|i| (init[i] + peer[i]) / 2.0);
+        assert_eq!(x.map(f32::to_bits), plain.map(f32::to_bits));
     }
 
     #[test]
