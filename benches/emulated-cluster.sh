@@ -14,7 +14,8 @@
 #                                           (a small model): allreduce, DiLoCo, NoLoCo
 #
 # Time is training seconds until the worst rank's own model reaches TARGET (every rank's own
-# model scored, --own-models 0), evaluated every EVAL_EVERY rounds; a run stops there
+# model scored, --own-models 0; TARGET_ON=averaged: the replicas' average, the model a gossip run
+# ends with), evaluated every EVAL_EVERY rounds; a run stops there
 # (--stop-at-target: the evaluations make the ranks meet, outside the training time); REPS runs
 # per row give the median and the range. A row whose runs were not all valid (more than 1 % of steps broken or
 # 1 % drift on some rank, docs/emulation.md) is marked INVALID and is not a result.
@@ -46,6 +47,8 @@ EVAL_EVERY=${EVAL_EVERY:-10}
 MODEL=${MODEL:-mlr}
 BIN=${BIN:-target/release/asap-train}
 NICE=${NICE:--20}
+TARGET_ON=${TARGET_ON:-worst-rank}
+export TARGET_ON   # benches/emulated-table.py times "averaged" from the eval lines
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 out=runs/emulated/$WHAT-$(date +%H%M%S)
 mkdir -p "$out"
@@ -170,7 +173,7 @@ scale)
 *) echo "usage: $0 compute|even|links|links32|production|scale|lan|wan" >&2; exit 2 ;;
 esac
 
-echo "# $WHAT: $NP ranks, partition $PARTITION, target $TARGET (worst rank's own model), $REPS runs per row"
+echo "# $WHAT: $NP ranks, partition $PARTITION, target $TARGET (on: $TARGET_ON), $REPS runs per row"
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg), binary $BIN"
 INTERVALS=${INTERVALS:-1}
 grid=()   # "NAME|ARGS" per row: each variant at each interval
@@ -191,7 +194,7 @@ for v in "${grid[@]}"; do
         # shellcheck disable=SC2086
         if ! "${lock[@]}" nice -n "$NICE" mpirun -n "$NP" "$BIN" train "${common[@]}" "${slow[@]}" $args \
             --partition "$PARTITION" --epochs "$EPOCHS" --eval-every "$ev" --own-models 0 \
-            --target "$TARGET" --target-on worst-rank --stop-at-target --metrics "$f.jsonl" > "$f.log" 2>&1; then
+            --target "$TARGET" --target-on "$TARGET_ON" --stop-at-target --metrics "$f.jsonl" > "$f.log" 2>&1; then
             echo "run $name #$rep failed: see $f.log" >&2
             touch "$f.failed"
         fi

@@ -26,6 +26,26 @@ def runs(out, name, reps):
         yield (lines, s)
 
 
+# TARGET_ON=averaged: time each run to the target on its averaged model (every eval line
+# carries it), not on what the run was stopped by (`--target-on`, the worst rank's own model in
+# benches/emulated-cluster.sh). Under allreduce the two are the same; a gossip run stopped at the
+# worst rank's target may hide an averaged model that got there later (it is then "not reached").
+TARGET_ON = os.environ.get("TARGET_ON", "")
+
+
+def averaged_hit(lines):
+    """The first evaluation whose averaged model reached the run's --target, as time_to_target."""
+    start = next(l for l in lines if l["event"] == "start")
+    target = start["config"]["target"]
+    evals = sorted((l for l in lines if l["event"] == "eval" and l.get("test_metric") is not None), key=lambda e: e["round"])
+    hit = next((e for e in evals if e["test_metric"] >= target), None)
+    return {"round": hit["round"], "train_seconds": hit["train_seconds"]} if hit else None
+
+
+def time_to_target(lines, s):
+    return averaged_hit(lines) if TARGET_ON == "averaged" else s.get("time_to_target")
+
+
 def row(out, name, reps):
     times, rounds, mb, valid, notes = [], [], [], True, []
     for r in runs(out, name, reps):
@@ -39,7 +59,7 @@ def row(out, name, reps):
         if not em.get("valid", False):
             valid = False
             notes.append(f"broke {100 * em.get('worst_rank_broken_fraction', 0):.1f} %, drift {100 * em.get('worst_rank_drift', 0):+.1f} %, {em.get('link_overruns', 0):.0f} link overruns")
-        t = s.get("time_to_target")
+        t = time_to_target(lines, s)
         if t is None:
             times.append(float("inf"))
             continue
@@ -55,10 +75,13 @@ def busiest_mb(out, name, reps):
     bytes on the busiest link (every rank has one link in the emulated cluster)."""
     mb = []
     for r in runs(out, name, reps):
-        if r is None or r[1] is None or r[1].get("time_to_target") is None:
+        if r is None or r[1] is None:
             continue
         lines, s = r
-        hit = next(e for e in lines if e["event"] == "eval" and e["round"] == s["time_to_target"]["round"])
+        t = time_to_target(lines, s)
+        if t is None:
+            continue
+        hit = next(e for e in lines if e["event"] == "eval" and e["round"] == t["round"])
         mb.append(hit["counters"]["bytes_sent"]["max"] / 1e6)
     return statistics.median(mb) if mb else None
 
