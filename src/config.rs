@@ -1011,6 +1011,7 @@ mod tests {
             // Only with --outer-optimizer sgd or nesterov (checked below): refused at its default.
             ("outer_step_group", "sync", &[]),
             ("outer_momentum_group", "sync", &[]),
+            ("outer_form_group", "sync", &[]),
         ];
         let mut cmd = TrainConfig::augment_args(clap::Command::new("x"));
         cmd.build();

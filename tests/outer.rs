@@ -76,11 +76,13 @@ fn nesterov_resumes_bit_identically_with_its_outer_state() {
 #[test]
 fn outer_options_are_refused_where_they_do_not_apply() {
     let data = t10k();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--sync", "ssp", "--outer-optimizer", "nesterov"], "--outer-optimizer applies to --sync allreduce"),
         (&["--sync", "allreduce", "--outer-optimizer", "sgd", "--outer-momentum", "0.5"], "--outer-momentum applies to"),
         (&["--sync", "allreduce", "--outer-lr", "0.5"], "--outer-lr applies to"),
         (&["--sync", "allreduce", "--outer-optimizer", "nesterov", "--outer-momentum", "1"], "--outer-momentum"),
+        (&["--sync", "allreduce", "--outer-optimizer", "nesterov", "--outer-pseudo-gradient", "own"], "--outer-pseudo-gradient applies to"),
+        (&["--sync", "asap", "--outer-pseudo-gradient", "neighbourhood"], "--outer-pseudo-gradient applies to"),
     ];
     for (extra, needle) in cases {
         let mut argv = vec!["train", "--data", &data, "--epochs", "1"];
@@ -122,4 +124,12 @@ fn under_gossip_the_outer_step_leaves_the_replicas_differences_to_plain_averagin
     let bits = |p: &std::path::Path| -> Vec<f32> { hdf5::File::open(p).unwrap().dataset("params").unwrap().read_raw().unwrap() };
     let worst = bits(&start).iter().zip(bits(&model)).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(worst < 1e-5, "the mean moved by {worst}");
+    // `--outer-pseudo-gradient neighbourhood` steps on the neighbourhood's average: the replicas
+    // overshoot it (1.33 times their distance to it), so one period leaves them apart (0.61 of the
+    // starting distance, measured).
+    let near = dir.join("near.jsonl");
+    let args = base(&[&noloco[..], &["--outer-pseudo-gradient", "neighbourhood"]].concat());
+    train(&args, &[&every[..], &["--metrics", s(&near)]].concat()).expect_ok();
+    let d = distance(&near, 2);
+    assert!(d > 0.1 * apart, "round 2: the replicas' distance is {d}, from {apart}");
 }

@@ -37,6 +37,7 @@ const REDUCER_OPTIONS: &[&str] = &[
     "outer_optimizer",
     "outer_lr",
     "outer_momentum",
+    "outer_pseudo_gradient",
     "compress",
     "consensus_step",
 ];

@@ -15,7 +15,7 @@
 //! reduces a round after the next local steps). The one-peer graph delivers every message once,
 //! in order, too: there CHOCO keeps a copy per edge (see choco.rs).
 
-use super::groups::OUTER_USES;
+use super::groups::{OuterKind, OuterPseudoGradient, OUTER_GOSSIP_USES, OUTER_USES};
 use super::gossip::choco::{default_step, ChocoOptions};
 use super::gossip::edge_budget::EdgeBudgetOptions;
 use super::gossip::{GossipSettings, NotifyMode, StochasticReduce};
@@ -69,11 +69,12 @@ pub const MODE: super::ModeSpec = super::ModeSpec {
         OUTER_USES[0],
         OUTER_USES[1],
         OUTER_USES[2],
+        OUTER_GOSSIP_USES[0],
+        OUTER_GOSSIP_USES[1],
     ],
     paces_sends: |o| o.budget.bandwidth_mbps.is_some(),
     validate: validate_asap,
     resolve: resolve_asap,
-    outer_before_exchange: true,
     ..super::ModeSpec::new(
         "asap",
         "ASAP stochastic reduce: average with in-neighbours on --graph, one-sided NOTIFY-ACK",
@@ -84,6 +85,9 @@ pub const MODE: super::ModeSpec = super::ModeSpec {
 /// Fills `--staleness` (0) and, under `--compress`, the codec's `--consensus-step`.
 fn resolve_asap(o: &mut super::ModeOptions) {
     o.staleness.fill(0);
+    if o.outer.outer_optimizer != OuterKind::None {
+        o.outer.outer_pseudo_gradient.get_or_insert(OuterPseudoGradient::Own);
+    }
     if let Some(c) = o.compress.compression() {
         o.consensus.consensus_step.get_or_insert(default_step(&c));
     }

@@ -155,9 +155,8 @@ pub struct OuterOptions {
     /// outer step on the pseudo-gradient, the model at the last sync minus the average: DiLoCo
     /// under allreduce, NoLoCo under asap, whose average is the neighbourhood's). Raise
     /// --sync-every with it: the outer step pays off over many local steps (DiLoCo: 500). NoLoCo
-    /// wants --graph one-peer-exponential (one peer a round) or an undirected graph: on a
-    /// directed one (auto's root expander, ring) momentum 0.9 made the replicas drift apart
-    /// (docs/low-communication.md).
+    /// is --graph one-peer-exponential (one peer a round); see --outer-pseudo-gradient for the
+    /// two forms it takes (docs/low-communication.md).
     #[arg(long, value_enum, default_value_t = OuterKind::None, group = "outer_group")]
     pub outer_optimizer: OuterKind,
     /// The outer step size (sgd, nesterov); 1 with sgd is plain averaging. DiLoCo's 0.7.
@@ -166,6 +165,14 @@ pub struct OuterOptions {
     /// The outer Nesterov momentum (nesterov only). DiLoCo's 0.9.
     #[arg(long, value_name = "MU", default_value_t = 0.9, value_parser = outer_momentum, group = "outer_momentum_group")]
     pub outer_momentum: f64,
+    /// NoLoCo (--sync asap): what the outer step acts on. own (the default): each rank's own
+    /// pseudo-gradient, stepped before the exchange, which then averages the stepped models (the
+    /// replicas' mean moves as DiLoCo's; stable at every size). neighbourhood: the model at the
+    /// last sync minus the neighbourhood's average, after the exchange: 2-3 pt better on 8 ranks
+    /// with by-label:2 shards, but the replicas' differences enter the momentum and it diverged
+    /// at 64 ranks (docs/low-communication.md).
+    #[arg(long, value_enum, value_name = "ON", group = "outer_form_group")]
+    pub outer_pseudo_gradient: Option<OuterPseudoGradient>,
 }
 
 impl Default for OuterOptions {
@@ -186,9 +193,23 @@ pub enum OuterKind {
     Nesterov,
 }
 
+/// `--outer-pseudo-gradient`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OuterPseudoGradient {
+    /// The rank's own (anchor minus its model), stepped before the exchange.
+    Own,
+    /// The anchor minus the neighbourhood's average, stepped after the exchange.
+    Neighbourhood,
+}
+
 /// The uses of the outer optimizer's options by a mode that averages replicas (its declaration
 /// lists these after its own): `--outer-optimizer` always, `--outer-lr` with sgd and nesterov,
 /// `--outer-momentum` with nesterov.
+/// `--outer-pseudo-gradient` (the gossip modes only) with sgd and nesterov.
+pub const OUTER_GOSSIP_USES: [super::Uses; 2] =
+    [(&[("outer_optimizer", "sgd")], &["outer_form_group"]), (&[("outer_optimizer", "nesterov")], &["outer_form_group"])];
+
 pub const OUTER_USES: [super::Uses; 3] = [
     (&[], &["outer_group"]),
     (&[("outer_optimizer", "sgd")], &["outer_step_group"]),

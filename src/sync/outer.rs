@@ -7,22 +7,24 @@
 //!   --outer-optimizer nesterov`.
 //! - NoLoCo (Kolehmainen et al., arXiv 2506.10911): no all-reduce; each replica averages with a
 //!   few peers, and the outer step pulls its weights towards theirs. Here: the gossip modes
-//!   (`--sync asap`, every variant), which take the outer step *before* the exchange (their
-//!   declaration's `outer_before_exchange`): each rank steps on its own pseudo-gradient
-//!   `anchor - x` and sends the stepped model, and the neighbourhood's average of the stepped
-//!   models is the next anchor. The neighbours send one model, as without an outer optimizer.
-//!   - Why before: the neighbourhood's average is not the replicas' mean, so a step on
-//!     `anchor - avg_N(x)` feeds the replicas' differences into the momentum. That form (this
-//!     file until 2026-11-28) diverged: 64 ranks of MLR on one-peer exponential at k 4
-//!     (`benches/emulated-cluster.sh scale`) saw the consensus distance grow from 1.6 to 92,138
-//!     in 112 rounds, the ranks' own models falling to 4-11 %; a simulation of consensus with
-//!     weak inner steps diverged the same way at 32 and 64 ranks, on one-peer exponential and on
-//!     hypercube pairs alike, and stayed bounded before the exchange
-//!     (docs/low-communication.md).
-//!   - What before keeps: the mixing is doubly stochastic, so the replicas' mean moves by the
+//!   (`--sync asap`, every variant), in one of two forms (`--outer-pseudo-gradient`):
+//!   - own (the default): each rank steps on its own pseudo-gradient `anchor - x` *before* the
+//!     exchange and sends the stepped model; the neighbourhood's average of the stepped models
+//!     is the next anchor. The mixing is doubly stochastic, so the replicas' mean moves by the
 //!     mean of the ranks' outer steps, which is DiLoCo's step on the mean pseudo-gradient (the
 //!     velocities are linear in it); the pull towards the neighbours is a plain average, which
 //!     momentum never amplifies. Without inner steps (`--consensus-only`) it is plain gossip.
+//!   - neighbourhood: the step on `anchor - avg_N(x)` after the exchange, NoLoCo's group outer
+//!     gradient and its pull term with equal weights in one average (the neighbours send one
+//!     model; a separate weight for the pull would need their outer weights too, twice the
+//!     bytes). It feeds the replicas' differences into the momentum, and it diverged: 64 ranks
+//!     of MLR on one-peer exponential at k 4 (`benches/emulated-cluster.sh scale`) grew the
+//!     consensus distance from 1.6 to 92,138 in 112 rounds, the ranks' own models falling to
+//!     4-11 %; a simulation of consensus with weak inner steps diverged the same way at 32 and
+//!     64 ranks, on one-peer exponential and hypercube pairs alike. It is the better form on 8
+//!     ranks with label-skewed shards (88.39 % against own's 85.95 % at k 1, benches/low-comm.md),
+//!     where the over-relaxed pull (1.33 times the distance to the average) mixes faster.
+//!   - Both send one model a round (docs/low-communication.md).
 //! - gaia's groups take the step on the exchange's average, as allreduce does.
 //!
 //! The step, per coordinate, with `d = anchor - x` (`anchor`: this rank's model after the last
@@ -40,7 +42,7 @@
 
 use std::time::Duration;
 
-use super::groups::{OuterKind, OuterOptions};
+use super::groups::{OuterKind, OuterOptions, OuterPseudoGradient};
 use super::{CommStats, HistoryDelta, ModeMetric, ModeState, SyncMode};
 
 /// A mode that averages replicas, with an outer step after each of its syncs.
@@ -64,19 +66,14 @@ const VELOCITY: &str = "outer_velocity";
 impl Outer {
     /// Wraps `inner` (built from `init`, the model every rank starts from) when `opts` asks for
     /// an outer step; returns it as it is otherwise. `info` (the start line's record of the mode)
-    /// gains the outer optimizer's settings. `before_exchange`: the mode's declaration's
-    /// `outer_before_exchange`.
-    pub fn wrap(
-        inner: Box<dyn SyncMode>,
-        info: &mut serde_json::Value,
-        opts: &OuterOptions,
-        init: &[f32],
-        before_exchange: bool,
-    ) -> Box<dyn SyncMode> {
+    /// gains the outer optimizer's settings. The step is taken before the exchange when
+    /// `--outer-pseudo-gradient own` (asap's default), on the exchange's average otherwise.
+    pub fn wrap(inner: Box<dyn SyncMode>, info: &mut serde_json::Value, opts: &OuterOptions, init: &[f32]) -> Box<dyn SyncMode> {
         if opts.outer_optimizer == OuterKind::None {
             return inner;
         }
         let nesterov = opts.outer_optimizer == OuterKind::Nesterov;
+        let before_exchange = opts.outer_pseudo_gradient == Some(OuterPseudoGradient::Own);
         let record = serde_json::json!({
             "optimizer": opts.outer_optimizer,
             "lr": opts.outer_lr,
@@ -256,8 +253,8 @@ mod tests {
     }
 
     fn outer(kind: OuterKind, lr: f64, momentum: f64, init: &[f32], average: &[f32]) -> Box<dyn SyncMode> {
-        let opts = OuterOptions { outer_optimizer: kind, outer_lr: lr, outer_momentum: momentum };
-        Outer::wrap(Box::new(FixedAverage(average.to_vec(), CommStats::default())), &mut serde_json::Value::Null, &opts, init, false)
+        let opts = OuterOptions { outer_optimizer: kind, outer_lr: lr, outer_momentum: momentum, outer_pseudo_gradient: None };
+        Outer::wrap(Box::new(FixedAverage(average.to_vec(), CommStats::default())), &mut serde_json::Value::Null, &opts, init)
     }
 
     #[test]
@@ -326,10 +323,14 @@ mod tests {
     #[test]
     fn before_the_exchange_the_step_is_the_ranks_own_and_without_inner_steps_it_is_plain_gossip() {
         let (lr, mu) = (0.7f64, 0.9f64);
-        let opts = OuterOptions { outer_optimizer: OuterKind::Nesterov, outer_lr: lr, outer_momentum: mu };
+        let opts = OuterOptions {
+            outer_optimizer: OuterKind::Nesterov,
+            outer_lr: lr,
+            outer_momentum: mu,
+            outer_pseudo_gradient: Some(OuterPseudoGradient::Own),
+        };
         let (init, peer) = ([1.0f32, -2.0], [0.5f32, 4.0]);
-        let mut m =
-            Outer::wrap(Box::new(PairAverage(peer.to_vec(), CommStats::default())), &mut serde_json::Value::Null, &opts, &init, true);
+        let mut m = Outer::wrap(Box::new(PairAverage(peer.to_vec(), CommStats::default())), &mut serde_json::Value::Null, &opts, &init);
         let (mut a_ref, mut v_ref) = ([1.0f64, -2.0], [0.0f64; 2]);
         let mut x = init;
         for (round, progress) in [[-0.1f32, 0.3], [0.2, 0.2], [0.05, -0.4]].iter().enumerate() {
@@ -343,8 +344,7 @@ mod tests {
                 assert!((x[i] as f64 - a_ref[i]).abs() < 1e-5, "round {round}, {i}: {} vs {}", x[i], a_ref[i]);
             }
         }
-        let mut still =
-            Outer::wrap(Box::new(PairAverage(peer.to_vec(), CommStats::default())), &mut serde_json::Value::Null, &opts, &init, true);
+        let mut still = Outer::wrap(Box::new(PairAverage(peer.to_vec(), CommStats::default())), &mut serde_json::Value::Null, &opts, &init);
         let mut x = init;
         still.sync(&mut x, 1).unwrap();
         let plain = [0, 1].map(|i| (init[i] + peer[i]) / 2.0);

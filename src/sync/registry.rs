@@ -75,11 +75,6 @@ pub struct ModeSpec {
     /// Fits a default that depends on the rounds of an epoch (the smallest shard's), once the
     /// shards are known; returns what it chose and why, for the start line, or None.
     pub fit_to_epoch: fn(&mut ModeOptions, u64) -> Option<String>,
-    /// Under `--outer-optimizer`, each rank takes the outer step on its own pseudo-gradient
-    /// before the exchange, which then averages the stepped models (gossip: the neighbourhood's
-    /// average is not the replicas' mean); false: the step is taken on the exchange's average
-    /// (allreduce: DiLoCo as published). See [`super::outer`].
-    pub outer_before_exchange: bool,
     /// Builds the mode (collective over `ctx.comm`).
     pub build: fn(&SyncContext, &RunSpec, &[f32]) -> Built,
     /// Builds the mode for `--model lda`'s counts; None: the mode cannot carry them.
@@ -101,7 +96,6 @@ impl ModeSpec {
             validate: no_rules,
             resolve: nothing_to_resolve,
             fit_to_epoch: nothing_to_fit,
-            outer_before_exchange: false,
             build,
             build_counts: None,
         }
@@ -114,7 +108,10 @@ impl ModeSpec {
     /// only the averaging modes list in `uses`, so other runs never reach here with it).
     pub fn build_run(&self, ctx: &SyncContext, run: &RunSpec, init: &[f32]) -> Built {
         let (mode, mut info) = (self.build)(ctx, run, init)?;
-        let mode = super::outer::Outer::wrap(mode, &mut info, &run.opts.outer, init, self.outer_before_exchange);
+        // The outer options as resolved by the declaration (asap fills --outer-pseudo-gradient).
+        let mut opts = run.opts.clone();
+        (self.resolve)(&mut opts);
+        let mode = super::outer::Outer::wrap(mode, &mut info, &opts.outer, init);
         Ok((mode, info))
     }
 }
