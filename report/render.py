@@ -221,8 +221,9 @@ def tag(r):
     return f"{r.start['ranks']}-{r.start['config']['partition'].replace(':', '')}"
 
 
-# asap61's run names: VARIANT[-kK]-RANKS-PARTITION (report/run.sh), K the --sync-every of issue 40's grid.
-TUNED_NAME = re.compile(r"(.*?)(?:-k(\d+))?-(\d+-(?:iid|by-label\d+|dirichlet[\d.]+))")
+# asap61's run names: VARIANT[-kK]-RANKS-PARTITION, asap62's VARIANT[-kK] (report/run.sh), K the
+# --sync-every of issue 40's grid.
+TUNED_NAME = re.compile(r"(.*?)(?:-k(\d+))?(?:-(\d+-(?:iid|by-label\d+|dirichlet[\d.]+)))?")
 
 
 def tuned_section(d, names, target):
@@ -234,7 +235,7 @@ def tuned_section(d, names, target):
         m = TUNED_NAME.fullmatch(n)
         if not m:
             continue
-        variant, k, t = m.group(1), int(m.group(2) or 1), m.group(3)
+        variant, k, t = m.group(1), int(m.group(2) or 1), m.group(3) or "8 ranks, ranks 0-1 at half speed"
         r = Run(d, n)
         row = r.row(target)
         e = row.get("emulation")
@@ -259,7 +260,8 @@ def tuned_section(d, names, target):
                          "x_best_tuned_allreduce": ratio, "x_best_tuned_allreduce_without_outer": ratio_plain})
             md.append([v] + [secs(c[k]) if c.get(k) else ("-" if k not in c else "not reached") for k in ks]
                       + [f"{secs(b[0])} at k {b[1]}" if b else "not reached", f(ratio_plain), f(ratio)])
-        text.append(f"**{t.replace('-', ' ranks, ', 1)}, each variant at its best `--sync-every`** "
+        label = t.replace("-", " ranks, ", 1) if t[0].isdigit() and "-" in t and " " not in t else t
+        text.append(f"**{label}, each variant at its best `--sync-every`** "
                     f"(train s to {100 * target:.0f} %, one run a cell; invalid or diverged runs count as not reached):")
         text.append(table(["variant"] + [f"k {k}" for k in ks]
                           + ["best", "x best tuned allreduce without an outer step", "x best tuned allreduce (DiLoCo included)"], md))
@@ -376,16 +378,16 @@ def section(args, name):
         rows, md = training_section(args, d, m, names, cols, extra, base_of)
         res["rows"] = rows
         text.append(md)
-        if name == "asap61":
+        if name in ("asap61", "asap62"):
             res["tuned"], tmd = tuned_section(d, names, TARGETS[name])
             if tmd:
                 text.append(tmd)
         groups = {}
         for n in names:
+            tm = TUNED_NAME.fullmatch(n)
+            if name in ("asap61", "asap62") and tm and tm.group(2):
+                continue  # the grid's rows are in the tuned table; the plots keep every-step runs
             if name == "asap61":
-                tm = TUNED_NAME.fullmatch(n)
-                if tm and tm.group(2):
-                    continue  # the grid's rows are in the tuned table; the plots keep every-step runs
                 key = tag(Run(d, n))
             elif name == "libsvm":
                 key = Run(d, n).start["config"]["model"]

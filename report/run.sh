@@ -31,7 +31,7 @@
 # tests/report.rs); BIN (binary; default target/release/asap-train), RUNS (raw metrics, default
 # runs/report[-quick]), OUT (default report[-quick] under runs/ for QUICK), PEERS=torch (adds the
 # torch section to the default list), TORCH_VENV (default runs/torch-venv), CLUSTER and DILATION
-# (the ASAP sections' emulated cluster, below), TUNE (asap61's --sync-every grid, below).
+# (the ASAP sections' emulated cluster, below), TUNE (asap61's and asap62's --sync-every grid, below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=$PWD
@@ -71,7 +71,7 @@ end() { meta load="$(cut -d' ' -f1-3 /proc/loadavg)" finished="$(date -u +%FT%TZ
 . benches/lib.sh   # run NAME NP ARGS... (metrics into $out/NAME.jsonl; divergence is a row)
 
 if [ "$QUICK" = 1 ]; then EPOCHS=1; else EPOCHS=3; fi
-# asap61's grid of --sync-every (issue 40's tuned baseline; QUICK runs allreduce and DiLoCo at
+# asap61's and asap62's grid of --sync-every (issue 40's tuned baseline; QUICK runs allreduce and DiLoCo at
 # k 4 only, to check the pipeline): TUNE="" leaves the section as the paper's, every step.
 if [ "$QUICK" = 1 ]; then TUNE=${TUNE-4}; else TUNE=${TUNE-4 16}; fi
 # The ASAP sections (asap61, asap62) run in the emulated cluster (docs/emulation.md): every step
@@ -136,6 +136,15 @@ asap62() {
     local c=("${MLR[@]}" --epochs "$EPOCHS" "${EMU[@]}" --eval-every 10 --straggler 0,1:2 --sync asap --graph root-expander)
     run allreduce 8 "${MLR[@]}" --epochs "$EPOCHS" "${EMU[@]}" --eval-every 10 --straggler 0,1:2 --sync allreduce
     for m in notify-ack barrier none; do run "asap-$m" 8 "${c[@]}" --notify $m; done
+    # Issue 40's tuned baseline, as in asap61: every row at each --sync-every of TUNE, and
+    # allreduce under DiLoCo's outer optimizer.
+    for k in $TUNE; do
+        local ck=("${MLR[@]}" --epochs "$EPOCHS" "${EMU[@]}" --eval-every $(( 10 / k > 0 ? 10 / k : 1 )) --straggler 0,1:2 --sync-every "$k")
+        run "allreduce-k$k" 8 "${ck[@]}" --sync allreduce
+        run "allreduce-diloco-k$k" 8 "${ck[@]}" --sync allreduce --outer-optimizer nesterov
+        [ "$QUICK" = 1 ] && continue
+        for m in notify-ack barrier none; do run "asap-$m-k$k" 8 "${ck[@]}" --sync asap --graph root-expander --notify $m; done
+    done
     end
 }
 
