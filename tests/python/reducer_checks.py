@@ -325,8 +325,15 @@ def outer():
         v = mu * v + d
         anchor = anchor - lr * (d + mu * v)
         assert np.allclose(x, anchor, rtol=1e-5, atol=1e-3), "round %d: max error %g" % (k, np.abs(x - anchor).max())
-    assert r.info["outer"] == {"optimizer": "nesterov", "lr": lr, "momentum": mu}, r.info
+    assert r.info["outer"] == {"optimizer": "nesterov", "lr": lr, "momentum": mu, "step": "on the exchange's average"}, r.info
     r.finish(x)
+    # Under asap the step is the rank's own, before the exchange, unless outer_pseudo_gradient
+    # asks for the neighbourhood's average (src/sync/outer.rs).
+    for form, step in [(None, "own pseudo-gradient, before the exchange"), ("neighbourhood", "on the exchange's average")]:
+        extra = {} if form is None else {"outer_pseudo_gradient": form}
+        r = at.Reducer(x.copy(), sync="asap", graph="ring", outer="nesterov", **extra)
+        assert r.info["outer"]["step"] == step, (form, r.info)
+        r.finish(x)
     print("outer ok rank %d" % RANK, flush=True)
 
 
