@@ -85,3 +85,17 @@ fn bad_options_say_what_to_fix() {
     let c = write(&dir, "c.toml", "epoch = 2\n");
     train_on(&p, &["--config", &c]).expect_failure(&["c.toml", "epoch"]);
 }
+
+/// Issue 43, item 10: `data info` on an empty file says there is nothing in it (it printed "NaN %
+/// dense" and exited 0), and `graph search --nodes 0` blames --nodes, not --out-degree (whose
+/// range it printed as 1..18446744073709551615).
+#[test]
+fn an_empty_file_and_no_nodes_are_named() {
+    let dir = scratch("bad-empty-info");
+    let empty = write(&dir, "empty.svm", "");
+    run(&["data", "info", &empty], 60).expect_failure(&["empty.svm holds no examples"]);
+    let out = dir.join("g.txt");
+    for n in ["0", "1"] {
+        run(&["graph", "search", "--nodes", n, "--out-degree", "2", "--out", s(&out)], 60).expect_failure(&["--nodes must be at least 2"]);
+    }
+}

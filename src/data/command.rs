@@ -167,6 +167,10 @@ pub fn run(args: &DataArgs) -> anyhow::Result<()> {
         }
         DataCommand::Info { path, format } => {
             let d = load_shard(path, &LoadOptions { format: *format, ..Default::default() }, 0, 1)?;
+            anyhow::ensure!(
+                !d.is_empty(),
+                "{path} holds no examples (an empty file, or only comments and blank lines): nothing to describe"
+            );
             let (kind, nnz) = match &d.features {
                 Features::Dense { x, .. } => ("dense", x.iter().filter(|v| **v != 0.0).count()),
                 Features::Sparse(c) => ("sparse", c.data.len()),

@@ -201,6 +201,7 @@ fn mix_row(r: &MixReport) -> String {
 /// Best graph found by `search`: circulants (i -> i + s for a set of shifts) and random regular
 /// graphs, by spectral gap.
 pub fn search(n: usize, k: usize, candidates: usize, seed: u64) -> anyhow::Result<(Graph, GraphReport, usize)> {
+    anyhow::ensure!(n >= 2, "--nodes must be at least 2, got {n}: a graph to search connects two or more ranks");
     anyhow::ensure!(k >= 1 && k < n, "--out-degree must be in 1..{}", n - 1);
     let mut best: Option<(Graph, f64)> = None;
     let mut tried = 0;
