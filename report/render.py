@@ -227,15 +227,18 @@ TUNED_NAME = re.compile(r"(.*?)(?:-k(\d+))?(?:-(\d+-(?:iid|by-label\d+|dirichlet
 
 
 def tuned_section(d, names, target):
-    """Issue 40's tuned baseline in asap61: each variant's best --sync-every by time to target
-    (valid runs only), against the best tuned allreduce, DiLoCo's outer optimizer included. The
-    rows and a table per ranks-partition; ([], "") when the section ran no grid (TUNE="")."""
+    """Issue 40's tuned baseline in asap61 and asap62: each variant's best --sync-every by time to
+    target (valid runs only), against the best tuned allreduce, DiLoCo's outer optimizer included.
+    The rows and a table per ranks-partition (asap62: its one setting); ([], "") when the section
+    ran no grid (TUNE="")."""
     cells = {}  # tag -> variant -> {k: seconds to target or None (not reached, diverged, invalid)}
+    labels = {}  # tag -> the table's heading
     for n in names:
         m = TUNED_NAME.fullmatch(n)
         if not m:
             continue
         variant, k, t = m.group(1), int(m.group(2) or 1), m.group(3) or "8 ranks, ranks 0-1 at half speed"
+        labels[t] = t.replace("-", " ranks, ", 1) if m.group(3) else t
         r = Run(d, n)
         row = r.row(target)
         e = row.get("emulation")
@@ -260,8 +263,7 @@ def tuned_section(d, names, target):
                          "x_best_tuned_allreduce": ratio, "x_best_tuned_allreduce_without_outer": ratio_plain})
             md.append([v] + [secs(c[k]) if c.get(k) else ("-" if k not in c else "not reached") for k in ks]
                       + [f"{secs(b[0])} at k {b[1]}" if b else "not reached", f(ratio_plain), f(ratio)])
-        label = t.replace("-", " ranks, ", 1) if t[0].isdigit() and "-" in t and " " not in t else t
-        text.append(f"**{label}, each variant at its best `--sync-every`** "
+        text.append(f"**{labels[t]}, each variant at its best `--sync-every`** "
                     f"(train s to {100 * target:.0f} %, one run a cell; invalid or diverged runs count as not reached):")
         text.append(table(["variant"] + [f"k {k}" for k in ks]
                           + ["best", "x best tuned allreduce without an outer step", "x best tuned allreduce (DiLoCo included)"], md))

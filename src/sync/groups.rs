@@ -203,13 +203,13 @@ pub enum OuterPseudoGradient {
     Neighbourhood,
 }
 
-/// The uses of the outer optimizer's options by a mode that averages replicas (its declaration
-/// lists these after its own): `--outer-optimizer` always, `--outer-lr` with sgd and nesterov,
-/// `--outer-momentum` with nesterov.
 /// `--outer-pseudo-gradient` (the gossip modes only) with sgd and nesterov.
 pub const OUTER_GOSSIP_USES: [super::Uses; 2] =
     [(&[("outer_optimizer", "sgd")], &["outer_form_group"]), (&[("outer_optimizer", "nesterov")], &["outer_form_group"])];
 
+/// The uses of the outer optimizer's options by a mode that averages replicas (its declaration
+/// lists these after its own): `--outer-optimizer` always, `--outer-lr` with sgd and nesterov,
+/// `--outer-momentum` with nesterov.
 pub const OUTER_USES: [super::Uses; 3] = [
     (&[], &["outer_group"]),
     (&[("outer_optimizer", "sgd")], &["outer_step_group"]),
