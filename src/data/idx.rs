@@ -18,10 +18,13 @@ fn open(path: &str) -> Result<(Box<dyn Read>, bool, u64), DataError> {
     Ok(if gz { (Box::new(BufReader::new(GzDecoder::new(f))), true, size) } else { (Box::new(f), false, size) })
 }
 
-/// Header of an unsigned-byte IDX file: dimensions.
-fn header(path: &str, r: &mut dyn Read) -> Result<Vec<usize>, DataError> {
+/// Header of an unsigned-byte IDX file (`gz`: read through gzip): dimensions. A gzip stream that
+/// fails here is blamed as gzip, not as a short IDX file (issue 43: a corrupt download read
+/// "file too short for an IDX header").
+fn header(path: &str, r: &mut dyn Read, gz: bool) -> Result<Vec<usize>, DataError> {
+    let short = |e: std::io::Error, what: &str| if gz { err_gz(path, e) } else { DataError::at(path, what) };
     let mut m = [0u8; 4];
-    r.read_exact(&mut m).map_err(|_| DataError::at(path, "file too short for an IDX header"))?;
+    r.read_exact(&mut m).map_err(|e| short(e, "file too short for an IDX header"))?;
     if m[0] != 0 || m[1] != 0 || m[2] != 0x08 || m[3] == 0 {
         return Err(DataError::at(
             path,
@@ -34,7 +37,7 @@ fn header(path: &str, r: &mut dyn Read) -> Result<Vec<usize>, DataError> {
     let mut dims = Vec::new();
     for _ in 0..m[3] {
         let mut d = [0u8; 4];
-        r.read_exact(&mut d).map_err(|_| DataError::at(path, "truncated IDX header"))?;
+        r.read_exact(&mut d).map_err(|e| short(e, "truncated IDX header"))?;
         dims.push(u32::from_be_bytes(d) as usize);
     }
     Ok(dims)
@@ -45,7 +48,7 @@ fn header(path: &str, r: &mut dyn Read) -> Result<Vec<usize>, DataError> {
 /// uncompressed size is unknown until read) before anything is allocated.
 fn rows(path: &str, rank: usize, nranks: usize) -> Result<(Vec<u8>, Vec<usize>, usize), DataError> {
     let (mut r, gz, size) = open(path)?;
-    let dims = header(path, &mut *r)?;
+    let dims = header(path, &mut *r, gz)?;
     let n = dims[0];
     // Up to 255 dimensions of 2^32 overflow even u128: saturate (such a header is refused below).
     let row = dims[1..].iter().try_fold(1u128, |a, &d| a.checked_mul(d as u128)).unwrap_or(u128::MAX);
@@ -84,8 +87,12 @@ fn rows(path: &str, rank: usize, nranks: usize) -> Result<(Vec<u8>, Vec<usize>, 
     Ok((buf, dims, lo))
 }
 
+/// A gzip stream that cannot be read: said as the LIBSVM reader says it (src/data/text.rs).
 fn err_gz(path: &str, e: std::io::Error) -> DataError {
-    DataError::at(path, &format!("cannot read (corrupt gzip stream?): {e}"))
+    DataError::at(
+        path,
+        &format!("starts like a gzip file but cannot be decompressed: {e} (a truncated or corrupt .gz? `gzip -t` checks it)"),
+    )
 }
 
 /// The labels file that goes with an images file (`images-idx3` -> `labels-idx1`).
@@ -144,8 +151,11 @@ pub fn is_gzip(path: &str) -> Result<bool, DataError> {
 /// The dimensions in the headers of an images file and its labels file (a few bytes of each).
 pub fn pair_dims(path: &str, labels: Option<&str>) -> Result<(Vec<usize>, Vec<usize>), DataError> {
     let labels_path = labels_for(path, labels)?;
-    let dims = header(path, &mut *open(path)?.0)?;
-    let ldims = header(&labels_path, &mut *open(&labels_path)?.0)?;
+    let dims_of = |p: &str| {
+        let (mut r, gz, _) = open(p)?;
+        header(p, &mut *r, gz)
+    };
+    let (dims, ldims) = (dims_of(path)?, dims_of(&labels_path)?);
     if ldims.len() != 1 || ldims[0] != dims[0] {
         return Err(DataError::at(&labels_path, &format!("has {:?} labels but {path} has {} images", ldims, dims[0])));
     }
@@ -273,6 +283,25 @@ mod tests {
             write_idx(d.path(), &format!("z-labels-idx1-ubyte{ext}"), &[4_000_000_000], &[1; 64], gz);
             let e = read_idx(&p, None, 0, 2).unwrap_err();
             assert!(e.message.contains("4000000000") && e.path == p, "{e}");
+        }
+    }
+
+    /// A gzip IDX file whose stream is corrupt or cut inside the header is blamed as gzip, not
+    /// as too short (issue 43, item 10), whether read for its rows or for its dimensions.
+    #[test]
+    fn a_corrupt_or_cut_gzip_header_is_blamed_as_gzip() {
+        let d = tempfile::tempdir().unwrap();
+        let good = write_idx(d.path(), "g-images-idx3-ubyte.gz", &[3, 2, 2], &[5; 12], true);
+        let bytes = std::fs::read(&good).unwrap();
+        let corrupt = [&bytes[..10], &[0xff; 8][..]].concat();
+        for (name, gz) in [("c", corrupt), ("t", bytes[..14].to_vec())] {
+            let p = d.path().join(format!("{name}-images-idx3-ubyte.gz"));
+            std::fs::write(&p, gz).unwrap();
+            write_idx(d.path(), &format!("{name}-labels-idx1-ubyte.gz"), &[3], &[1; 3], true);
+            let p = p.to_str().unwrap();
+            for e in [read_idx(p, None, 0, 1).unwrap_err(), pair_dims(p, None).unwrap_err()] {
+                assert!(e.message.contains("cannot be decompressed") && !e.message.contains("too short"), "{name}: {e}");
+            }
         }
     }
 
