@@ -687,8 +687,16 @@ impl ConfigFile {
     /// files) and then through serde on its own, so a wrong value names its key and place.
     fn read(path: &Path) -> anyhow::Result<Vec<(String, serde_json::Value, String)>> {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
-        let entries =
-            if path.extension().is_some_and(|e| e == "toml") { Self::toml_entries(path, &text)? } else { Self::json_entries(path, &text)? };
+        // A byte-order mark (Windows editors write one) is not part of the text (issue 43: it
+        // read "expected value at line 1 column 1").
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text).to_owned();
+        let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        anyhow::ensure!(
+            !["yaml", "yml"].contains(&extension),
+            "{}: YAML is not read: write the config as TOML (a .toml file, `key = value` lines, keys spelled with _) or JSON (any other name)",
+            path.display()
+        );
+        let entries = if extension == "toml" { Self::toml_entries(path, &text)? } else { Self::json_entries(path, &text)? };
         let cmd = TrainConfig::augment_args(clap::Command::new("asap-train"));
         let mut out = Vec::new();
         for (key, value) in entries {
@@ -738,7 +746,13 @@ impl ConfigFile {
                 line -= 1;
                 col = text.lines().nth(line - 1).map_or(0, |l| l.chars().count()) + 1;
             }
-            anyhow::anyhow!("{}:{line}:{col}: {e}", path.display())
+            // Not JSON at all (TOML or YAML under another name): say how the file's kind is told.
+            let hint = if text.trim_start().starts_with(['{', '[']) {
+                ""
+            } else {
+                " (a config file is JSON unless its name ends in .toml: this one does not start with '{'; for TOML, rename it to *.toml)"
+            };
+            anyhow::anyhow!("{}:{line}:{col}: {e}{hint}", path.display())
         })?;
         let serde_json::Value::Object(entries) = parsed else {
             anyhow::bail!("{}: a config file holds option = value pairs (a table or object)", path.display());
@@ -880,6 +894,22 @@ mod tests {
         std::fs::write(&j, "{\"epoch\": 3}").unwrap();
         let e = TrainConfig::from_file(&j).unwrap_err().to_string();
         assert!(e.contains("c.json:1:") && e.contains("epoch"), "{e}");
+    }
+
+    /// A byte-order mark before a TOML or JSON config is skipped, and an error's place counts
+    /// from the text after it (issue 43: it read "expected value at line 1 column 1").
+    #[test]
+    fn a_byte_order_mark_is_not_part_of_a_config() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in [("b.toml", "epochs = 3\n"), ("b.json", "{\"epochs\": 3}")] {
+            let p = dir.path().join(name);
+            std::fs::write(&p, format!("\u{feff}{text}")).unwrap();
+            assert_eq!(TrainConfig::from_file(&p).unwrap().epochs, 3, "{name}");
+        }
+        let p = dir.path().join("typo.toml");
+        std::fs::write(&p, "\u{feff}epochz = 3\n").unwrap();
+        let e = TrainConfig::from_file(&p).unwrap_err().to_string();
+        assert!(e.contains("typo.toml:1:1") && e.contains("epochz"), "{e}");
     }
 
     /// A retired option, as a flag (bare or with a value) or a config-file key, is refused with
