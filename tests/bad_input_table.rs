@@ -170,6 +170,11 @@ fn option_cases(f: &Files) -> Vec<Case> {
     add("config that is not a table", 1, &["--config", &list], &["list.json"]);
     let badtoml = f.file("bad.toml", "epochs = = 2\n");
     add("config that is not TOML", 1, &["--config", &badtoml], &["bad.toml"]);
+    // Issue 43: YAML, and TOML under a name that is read as JSON, say what the file should be.
+    let yaml = f.file("run.yaml", "epochs: 2\n");
+    add("config in YAML", 1, &["--config", &yaml], &["run.yaml", "YAML is not read", ".toml"]);
+    let toml_as_json = f.file("run.conf", "epochs = 2\n");
+    add("TOML config not named .toml", 1, &["--config", &toml_as_json], &["run.conf:1:", "rename it to *.toml"]);
     out
 }
 
@@ -258,6 +263,11 @@ fn file_cases(f: &Files) -> Vec<Case> {
     std::fs::write(&cut, bytes).unwrap();
     std::fs::write(f.dir.join("cut-labels-idx1-ubyte"), [0u8, 0, 8, 1, 0, 0, 0, 2, 3, 4]).unwrap();
     data("idx cut short", 1, s(&cut), &[], &["cut-images-idx3-ubyte"]);
+    // A corrupt gzip IDX is blamed as gzip, not as a file too short for its header (issue 43).
+    let bad_gz = f.dir.join("broken-images-idx3-ubyte.gz");
+    std::fs::write(&bad_gz, [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 1, 2, 3]).unwrap();
+    std::fs::copy(&bad_gz, f.dir.join("broken-labels-idx1-ubyte.gz")).unwrap();
+    data("corrupt gzip idx", 1, s(&bad_gz), &[], &["broken-images-idx3-ubyte.gz", "cannot be decompressed"]);
     let nolabels = f.dir.join("lonely-images-idx3-ubyte");
     std::fs::write(&nolabels, [0u8, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1]).unwrap();
     data("idx without its labels file", 1, s(&nolabels), &[], &["lonely-labels-idx1-ubyte"]);

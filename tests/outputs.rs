@@ -44,7 +44,7 @@ fn runs_sharing_a_checkpoint_directory_keep_their_own() {
     assert_eq!(both.len(), 4, "the second run pruned nothing of the first: {both:?}");
     assert!(first.iter().all(|n| both.contains(n)));
     // A third set of options finds no checkpoint of its own, and says whose they are.
-    run("3", &["--resume"]).expect_failure(&["belong to other runs"]);
+    run("3", &["--resume"]).expect_failure(&["belong to other runs", "seed", "3 here"]);
     // A temporary file left by a crashed write of run 1 is removed when run 1 starts again.
     let stale = ck.join(format!(".{}.999999.tmp", first[1]));
     std::fs::write(&stale, b"half a checkpoint").unwrap();

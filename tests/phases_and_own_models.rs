@@ -74,13 +74,15 @@ fn phases_partition_the_wall_time_and_teardown_is_appended() {
     let sm = summary(&m);
     let p = &sm["phases"];
     let f = |k: &str| p[k].as_f64().unwrap_or_else(|| panic!("phase {k} in {p}"));
-    for k in ["launch", "mpi_init", "load", "setup", "train", "evaluate", "checkpoint", "final_model"] {
+    for k in ["launch", "mpi_init", "load", "step_search", "setup", "train", "evaluate", "checkpoint", "final_model"] {
         assert!(f(k) >= 0.0, "{k}: {p}");
     }
     assert_eq!(f("load"), sm["load_seconds"].as_f64().unwrap());
     assert_eq!(f("train"), sm["train_seconds"].as_f64().unwrap());
     let wall = sm["wall_seconds"].as_f64().unwrap();
-    let inside: f64 = ["load", "setup", "train", "evaluate", "checkpoint", "final_model"].iter().map(|k| f(k)).sum();
+    // --lr not given: the step search ran, and its time is a phase of its own (issue 43).
+    assert!(job.stderr.contains("--lr not given: step size") && f("step_search") > 0.0, "{p}");
+    let inside: f64 = ["load", "step_search", "setup", "train", "evaluate", "checkpoint", "final_model"].iter().map(|k| f(k)).sum();
     assert!(inside <= wall + 1e-6 && inside >= 0.5 * wall, "phases {inside} s within the program's {wall} s: {p}");
     assert!(f("evaluate") > 0.0, "three evaluations and the final one take time: {p}");
     let last = lines.last().unwrap();

@@ -113,6 +113,44 @@ fn resume_from_checkpoint_matches_uninterrupted_run() {
     mpirun(1, &c, 60).expect_failure(&["written by 2 ranks", "resume it with 2 ranks"]);
 }
 
+/// Issue 43, item 10: a resume at another rank count after an automatic step search names the
+/// step each count chose (it read "belong to other runs (other options or seed)"), and the step
+/// search's time is its own phase, not data loading.
+#[test]
+fn a_resume_whose_step_search_chose_otherwise_names_the_step() {
+    let dir = scratch("resume-search");
+    let ck = dir.join("ck");
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = ["train", "--data", &fashion("t10k-images-idx3-ubyte.gz"), "--epochs", "1", "--checkpoint-dir", s(&ck)]
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        a.extend(extra.iter().map(|x| x.to_string()));
+        a
+    };
+    fn refs(a: &[String]) -> Vec<&str> {
+        a.iter().map(String::as_str).collect()
+    }
+    let first = args(&["--checkpoint-every", "20", "--max-rounds", "21"]);
+    let job = mpirun(2, &refs(&first), 120).expect_ok();
+    let chosen = |stderr: &str| -> String {
+        let at = stderr.find("step size ").unwrap_or_else(|| panic!("no step search in {stderr}")) + "step size ".len();
+        stderr[at..].split_whitespace().next().unwrap().to_owned()
+    };
+    let step2 = chosen(&job.stderr);
+    assert!(job.stdout.contains("step search "), "{}", job.stdout);
+    let again = args(&["--resume"]);
+    let job = mpirun(1, &refs(&again), 60);
+    let step1 = chosen(&job.stderr);
+    if step1 == step2 {
+        // The same step at both counts: the options agree, and only the rank count is wrong.
+        job.expect_failure(&["written by 2 ranks", "resume it with 2 ranks"]);
+    } else {
+        let said = format!("lr {step2} there, {step1} here (chosen by this run's step search");
+        job.expect_failure(&["written by 2 ranks (this run has 1)", &said, "--lr sets it"]);
+    }
+}
+
 /// The final model file opens in h5py with the expected shape; config and metrics are stored.
 #[test]
 fn final_model_is_readable_by_h5py() {

@@ -52,15 +52,28 @@ pub struct RunIdentity {
     pub config_id: String,
     /// Hash of `config_id` and the rank count (16 hex digits).
     pub run_id: String,
+    /// The options hashed ([`RunIdentity::hashed_options`]): a `--resume` that finds only other
+    /// runs' checkpoints names the options in which they differ.
+    options: BTreeMap<String, serde_json::Value>,
+    /// Options the run chose itself and why (the run plan's `chosen`), said beside a difference.
+    chosen: Vec<(String, String)>,
+    ranks: usize,
 }
 
 impl RunIdentity {
     /// The identity of a run of the `resolved` options (the run plan's) on `ranks` ranks.
     pub fn new(resolved: &TrainConfig, ranks: usize) -> Self {
-        let text = serde_json::to_string(&Self::hashed_options(resolved)).expect("options serialise");
+        let options = Self::hashed_options(resolved);
+        let text = serde_json::to_string(&options).expect("options serialise");
         let config_id = format!("{:016x}", fnv1a(text.as_bytes()));
         let run_id = format!("{:016x}", fnv1a(format!("{config_id}/{ranks}").as_bytes()));
-        RunIdentity { config_id, run_id }
+        RunIdentity { config_id, run_id, options, chosen: Vec::new(), ranks }
+    }
+
+    /// The identity, knowing which options the run chose itself and why (`chosen`: key, reason).
+    pub fn with_chosen(mut self, chosen: &[(String, String)]) -> Self {
+        self.chosen = chosen.to_vec();
+        self
     }
 
     /// What the identity hashes: every option of the resolved configuration by its key, sorted
@@ -303,10 +316,43 @@ fn no_own_checkpoint(dir: &str, id: &RunIdentity) -> String {
         }
         (_, 0) => format!("--resume: no checkpoint (ckpt-*.h5) in {dir}; run without --resume first"),
         (_, k) => format!(
-            "--resume: the {k} checkpoint(s) in {dir} belong to other runs (other options or seed); resume with the \
-             options of the run that wrote them, or use another --checkpoint-dir"
+            "--resume: the {k} checkpoint(s) in {dir} belong to other runs{}; resume with the options of the run that \
+             wrote them, or use another --checkpoint-dir",
+            others.last().map_or(String::new(), |(_, _, p)| how_it_differs(p, id))
         ),
     }
+}
+
+/// How the run that wrote checkpoint `path` differs from this one (`id`): its rank count and the
+/// options that differ, each with its two values and why this run chose its own, where it did
+/// (issue 43: after a step search at another rank count the message read "other options or seed").
+fn how_it_differs(path: &Path, id: &RunIdentity) -> String {
+    let read = || -> Option<(u64, TrainConfig)> {
+        let f = hdf5::File::open(path).ok()?;
+        let config: VarLenUnicode = f.attr("config").ok()?.read_scalar().ok()?;
+        Some((read_u64(&f, "ranks").ok()?, serde_json::from_str(config.as_str()).ok()?))
+    };
+    // A checkpoint of another version that this one cannot read as options: say only that.
+    let Some((ranks, theirs)) = read() else { return " (other options or seed)".to_owned() };
+    let theirs = RunIdentity::hashed_options(&super::plan::with_mode_defaults(&theirs));
+    let keys: std::collections::BTreeSet<&String> = theirs.keys().chain(id.options.keys()).collect();
+    let show = |v: Option<&serde_json::Value>| v.map_or("unset".to_owned(), |v| v.to_string());
+    let mut differences: Vec<String> = keys
+        .into_iter()
+        .filter(|k| theirs.get(*k) != id.options.get(*k))
+        .map(|k| {
+            let why = id.chosen.iter().find(|(c, _)| c == k).map_or(String::new(), |(_, why)| format!(" ({why})"));
+            format!("{k} {} there, {} here{why}", show(theirs.get(k)), show(id.options.get(k)))
+        })
+        .collect();
+    if differences.len() > 6 {
+        let more = differences.len() - 5;
+        differences.truncate(5);
+        differences.push(format!("and {more} more"));
+    }
+    let with = if differences.is_empty() { "the same options (another version of asap-train?)".to_owned() } else { differences.join("; ") };
+    let here = if ranks as usize == id.ranks { String::new() } else { format!(" (this run has {})", id.ranks) };
+    format!(": {}, the one furthest on, was written by {ranks} ranks{here} with {with}", path.display())
 }
 
 /// Collective: every rank reads its own sync-mode state from the checkpoint `path` (the one

@@ -143,9 +143,10 @@ struct Run<'a> {
     cpu_wall_start: Instant,
     /// `--fault-panic`: the (rank, round) that panics.
     fault_panic: Option<(usize, u64)>,
-    /// When `run` was called, and the seconds its loading and set-up took.
+    /// When `run` was called, and the seconds its loading, step search and set-up took.
     started: Instant,
     load_seconds: f64,
+    search_seconds: f64,
     setup_seconds: f64,
 }
 
@@ -378,6 +379,7 @@ impl Run<'_> {
             launch: known(v[0]),
             mpi_init: known(v[1]),
             load,
+            step_search: self.search_seconds,
             setup,
             train,
             evaluate: (self.clock.evaluating + final_evaluation).as_secs_f64(),
@@ -523,7 +525,8 @@ fn set_up<'a>(
     started: Instant,
 ) -> anyhow::Result<(Run<'a>, Replica)> {
     let cfg = &plan.cfg;
-    let load_seconds = started.elapsed().as_secs_f64();
+    // The step search ran between loading and set-up: its time is its own phase.
+    let load_seconds = started.elapsed().as_secs_f64() - plan.search_seconds;
     let setup_start = Instant::now();
     let (rank, n) = (comm.rank() as usize, comm.size() as usize);
     let model = crate::model::build(spec)?;
@@ -540,7 +543,7 @@ fn set_up<'a>(
     let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
 
     let mut pos = Position { epoch: 0, step_in_epoch: 0, global_step: 0, round: 0, train_seconds: 0.0 };
-    let run_id = checkpoint::RunIdentity::new(&plan.resolved, n);
+    let run_id = checkpoint::RunIdentity::new(&plan.resolved, n).with_chosen(&plan.chosen);
     let restored = resume_point(cfg, comm, &run_id, p)?;
     let resumed_from = restored.map(|r| {
         params = r.params;
@@ -582,6 +585,7 @@ fn set_up<'a>(
         fault_panic,
         started,
         load_seconds,
+        search_seconds: plan.search_seconds,
         setup_seconds,
     };
     run.write_start(sync_info)?;
@@ -607,19 +611,21 @@ impl Run<'_> {
             "test_examples": self.shards.total_test,
             "steps_per_epoch": self.steps_per_epoch,
             "load_seconds": self.load_seconds,
+            "step_search_seconds": self.search_seconds,
             "sync_info": sync_info,
         });
         self.write_metrics(&start);
         if self.comm.rank() == 0 {
             eprintln!(
-                "asap-train: {n} rank{}, sync {}, {} training examples ({}), {} parameters, {} steps/epoch/rank, data loaded in {:.2}s",
+                "asap-train: {n} rank{}, sync {}, {} training examples ({}), {} parameters, {} steps/epoch/rank, data loaded in {:.2}s{}",
                 if n == 1 { "" } else { "s" },
                 self.sync.name(),
                 self.shards.total_train,
                 if self.shards.total_test > 0 { format!("{} held out", self.shards.total_test) } else { "no held-out set".into() },
                 p,
                 self.steps_per_epoch,
-                self.load_seconds
+                self.load_seconds,
+                if self.search_seconds > 0.0 { format!(", step search {:.2}s", self.search_seconds) } else { String::new() }
             );
         }
         Ok(())

@@ -99,6 +99,11 @@ pub struct Phases {
     pub mpi_init: Option<f64>,
     /// Reading and preparing the data (output checks, shards, scaling).
     pub load: f64,
+    /// The automatic step search (`--lr` not given; src/train/step_search.rs): 0 without one.
+    /// Apart from `load`, which it was counted in before (issue 43: "data loaded in 31.74s" was
+    /// 31.3 s of search). Absent from the summaries of older versions.
+    #[serde(default)]
+    pub step_search: f64,
     /// Model, sync mode (graph analysis, one-sided windows), metrics file.
     pub setup: f64,
     /// The training loop without evaluations and checkpoints (`train_seconds`).
@@ -116,8 +121,8 @@ impl Phases {
     pub fn line(&self) -> String {
         let opt = |v: Option<f64>| v.map_or("?".to_string(), |s| format!("{s:.2} s"));
         format!(
-            "time by phase: launch {}, MPI init {}, load {:.2} s, setup {:.2} s, training {:.2} s, evaluation {:.2} s, checkpoints {:.2} s, final model {:.2} s",
-            opt(self.launch), opt(self.mpi_init), self.load, self.setup, self.train, self.evaluate, self.checkpoint, self.final_model
+            "time by phase: launch {}, MPI init {}, load {:.2} s, step search {:.2} s, setup {:.2} s, training {:.2} s, evaluation {:.2} s, checkpoints {:.2} s, final model {:.2} s",
+            opt(self.launch), opt(self.mpi_init), self.load, self.step_search, self.setup, self.train, self.evaluate, self.checkpoint, self.final_model
         )
     }
 }

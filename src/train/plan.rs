@@ -35,6 +35,11 @@ pub struct RunPlan {
     /// `cfg` with the mode's own defaults filled in ([`with_mode_defaults`]): what the
     /// checkpoints' run identity hashes (`checkpoint::RunIdentity::new`).
     pub resolved: TrainConfig,
+    /// The options this plan chose itself, by key, with why and how to set them instead: a
+    /// `--resume` whose checkpoints differ in them says so (issue 43).
+    pub chosen: Vec<(String, String)>,
+    /// Seconds the step search took (0 without one): reported apart from loading the data.
+    pub search_seconds: f64,
 }
 
 impl RunPlan {
@@ -44,13 +49,17 @@ impl RunPlan {
     pub fn resolve(merged: Merged, comm: &SimpleCommunicator, training: Option<(&Shards, &ModelSpec)>) -> anyhow::Result<Self> {
         let Merged { options: mut cfg, given } = merged;
         let rank0 = comm.rank() == 0;
+        let mut chosen = Vec::new();
         if let Some(why) = fit_to_ranks(&mut cfg, given, comm.size() as usize) {
             if rank0 {
                 log::info!("{why}");
             }
+            chosen.push(("lr_decay".to_owned(), "scaled to this run's rank count; --lr-decay sets it".to_owned()));
         }
-        let Some((shards, spec)) = training else { return Ok(Self { resolved: with_mode_defaults(&cfg), cfg }) };
+        let plan = |cfg: TrainConfig, chosen, search_seconds| Ok(Self { resolved: with_mode_defaults(&cfg), cfg, chosen, search_seconds });
+        let Some((shards, spec)) = training else { return plan(cfg, chosen, 0.0) };
         // --lr not given: the step is chosen for this model and data (step_search.rs).
+        let search_start = std::time::Instant::now();
         if !given.lr {
             if let Some(lr) = step_search::default_lr(&cfg, shards, spec, comm)? {
                 cfg.lr = lr;
@@ -58,8 +67,11 @@ impl RunPlan {
                     let how = "a search on a sample; --lr sets it";
                     eprintln!("asap-train: --lr not given: step size {lr} chosen for this model and data ({how})");
                 }
+                let why = "chosen by this run's step search, on its data and rank count; --lr sets it";
+                chosen.push(("lr".to_owned(), why.to_owned()));
             }
         }
+        let search_seconds = search_start.elapsed().as_secs_f64();
         // The rounds of an epoch are the smallest shard's, as in set-up (train::set_up).
         let steps = collectives::min_u64(comm, shards.train.len().div_ceil(cfg.batch_size) as u64);
         if let Some(why) = (cfg.sync.spec().fit_to_epoch)(&mut cfg.modes, (steps / cfg.sync_every as u64).max(1)) {
@@ -67,7 +79,7 @@ impl RunPlan {
                 eprintln!("asap-train: {why}");
             }
         }
-        Ok(Self { resolved: with_mode_defaults(&cfg), cfg })
+        plan(cfg, chosen, search_seconds)
     }
 
     /// What every sync mode is built from: the model's `layout` on `comm`, with `rounds_per_epoch`

@@ -65,6 +65,19 @@ pub fn default_lr(cfg: &TrainConfig, shards: &Shards, spec: &ModelSpec, comm: &S
     collectives::sum_f64(comm, &mut objectives);
     let best = (0..objectives.len()).min_by(|&a, &b| objectives[a].total_cmp(&objectives[b])).unwrap_or(0);
     let step = 2f32.powi(*CANDIDATES.start() + best as i32) * SAFETY;
+    // The best candidate at either end of the range may not be the best step (issue 43: a search
+    // that chose 2^-11, the smallest step, said nothing).
+    if comm.rank() == 0 && (best == 0 || best + 1 == objectives.len()) {
+        let (end, fix) = if best == 0 { ("smallest", "large feature values make small steps best: see --scale") } else { ("largest", "") };
+        eprintln!(
+            "asap-train: warning: the step search's best candidate is its {end} (2^{}), so the best step may lie outside \
+             its range 2^{}..2^{}: give --lr (the search chose {step}){}",
+            *CANDIDATES.start() + best as i32,
+            CANDIDATES.start(),
+            CANDIDATES.end(),
+            if fix.is_empty() { String::new() } else { format!("; {fix}") }
+        );
+    }
     Ok(Some(step))
 }
 
