@@ -32,6 +32,8 @@ pub struct PredictArgs {
     /// Also print the result as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub indexing: data::ZeroBasedArg,
 }
 
 fn path_str(p: &Path) -> Result<&str> {
@@ -127,8 +129,14 @@ pub fn run(args: &PredictArgs) -> Result<()> {
     }
     let saved = model_file::load(model_path)?;
     let model = crate::model::build(&saved.spec)?;
-    let opts = LoadOptions { format: args.format, ..Default::default() };
-    let mut d = data::load_shard(data_path, &opts, 0, 1)?;
+    // A LIBSVM file is numbered as the model's training data was (a model trained with
+    // --zero-based auto scores its own test file; issue 43), unless --zero-based says otherwise.
+    let zero_based = args.indexing.zero_based.unwrap_or(match saved.extras.zero_based {
+        Some(true) => data::ZeroBased::True,
+        _ => data::ZeroBased::False,
+    });
+    let opts = LoadOptions { format: args.format, zero_based, ..Default::default() };
+    let mut d = data::load_file(data_path, &opts)?.0;
     if d.is_empty() {
         bail!("{data_path}: no examples to score");
     }

@@ -209,6 +209,46 @@ fn mf_model_predicts_its_held_out_rmse() {
 }
 
 /// Bad inputs: each a clear error naming the file and what to do, exit status 1.
+/// Issue 43, item 6: the tools read what `train --zero-based auto` reads. A model trained on a
+/// 0-based LIBSVM file scores its own test file with the run's accuracy and no flag; `data info`
+/// and `data convert` take the `--zero-based auto` their errors name.
+#[test]
+fn the_tools_read_zero_based_files_as_training_did() {
+    let dir = scratch("predict-zero-based");
+    // heart_scale with every index one lower: column 0 is its first feature.
+    let shifted: Vec<String> = std::fs::read_to_string(HEART)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut t = l.split_whitespace();
+            let label = t.next().unwrap().to_owned();
+            let feats = t.map(|f| {
+                let (i, v) = f.split_once(':').unwrap();
+                format!("{}:{v}", i.parse::<u32>().unwrap() - 1)
+            });
+            std::iter::once(label).chain(feats).collect::<Vec<_>>().join(" ")
+        })
+        .collect();
+    let train = write(&dir, "train0.svm", &(shifted[..200].join("\n") + "\n"));
+    let test = write(&dir, "test0.svm", &(shifted[200..].join("\n") + "\n"));
+    let (model, metrics) = (dir.join("m.h5"), dir.join("m.jsonl"));
+    let args = ["train", "--model", "logreg", "--data", &train, "--test-data", &test, "--zero-based", "auto", "--epochs", "2"];
+    let mut a = args.to_vec();
+    a.extend(["--lr", "0.5", "--save-model", s(&model), "--metrics", s(&metrics)]);
+    mpirun(2, &a, 120).expect_ok();
+    assert_same_accuracy(&metrics, &predict(&model, &test, None));
+    // Read as 1-based, index 0 is refused, naming the option that the tools now take.
+    run(&["data", "info", &test], 60).expect_failure(&["test0.svm:1:", "--zero-based auto"]);
+    let info = run(&["data", "info", "--zero-based", "auto", &test], 60).expect_ok();
+    assert!(info.stdout.contains("dimension   13") && info.stdout.contains("0-based"), "{}", info.stdout);
+    let h5 = dir.join("test0.h5");
+    run(&["data", "convert", "--zero-based", "auto", &test, s(&h5)], 60).expect_ok();
+    let info = run(&["data", "info", s(&h5)], 60).expect_ok();
+    assert!(info.stdout.contains("dimension   13") && info.stdout.contains("examples    70"), "{}", info.stdout);
+    // --zero-based given to predict overrides the model's numbering: 1-based, the 0 is refused.
+    run(&["predict", "--model", s(&model), "--data", &test, "--zero-based", "false"], 60).expect_failure(&["test0.svm:1:"]);
+}
+
 #[test]
 fn bad_inputs_to_predict_fail_clearly() {
     let dir = scratch("predict-bad");

@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use super::{load_shard, Features, Format, LoadOptions};
+use super::{load_file, Features, Format, LoadOptions, ZeroBasedArg};
 
 /// Convert and inspect data files.
 #[derive(Args, Debug)]
@@ -27,6 +27,8 @@ pub enum DataCommand {
         /// Input format when the extension does not tell.
         #[arg(long, value_enum)]
         format: Option<Format>,
+        #[command(flatten)]
+        indexing: ZeroBasedArg,
     },
     /// Generate a seeded synthetic sparse two-class set (default: RCV1's shape, ~700,000 x
     /// 47,000 at 0.16 % density). Output format from the extension: .svm/.libsvm/.txt or .h5.
@@ -86,14 +88,20 @@ pub enum DataCommand {
         /// Format when the extension does not tell.
         #[arg(long, value_enum)]
         format: Option<Format>,
+        #[command(flatten)]
+        indexing: ZeroBasedArg,
     },
 }
 
 /// Runs a `data` subcommand.
 pub fn run(args: &DataArgs) -> anyhow::Result<()> {
     match &args.command {
-        DataCommand::Convert { input, output, format } => {
-            let d = load_shard(input, &LoadOptions { format: *format, ..Default::default() }, 0, 1)?;
+        DataCommand::Convert { input, output, format, indexing } => {
+            let d = load_file(
+                input,
+                &LoadOptions { format: *format, zero_based: indexing.zero_based.unwrap_or_default(), ..Default::default() },
+            )?
+            .0;
             let out = Path::new(output);
             let tmp = temp_next_to(out)?;
             super::h5::write_h5(&tmp, &d).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
@@ -165,8 +173,11 @@ pub fn run(args: &DataArgs) -> anyhow::Result<()> {
             eprintln!("wrote {output} and {vocab}: {docs} documents, {words} words, {topics} planted topics, {nnz} lines, {tokens} tokens, seed {seed}");
             Ok(())
         }
-        DataCommand::Info { path, format } => {
-            let d = load_shard(path, &LoadOptions { format: *format, ..Default::default() }, 0, 1)?;
+        DataCommand::Info { path, format, indexing } => {
+            let (d, zero_based) = load_file(
+                path,
+                &LoadOptions { format: *format, zero_based: indexing.zero_based.unwrap_or_default(), ..Default::default() },
+            )?;
             anyhow::ensure!(
                 !d.is_empty(),
                 "{path} holds no examples (an empty file, or only comments and blank lines): nothing to describe"
@@ -180,6 +191,9 @@ pub fn run(args: &DataArgs) -> anyhow::Result<()> {
             println!("layout      {kind}");
             println!("examples    {}", d.len());
             println!("dimension   {}", d.dim());
+            if let Some(z) = zero_based {
+                println!("indices     {}-based (LIBSVM; --zero-based {})", if z { 0 } else { 1 }, if z { "true" } else { "false" });
+            }
             println!("non-zeros   {nnz} ({:.3} % dense)", 100.0 * nnz as f64 / (d.len() * d.dim().max(1)) as f64);
             let mut hist = std::collections::BTreeMap::<String, usize>::new();
             for y in &d.labels {

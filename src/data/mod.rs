@@ -307,6 +307,34 @@ pub fn one_based_after_all(sets: &mut [&mut Dataset], saw_zero: bool) -> bool {
     false
 }
 
+/// `--zero-based` of the tools that read one whole file (`predict`, `data info`, `data convert`),
+/// read as `train --zero-based` reads it (issue 43: their errors named `--zero-based auto`, which
+/// they then refused).
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct ZeroBasedArg {
+    /// How LIBSVM feature indices are numbered: auto (0-based when any index of the file is 0),
+    /// true (0 is the first feature), false (1 is the first; LIBSVM's convention). Default: false,
+    /// or for `predict` the numbering the model was trained with.
+    #[arg(long, value_enum)]
+    pub zero_based: Option<ZeroBased>,
+}
+
+/// Reads a whole data file, resolving `--zero-based auto` on it: a LIBSVM file without an index
+/// 0 was 1-based. Returns the set and, for LIBSVM, whether it was read 0-based.
+pub fn load_file(path: &str, opts: &LoadOptions) -> Result<(Dataset, Option<bool>), DataError> {
+    let mut d = load_shard(path, opts, 0, 1)?;
+    let libsvm = opts.format.map_or_else(|| detect_format(path).ok(), Some) == Some(Format::Libsvm);
+    let zero_based = libsvm.then(|| match opts.zero_based {
+        ZeroBased::True => true,
+        ZeroBased::False => false,
+        ZeroBased::Auto => {
+            let saw_zero = has_column_zero(&d);
+            one_based_after_all(&mut [&mut d], saw_zero)
+        }
+    });
+    Ok((d, zero_based))
+}
+
 /// Whether a sparse set holds column 0 (an index 0 as read, under --zero-based auto).
 pub fn has_column_zero(d: &Dataset) -> bool {
     matches!(&d.features, Features::Sparse(c) if c.indices.contains(&0))

@@ -939,6 +939,7 @@ impl Run<'_> {
             scaling: self.shards.scaling.clone(),
             class_labels: setup::output_labels(self.model.spec(), &self.shards.train, self.comm),
             label_threshold: cfg.label_threshold,
+            zero_based: self.shards.zero_based,
         });
         if self.comm.rank() != 0 {
             return Ok(());

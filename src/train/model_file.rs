@@ -35,6 +35,9 @@ pub struct Extras {
     pub scaling: Option<ColumnScaling>,
     pub class_labels: Option<Vec<f32>>,
     pub label_threshold: Option<f32>,
+    /// How the LIBSVM training data was numbered (true: 0-based), `--zero-based auto` resolved;
+    /// None for other formats and for files of older versions. `predict` reads alike.
+    pub zero_based: Option<bool>,
 }
 
 /// A model file read back.
@@ -97,6 +100,9 @@ pub fn save(path: &str, model: &dyn Model, params: &[f32], extras: &Extras, conf
         str_attr(f, "scaling", extras.scaling.as_ref().map_or("none", |s| s.method.as_str()))?;
         if let Some(t) = extras.label_threshold {
             f.new_attr::<f32>().create("label_threshold")?.write_scalar(&t)?;
+        }
+        if let Some(z) = extras.zero_based {
+            str_attr(f, "libsvm_zero_based", if z { "true" } else { "false" })?;
         }
         str_attr(f, "model_spec", &spec_json)?;
         str_attr(f, "config", config_json)?;
@@ -161,7 +167,8 @@ pub fn load(path: &str) -> anyhow::Result<SavedModel> {
         let class_labels = read_f32(&f, "class_labels")?;
         let label_threshold = f.attr("label_threshold").ok().map(|a| a.read_scalar::<f32>()).transpose()?;
         let metrics = serde_json::from_str(&read_str(&f, "metrics")?).context("attribute `metrics`")?;
-        Ok(SavedModel { spec, params, extras: Extras { scaling, class_labels, label_threshold }, metrics })
+        let zero_based = read_str(&f, "libsvm_zero_based").ok().map(|z| z == "true");
+        Ok(SavedModel { spec, params, extras: Extras { scaling, class_labels, label_threshold, zero_based }, metrics })
     })()
     .with_context(|| format!("--model {path}: damaged model file"))
 }

@@ -21,6 +21,9 @@ pub struct Shards {
     pub total_test: u64,
     /// The feature scaling applied to both sets (None: none applied).
     pub scaling: Option<data::ColumnScaling>,
+    /// How the LIBSVM training file was numbered (true: 0-based, `--zero-based auto` resolved);
+    /// None for other formats. Saved with the model, for `predict`.
+    pub zero_based: Option<bool>,
 }
 
 fn load(cfg: &TrainConfig, path: &str, shown: &str, format: Format, rank: usize, n: usize) -> anyhow::Result<Dataset> {
@@ -173,7 +176,7 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
         Some(p) => Some(load_agreed(cfg, p, comm)?),
         None => None,
     };
-    zero_based_auto(cfg, &mut train, test.as_mut(), comm);
+    let zero_based = resolve_zero_based(cfg, &mut train, test.as_mut(), comm);
     let (train, test) = match (test, cfg.test_fraction > 0.0) {
         (None, true) => {
             let (tr, te) = data::split_holdout(train, cfg.test_fraction, cfg.seed);
@@ -200,20 +203,25 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
             total_train.max(1)
         );
     }
-    Ok(Shards { train, test, total_train, total_test, scaling: None })
+    Ok(Shards { train, test, total_train, total_test, scaling: None, zero_based })
 }
 
-/// `--zero-based auto`: the LIBSVM files were read with indices as written; unless some rank saw
+/// `--zero-based`, and under `auto` the LIBSVM files were read with indices as written; unless some rank saw
 /// an index 0 (in the training or the test file) they were 1-based and every column moves down.
-fn zero_based_auto(cfg: &TrainConfig, train: &mut Dataset, test: Option<&mut Dataset>, comm: &SimpleCommunicator) {
-    if cfg.zero_based != data::ZeroBased::Auto {
-        return;
-    }
+/// Returns how the training file was numbered (true: 0-based), None when it is not LIBSVM.
+fn resolve_zero_based(cfg: &TrainConfig, train: &mut Dataset, test: Option<&mut Dataset>, comm: &SimpleCommunicator) -> Option<bool> {
     let is_libsvm = |p: &str| cfg.format.map_or_else(|| data::detect_format(p).ok(), Some) == Some(Format::Libsvm);
     let libsvm_train = is_libsvm(&cfg.data);
     let libsvm_test = cfg.test_data.as_deref().is_some_and(is_libsvm);
-    if !libsvm_train && !libsvm_test {
-        return;
+    let fixed = match cfg.zero_based {
+        data::ZeroBased::Auto => None,
+        z => Some(z == data::ZeroBased::True),
+    };
+    if let Some(z) = fixed.filter(|_| libsvm_train) {
+        return Some(z);
+    }
+    if fixed.is_some() || (!libsvm_train && !libsvm_test) {
+        return None;
     }
     let mut sets: Vec<&mut Dataset> = Vec::new();
     if libsvm_train {
@@ -224,9 +232,11 @@ fn zero_based_auto(cfg: &TrainConfig, train: &mut Dataset, test: Option<&mut Dat
     }
     let mine = sets.iter().any(|d| data::has_column_zero(d)) as u64;
     let saw_zero = collectives::sum_u64(comm, mine) > 0;
-    if data::one_based_after_all(&mut sets, saw_zero) && comm.rank() == 0 {
+    let zero = data::one_based_after_all(&mut sets, saw_zero);
+    if zero && comm.rank() == 0 {
         log::info!("--zero-based auto: an index 0 in the LIBSVM data: reading it as 0-based (--zero-based false refuses it)");
     }
+    libsvm_train.then_some(zero)
 }
 
 /// `--partition`: moves every training example to the rank its class and the seed choose, in
