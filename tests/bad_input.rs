@@ -99,3 +99,18 @@ fn an_empty_file_and_no_nodes_are_named() {
         run(&["graph", "search", "--nodes", n, "--out-degree", "2", "--out", s(&out)], 60).expect_failure(&["--nodes must be at least 2"]);
     }
 }
+
+/// Issue 43, item 6: an error every rank finds in its own shard is said once, with the other
+/// ranks named after it (each of 4 ranks printed its own copy), and every rank exits non-zero.
+#[test]
+fn an_error_every_rank_finds_is_said_once() {
+    let dir = scratch("bad-said-once");
+    let bad = write(&dir, "all-zero.svm", &"+1 0:1\n".repeat(8));
+    let job = mpirun(4, &["train", "--model", "svm", "--data", &bad, "--epochs", "1"], 60).expect_failure(&[
+        "error on rank 0: ",
+        "all-zero.svm:1:4",
+        "and on ranks 1-3: the same error at other places",
+    ]);
+    let copies = job.stderr.lines().filter(|l| l.contains("feature index 0")).count();
+    assert_eq!(copies, 1, "{}", job.stderr);
+}

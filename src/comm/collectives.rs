@@ -146,21 +146,91 @@ impl std::fmt::Display for OtherRankFailed {
 
 impl std::error::Error for OtherRankFailed {}
 
-/// Collective: every rank passes its own result; if any rank failed, the failing ranks print
-/// their error now and every rank gets an error back, so all exit non-zero and none hangs in a
-/// later collective. Must be called by all ranks.
+/// Collective: every rank passes its own result; if any rank failed, the lowest failing rank
+/// prints every failing rank's error, each kind once ([`said_once`]), and every rank gets an
+/// error back, so all exit non-zero and none hangs in a later collective. Must be called by all
+/// ranks. (Each failing rank printed its own before: 32 ranks of one bad file said the same
+/// thing 32 times; issue 43.)
 pub fn agree<T>(comm: &SimpleCommunicator, r: anyhow::Result<T>) -> anyhow::Result<T> {
     let me = comm.rank() as u64;
     let failed_rank = if r.is_err() { me } else { u64::MAX };
-    if let Err(e) = &r {
-        crate::comm::say(&format!("asap-train: error on rank {me}: {e:#}"));
-    }
+    let mine = r.as_ref().err().map(|e| format!("{e:#}"));
+    crate::comm::hold_unsaid(mine.as_ref().map(|m| format!("asap-train: error on rank {me}: {m}")));
     let first = min_u64(comm, failed_rank);
+    if first != u64::MAX {
+        let all = gather_text(comm, first as usize, mine.as_deref().unwrap_or(""));
+        if me == first {
+            crate::comm::say(&said_once(&all));
+        }
+    }
+    crate::comm::hold_unsaid(None);
     match r {
         Err(e) => Err(e.context(crate::comm::collectives::REPORTED)),
         Ok(_) if first != u64::MAX => Err(OtherRankFailed { rank: first as usize }.into()),
         Ok(v) => Ok(v),
     }
+}
+
+/// Every rank's `text` at `root` (by rank; other ranks get an empty vector).
+fn gather_text(comm: &SimpleCommunicator, root: usize, text: &str) -> Vec<String> {
+    let width = max_u64(comm, text.len() as u64) as usize;
+    let lens = gather(comm, root, &[text.len() as u64]);
+    let mut padded = text.as_bytes().to_vec();
+    padded.resize(width, 0);
+    let all = gather(comm, root, &padded);
+    lens.iter().enumerate().map(|(r, &n)| String::from_utf8_lossy(&all[r * width..r * width + n as usize]).into_owned()).collect()
+}
+
+/// The failing ranks' errors (`errors` by rank, empty for a rank without one) as lines to print,
+/// each kind once: the lowest rank's in full, and after it the ranks whose error differs from it
+/// only in its numbers (the same fault at other lines of their shards) or not at all.
+fn said_once(errors: &[String]) -> String {
+    let shape = |s: &str| -> String {
+        let mut out = String::with_capacity(s.len());
+        for c in s.chars() {
+            if !c.is_ascii_digit() {
+                out.push(c);
+            } else if !out.ends_with('#') {
+                out.push('#');
+            }
+        }
+        out
+    };
+    // (shape, the first rank's message and rank, the other ranks of that shape)
+    let mut kinds: Vec<(String, usize, Vec<usize>)> = Vec::new();
+    for (r, e) in errors.iter().enumerate().filter(|(_, e)| !e.is_empty()) {
+        let s = shape(e);
+        match kinds.iter_mut().find(|k| k.0 == s) {
+            Some(k) => k.2.push(r),
+            None => kinds.push((s, r, Vec::new())),
+        }
+    }
+    let mut lines = Vec::new();
+    for (_, first, others) in &kinds {
+        lines.push(format!("asap-train: error on rank {first}: {}", errors[*first]));
+        if !others.is_empty() {
+            let same = others.iter().all(|&r| errors[r] == errors[*first]);
+            let how = if same { "the same error" } else { "the same error at other places" };
+            let s = if others.len() == 1 { "" } else { "s" };
+            lines.push(format!("asap-train: and on rank{s} {}: {how}", rank_ranges(others)));
+        }
+    }
+    lines.join("\n")
+}
+
+/// Ranks as ranges: `[1, 2, 3, 5]` -> "1-3, 5".
+fn rank_ranges(ranks: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j == i { ranks[i].to_string() } else { format!("{}-{}", ranks[i], ranks[j]) });
+        i = j + 1;
+    }
+    parts.join(", ")
 }
 
 /// Context attached to errors [`agree`] has already printed, so `main` does not print them twice.
@@ -351,5 +421,30 @@ pub fn scatter_varcount<T: Equivalence>(comm: &SimpleCommunicator, root: usize, 
         mpi::request::scope(|sc| deadline::wait(p.immediate_scatter_varcount_into(sc, mine), "a scatter"));
     } else {
         p.scatter_varcount_into(mine);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pure functions only: MPI is never initialised in a unit test.
+    #[test]
+    fn each_kind_of_error_is_said_once() {
+        let bad = |line: usize| format!("d.svm:{line}:4: feature index 0 in \"0:1\": indices are 1-based");
+        let errors = vec![bad(1), bad(3), String::new(), bad(7), "--metrics m.jsonl: cannot open".to_owned(), bad(9)];
+        let said = said_once(&errors);
+        let lines: Vec<&str> = said.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                format!("asap-train: error on rank 0: {}", bad(1)).as_str(),
+                "asap-train: and on ranks 1, 3, 5: the same error at other places",
+                "asap-train: error on rank 4: --metrics m.jsonl: cannot open",
+            ]
+        );
+        let same = vec![String::new(), "x".to_owned(), "x".to_owned()];
+        assert_eq!(said_once(&same), "asap-train: error on rank 1: x\nasap-train: and on rank 2: the same error");
+        assert_eq!(rank_ranges(&[0, 1, 2, 4, 6, 7]), "0-2, 4, 6-7");
     }
 }

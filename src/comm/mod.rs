@@ -231,10 +231,25 @@ pub fn say(line: &str) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
+thread_local! {
+    /// An error line this rank found and has not said yet: [`collectives::agree`] holds it while
+    /// the ranks compare notes, so that an abort in between (a rank that never comes) says it
+    /// first and no cause is lost.
+    static UNSAID: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Holds `line` as this rank's unsaid error (None: nothing held).
+pub fn hold_unsaid(line: Option<String>) {
+    UNSAID.with(|u| *u.borrow_mut() = line);
+}
+
 /// Prints `message` prefixed by the rank and aborts every rank of the job with `code`.
 /// For errors found by one rank alone in the middle of training, where the others cannot be told.
 pub fn abort_job(message: &str, code: i32) -> ! {
     let world = SimpleCommunicator::world();
+    if let Some(line) = UNSAID.with(|u| u.borrow_mut().take()) {
+        say(&line);
+    }
     say(&format!("asap-train: error on rank {}: {message}", world.rank()));
     world.abort(code)
 }
