@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{ArgMatches, Args, Parser, Subcommand};
+use clap::{ArgMatches, Args, CommandFactory, Parser, Subcommand};
 
 use crate::config::{Merged, TrainConfig};
 
@@ -20,6 +20,28 @@ pub struct Cli {
     /// Options of `train` (used when no subcommand is given).
     #[command(flatten)]
     pub train: TrainArgs,
+}
+
+/// The command line as parsed: [`Cli`]'s, with shorter help (issue 43: `train --help` was 630
+/// lines, and the top-level `--help` repeated all of them).
+/// - The top level accepts `train`'s options (no command runs `train`) but does not list them.
+/// - `train -h` lists the options every run has; those of one mode, one model or the emulated
+///   cluster (their headings name it: "ASAP (--sync asap)", "LDA (--model lda)") only in
+///   `train --help`, which lists every option.
+pub fn command() -> clap::Command {
+    const ALL: &str = "With no command, asap-train runs `train` and takes its options: `asap-train train -h` lists the common \
+                       ones, `asap-train train --help` every one.";
+    const MORE: &str = "The options of one sync mode (--sync), one model (--model) and the emulated cluster are in \
+                        `asap-train train --help`.";
+    let only_in_long = |a: clap::Arg| {
+        let heading = a.get_help_heading().unwrap_or("");
+        let specific = heading.contains("(--sync") || heading.contains("(--model") || heading == "Emulated cluster";
+        a.hide_short_help(specific)
+    };
+    Cli::command()
+        .mut_args(|a| if matches!(a.get_id().as_str(), "help" | "version") { a } else { a.hide(true) })
+        .after_help(ALL)
+        .mut_subcommand("train", |t| t.mut_args(only_in_long).after_help(MORE))
 }
 
 /// The subcommands.

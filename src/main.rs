@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
 use mpi::collective::CommunicatorCollectives;
 use mpi::topology::Communicator;
 
@@ -88,7 +88,7 @@ fn train(args: &TrainArgs, matches: &clap::ArgMatches) -> ExitCode {
 
 fn main() -> ExitCode {
     phases::mark_process_start();
-    let matches = Cli::command().try_get_matches().unwrap_or_else(|e| match asap_train::config::retired_option_hint(&e) {
+    let matches = asap_train::cli::command().try_get_matches().unwrap_or_else(|e| match asap_train::config::retired_option_hint(&e) {
         Some(hint) => {
             eprintln!("error: {hint}");
             std::process::exit(2)

@@ -607,4 +607,11 @@ fn help_explains_every_mode() {
         assert!(h.contains(k), "help lacks {k}");
     }
     assert!(run(&["--help"], 30).expect_ok().stdout.contains("graph"));
+    // Issue 43: the top level lists the commands, not train's options again, and `train -h`
+    // keeps one mode's options (ASAP's --graph) for --help.
+    let top = run(&["--help"], 30).expect_ok().stdout;
+    assert!(!top.contains("--sync-every") && top.contains("asap-train train --help"), "{top}");
+    let short = run(&["train", "-h"], 30).expect_ok().stdout;
+    assert!(short.contains("--sync-every") && short.contains("--epochs") && !short.contains("--graph <"), "{short}");
+    assert!(short.lines().count() < h.lines().count() / 2, "train -h is {} lines of --help's {}", short.lines().count(), h.lines().count());
 }
