@@ -599,6 +599,27 @@ fn checkpoints_are_pruned_to_the_newest_two() {
     assert!(names.iter().all(|n| n.starts_with("ckpt-")), "{names:?}");
 }
 
+/// Issue 43, item 2: a decay schedule whose step falls under 1 % of --lr before the last epoch
+/// says so (0.8^21 < 0.01), with the share of the steps' sum the remaining epochs hold; 21
+/// epochs or another schedule say nothing.
+#[test]
+fn a_schedule_that_decays_to_nothing_is_said() {
+    let heart = "/usr/share/doc/liblinear-tools/examples/heart_scale";
+    let go = |extra: &[&str]| {
+        let mut a = vec!["train", "--model", "logreg", "--data", heart, "--lr", "0.5", "--max-rounds", "1"];
+        a.extend(extra);
+        mpirun(1, &a, 60).expect_ok().stderr
+    };
+    let said = go(&["--epochs", "50"]);
+    // (0.8^21 - 0.8^50) / (1 - 0.8^50) of the sum lies in epochs 22-50: 0.9 %.
+    assert!(said.contains("under 1 % of its first after 21 epochs: the last 29 of 50 epochs hold 0.9 %"), "{said}");
+    for quiet in
+        [go(&["--epochs", "21"]), go(&["--epochs", "50", "--lr-schedule", "constant"]), go(&["--epochs", "50", "--lr-decay", "0.95"])]
+    {
+        assert!(!quiet.contains("warning: --lr-schedule decay"), "{quiet}");
+    }
+}
+
 #[test]
 fn help_explains_every_mode() {
     let h = run(&["train", "--help"], 30).expect_ok().stdout;
