@@ -115,7 +115,9 @@ pub struct TrainConfig {
     #[arg(long, value_name = "SPEC", default_value = "iid", help_heading = "Data")]
     pub partition: String,
     /// Feature scaling (statistics of the whole training set, over all ranks): auto = standard
-    /// (zero mean, unit variance) for dense data, none for sparse.
+    /// (zero mean, unit variance) for dense data and for sparse rows at least a quarter non-zero
+    /// (held dense: LIBSVM files of dense data), none for sparser rows; standard holds any sparse
+    /// rows dense to standardise them.
     #[arg(long, value_enum, default_value_t = Scaling::Auto, help_heading = "Data")]
     pub scale: Scaling,
     /// How LIBSVM feature indices are numbered, as scikit-learn's load_svmlight_file: auto

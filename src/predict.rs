@@ -88,6 +88,11 @@ fn check_fits(spec: &ModelSpec, d: &Dataset, model: &str) -> Result<()> {
 /// The scaling of the model, applied to `d` as training applied it.
 fn apply_scaling(saved: &SavedModel, d: &mut Dataset, model: &str) -> Result<()> {
     let Some(s) = &saved.extras.scaling else { return Ok(()) };
+    // A standardised model was trained on dense rows: sparse ones (LIBSVM) are made dense as
+    // training made them (train/setup.rs, hold_dense).
+    if s.method == "standard" && matches!(d.features, Features::Sparse(_)) {
+        data::make_dense(d, saved.spec.features);
+    }
     if s.method == "standard" && !matches!(d.features, Features::Dense { .. }) {
         bail!("{}: sparse data, but --model {model} standardises dense features (mean and deviation): give dense data", d.source);
     }

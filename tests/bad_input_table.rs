@@ -157,7 +157,6 @@ fn option_cases(f: &Files) -> Vec<Case> {
     add("--graph not strongly connected", 3, &["--sync", "asap", "--graph", "chain"], &["strongly connected"]);
     add("--graph random:0", 2, &["--sync", "asap", "--graph", "random:0"], &["random:0"]);
     add("--features below the data", 1, &["--features", "1"], &["--features"]);
-    add("--scale standard on sparse data", 1, &["--scale", "standard"], &["--scale standard"]);
     add("mf on feature data", 1, &["--model", "mf"], &["mf", "ratings"]);
     add("--config missing", 1, &["--config", "/nonexistent/run.toml"], &["/nonexistent/run.toml"]);
     let typo = f.file("typo.toml", "epochs = 1\nlearning_rate = 0.1\n");

@@ -140,12 +140,50 @@ fn linear_models_predict_original_labels() {
             120,
         )
         .expect_ok();
+        // heart_scale is 96 % non-zero: held dense and standardised (issue 43, item 1).
+        assert_eq!(scaling_of(&model), "standard", "{kind}");
         let p = predict(&model, &data, Some(&out));
         assert_same_accuracy(&metrics, &p);
         let pred = read_predictions(&out);
         assert!(pred.iter().all(|&v| v == 0.0 || v == 2.0), "{kind}: predictions not in the file's labels");
         let correct = pred.iter().zip(labels(&data)).filter(|(a, b)| **a == *b).count();
         assert_eq!(correct as f64, p["metric_sum"].as_f64().unwrap(), "{kind}");
+    }
+}
+
+/// The scaling a model file says its training applied.
+fn scaling_of(model: &Path) -> String {
+    let f = hdf5::File::open(model).unwrap();
+    f.attr("scaling").unwrap().read_scalar::<hdf5::types::VarLenUnicode>().unwrap().as_str().to_owned()
+}
+
+/// Issue 43, item 1: sparse rows under a quarter non-zero stay sparse and unscaled by default;
+/// `--scale standard` (refused on sparse data before) holds them dense and standardises them,
+/// and `predict` scores the LIBSVM file as training did.
+#[test]
+fn sparse_rows_are_standardised_on_request() {
+    let dir = scratch("predict-sparse-standard");
+    // 40 rows of 20 features, 2 non-zeros each (10 %): the label is the sign of feature 1.
+    let text: String = (0..40)
+        .map(|i| {
+            let (a, b) = (if i % 2 == 0 { 3.0 } else { -3.0 }, 2 + (i * 7) % 19);
+            format!(
+                "{} 1:{a} {b}:{}
+",
+                if a > 0.0 { "+1" } else { "-1" },
+                100 + i
+            )
+        })
+        .collect();
+    let data = write(&dir, "sparse10.svm", &text);
+    for (scale, want) in [("auto", "none"), ("standard", "standard")] {
+        let (model, metrics) = (dir.join(format!("{scale}.h5")), dir.join(format!("{scale}.jsonl")));
+        let args = ["train", "--model", "logreg", "--data", &data, "--test-data", &data, "--epochs", "2", "--scale", scale];
+        let mut a = args.to_vec();
+        a.extend(["--save-model", s(&model), "--metrics", s(&metrics)]);
+        mpirun(2, &a, 120).expect_ok();
+        assert_eq!(scaling_of(&model), want, "--scale {scale}");
+        assert_same_accuracy(&metrics, &predict(&model, &data, None));
     }
 }
 
@@ -245,6 +283,8 @@ fn the_tools_read_zero_based_files_as_training_did() {
     run(&["data", "convert", "--zero-based", "auto", &test, s(&h5)], 60).expect_ok();
     let info = run(&["data", "info", s(&h5)], 60).expect_ok();
     assert!(info.stdout.contains("dimension   13") && info.stdout.contains("examples    70"), "{}", info.stdout);
+    // heart_scale is 96 % non-zero: written dense, as training holds it (issue 43, item 1).
+    assert!(info.stdout.contains("layout      dense"), "{}", info.stdout);
     // --zero-based given to predict overrides the model's numbering: 1-based, the 0 is refused.
     run(&["predict", "--model", s(&model), "--data", &test, "--zero-based", "false"], 60).expect_failure(&["test0.svm:1:"]);
 }

@@ -18,7 +18,8 @@ pub struct DataArgs {
 #[derive(Subcommand, Debug)]
 pub enum DataCommand {
     /// Convert LIBSVM / IDX / ratings text into HDF5 (dense X,y; CSR indptr,indices,data,y with a
-    /// `shape` attribute; or user,item,rating). Written to a temporary file and renamed.
+    /// `shape` attribute; or user,item,rating). LIBSVM rows at least a quarter non-zero are
+    /// written dense, as `train` holds them. Written to a temporary file and renamed.
     Convert {
         /// Input file.
         input: String,
@@ -93,22 +94,28 @@ pub enum DataCommand {
     },
 }
 
+/// `data convert`: a whole file into HDF5, written to a temporary file and renamed.
+fn convert(input: &str, output: &str, format: Option<Format>, indexing: &ZeroBasedArg) -> anyhow::Result<()> {
+    let mut d = load_file(input, &LoadOptions { format, zero_based: indexing.zero_based.unwrap_or_default(), ..Default::default() })?.0;
+    // Rows train holds dense are written dense (X, y), as training would standardise them.
+    if let Features::Sparse(c) = &d.features {
+        if c.data.len() as f64 >= super::DENSE_ENOUGH * (d.len() * d.dim()) as f64 {
+            let width = d.dim();
+            super::make_dense(&mut d, width);
+        }
+    }
+    let out = Path::new(output);
+    let tmp = temp_next_to(out)?;
+    super::h5::write_h5(&tmp, &d).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, out).with_context(|| format!("cannot rename {} to {output}", tmp.display()))?;
+    eprintln!("wrote {output}: {} examples, dimension {}", d.len(), d.dim());
+    Ok(())
+}
+
 /// Runs a `data` subcommand.
 pub fn run(args: &DataArgs) -> anyhow::Result<()> {
     match &args.command {
-        DataCommand::Convert { input, output, format, indexing } => {
-            let d = load_file(
-                input,
-                &LoadOptions { format: *format, zero_based: indexing.zero_based.unwrap_or_default(), ..Default::default() },
-            )?
-            .0;
-            let out = Path::new(output);
-            let tmp = temp_next_to(out)?;
-            super::h5::write_h5(&tmp, &d).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
-            std::fs::rename(&tmp, out).with_context(|| format!("cannot rename {} to {output}", tmp.display()))?;
-            eprintln!("wrote {output}: {} examples, dimension {}", d.len(), d.dim());
-            Ok(())
-        }
+        DataCommand::Convert { input, output, format, indexing } => convert(input, output, *format, indexing),
         DataCommand::Synth { output, rows, features, density, seed, noise, sort_by_label } => {
             anyhow::ensure!(*rows > 0 && *features > 0, "--rows and --features must be positive");
             anyhow::ensure!(*density > 0.0 && *density <= 1.0, "--density must be in (0, 1], got {density}");

@@ -440,6 +440,25 @@ pub struct ColumnScaling {
     pub shift: Vec<f32>,
 }
 
+/// Non-zero share from which sparse rows are held dense, so that `--scale auto` standardises
+/// them (issue 43: LIBSVM always loaded sparse, heart_scale at 96 % too, and scikit-learn's
+/// breast_cancer trained to 92.31 % under allreduce where the same rows standardised in a dense
+/// HDF5 file reached 95.80 %). At this share a dense row of f32 takes at most twice the memory of
+/// the sparse one (4 bytes a cell against 8 bytes, index and value, per non-zero).
+pub const DENSE_ENOUGH: f64 = 0.25;
+
+/// Makes sparse rows dense rows `width` wide (other features stay as they are).
+pub fn make_dense(d: &mut Dataset, width: usize) {
+    let Features::Sparse(c) = &d.features else { return };
+    let mut x = vec![0f32; c.indptr.len().saturating_sub(1) * width];
+    for (i, w) in c.indptr.windows(2).enumerate() {
+        for k in w[0]..w[1] {
+            x[i * width + c.indices[k] as usize] = c.data[k];
+        }
+    }
+    d.features = Features::Dense { x, d: width };
+}
+
 /// x_ij <- (x_ij - shift_j) * scale_j for dense data; x_ij <- x_ij * scale_j for sparse data
 /// (a shift would densify it, so it is ignored there).
 pub fn scale_columns(d: &mut Dataset, scale: &[f32], shift: &[f32]) {

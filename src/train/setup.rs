@@ -546,6 +546,37 @@ fn check_model_memory(cfg: &TrainConfig, s: &ModelSpec, sets: &[&Dataset]) -> an
     )
 }
 
+/// Makes sparse rows dense (both sets, `features` wide) where they should be standardised: under
+/// `--scale auto` when the training set's non-zeros are at least [`data::DENSE_ENOUGH`] of its
+/// cells, and always under `--scale standard` (it was refused on sparse data; a dense copy too
+/// large for memory still is). Collective.
+fn hold_dense(cfg: &TrainConfig, shards: &mut Shards, features: usize, comm: &SimpleCommunicator) -> anyhow::Result<()> {
+    let Features::Sparse(c) = &shards.train.features else { return Ok(()) };
+    let mut counts = [c.data.len() as f64, shards.train.len() as f64];
+    collectives::sum_f64(comm, &mut counts);
+    let density = counts[0] / (counts[1] * features.max(1) as f64).max(1.0);
+    let dense = match cfg.scale {
+        Scaling::Auto => density >= data::DENSE_ENOUGH,
+        Scaling::Standard => true,
+        _ => false,
+    };
+    if !dense {
+        return Ok(());
+    }
+    let rows = shards.train.len() + shards.test.as_ref().map_or(0, |t| t.len());
+    let bytes = rows as u128 * features as u128 * 4;
+    let fits = data::check_memory(&cfg.data, &format!("{rows} rows x {features} features held dense for --scale standard"), bytes);
+    agree(comm, fits.map_err(|e| anyhow::anyhow!("{e}; use --scale max-abs for sparse data")))?;
+    data::make_dense(&mut shards.train, features);
+    if let Some(t) = shards.test.as_mut() {
+        data::make_dense(t, features);
+    }
+    if comm.rank() == 0 {
+        log::info!("sparse rows at {:.1} % non-zero held dense, so that they are standardised (--scale)", 100.0 * density);
+    }
+    Ok(())
+}
+
 /// Scales features with statistics of the whole training set (all ranks), applied to both sets
 /// and kept in `shards.scaling`.
 pub fn scale_features(cfg: &TrainConfig, shards: &mut Shards, features: usize, comm: &SimpleCommunicator) -> anyhow::Result<()> {
@@ -622,6 +653,7 @@ pub fn output_labels(spec: &ModelSpec, train: &Dataset, comm: &SimpleCommunicato
 pub fn prepare(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Result<(Shards, ModelSpec)> {
     let mut shards = load_shards(cfg, comm)?;
     let spec = model_spec(cfg, &shards, comm).context("cannot set up the model")?;
+    hold_dense(cfg, &mut shards, spec.features, comm)?;
     scale_features(cfg, &mut shards, spec.features, comm)?;
     degenerate_setup(cfg, &shards, comm)?;
     Ok((shards, spec))
