@@ -1,10 +1,13 @@
 //! `asap-train plot METRICS.jsonl... -o out.svg`: the curves and histograms of one or more runs'
 //! `--metrics` files as one SVG.
 //!
-//! Panels: held-out metric and objective against training seconds and against bytes sent per
-//! rank (one line per run), then, when any run has them, ASAP's consistency histogram and the
-//! staleness distribution as grouped bar charts (fractions of each run's total, so runs of
-//! different lengths compare; the axis stops at 1). A run is labelled by its mode and the options
+//! Panels: held-out metric and objective against training seconds, bytes sent per rank and
+//! epochs (one line per run; a run's `--target` as a grey dashed line, and where it was judged on
+//! the worst rank's own model, that rank's curve dashed beside the averaged model's), then, when
+//! any run's says something, ASAP's consistency histogram and the staleness distribution as
+//! grouped bar charts (fractions of each run's total, so runs of different lengths compare; the
+//! axis stops at 1). An emulated run whose emulation did not hold is labelled INVALID. An LDA run
+//! plots its held-out perplexity and its log-likelihood per token. A run is labelled by its mode and the options
 //! that tell it apart (from its `start` line), or by `--labels`, in one legend below the panels
 //! (never over the data). A mode has the same colour in every figure (allreduce blue, asap
 //! orange, ssp green, ...); further runs of a mode in one figure get lighter shades and other
@@ -53,6 +56,10 @@ pub enum Panels {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Point {
     pub train_seconds: f64,
+    /// Epochs done (passes over the shards), where the evaluation says.
+    pub epoch: Option<f64>,
+    /// The worst rank's own model's metric, where the run scored every rank's (`--own-models`).
+    pub worst: Option<f64>,
     /// Mean over ranks of the bytes a rank sent to others so far.
     pub bytes_sent: f64,
     pub objective: Option<f64>,
@@ -67,8 +74,15 @@ pub struct Run {
     pub label: String,
     /// The sync mode (`--sync`), which picks the run's colour in every figure.
     pub mode: String,
-    /// "accuracy" or "rmse".
+    /// "accuracy", "rmse" or (LDA) "perplexity".
     pub metric_name: String,
+    /// "objective", or (LDA) "log-likelihood per token".
+    pub objective_name: String,
+    /// `--target`, and whether it was judged on the worst rank's own model.
+    pub target: Option<f64>,
+    pub target_on_worst_rank: bool,
+    /// Whether an emulated run's emulation held (None: not emulated, or no summary).
+    pub valid: Option<bool>,
     /// Whether `metric` is on held-out data.
     pub held_out: bool,
     pub points: Vec<Point>,
@@ -203,8 +217,14 @@ pub fn parse_run(path: &Path, text: &str) -> Result<Run> {
                 if metric_name.is_none() {
                     metric_name = v.get("metric").and_then(Value::as_str).map(str::to_string);
                 }
-                let metric = num(&v, "test_metric").or_else(|| num(&v, "train_metric"));
-                points.push(Point { train_seconds: t, bytes_sent: bytes, objective: num(&v, "objective"), metric });
+                // LDA scores held-out perplexity and the log-likelihood per token.
+                if metric_name.is_none() && num(&v, "perplexity").is_some() {
+                    metric_name = Some("perplexity".into());
+                }
+                let metric = num(&v, "test_metric").or_else(|| num(&v, "train_metric")).or_else(|| num(&v, "perplexity"));
+                let objective = num(&v, "objective").or_else(|| num(&v, "log_likelihood_per_token"));
+                let (epoch, worst) = (num(&v, "epoch"), v.pointer("/rank_metric/worst").and_then(Value::as_f64));
+                points.push(Point { train_seconds: t, epoch, worst, bytes_sent: bytes, objective, metric });
                 if let Some(s) = field(&v, "sync") {
                     last_sync = Some(s.clone());
                 }
@@ -216,6 +236,9 @@ pub fn parse_run(path: &Path, text: &str) -> Result<Run> {
     let Some(start) = start else {
         bail!("{}: no start line (is this a --metrics file?)", path.display());
     };
+    if !points.iter().any(|p| p.metric.is_some() || p.objective.is_some()) {
+        bail!("{}: no evaluation with a metric or an objective to plot (give the run --eval-every)", path.display());
+    }
     // Asynchronous modes write their evaluations at the end, possibly not in time order.
     points.sort_by(|a, b| a.train_seconds.total_cmp(&b.train_seconds));
     let held_out = summary
@@ -231,11 +254,17 @@ pub fn parse_run(path: &Path, text: &str) -> Result<Run> {
             .find_map(|k| hist(s, k).map(|h| (k.to_string(), h)))
     });
     let mode = start.pointer("/config/sync").and_then(Value::as_str).unwrap_or("?").to_string();
+    let lda = start.get("model").and_then(Value::as_str) == Some("lda");
+    let valid = summary.as_ref().and_then(|s| s.pointer("/emulation/valid")).and_then(Value::as_bool);
     Ok(Run {
         path: path.to_path_buf(),
         label: label_from_start(&start),
         mode,
         metric_name: metric_name.unwrap_or_else(|| "metric".into()),
+        objective_name: if lda { "log-likelihood per token" } else { "objective" }.into(),
+        target: start.pointer("/config/target").and_then(Value::as_f64),
+        target_on_worst_rank: start.pointer("/config/target_on").and_then(Value::as_str) == Some("worst-rank"),
+        valid,
         held_out,
         points,
         consistency,
@@ -257,6 +286,9 @@ pub fn load_runs(files: &[PathBuf], labels: &[String]) -> Result<Vec<Run>> {
             r.label = l.clone();
         }
         runs.push(r);
+    }
+    for r in runs.iter_mut().filter(|r| r.valid == Some(false)) {
+        r.label.push_str(" (INVALID emulation)");
     }
     if labels.is_empty() {
         let all: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
@@ -329,22 +361,53 @@ fn draw_err<E: std::error::Error + Send + Sync + 'static>(e: DrawingAreaErrorKin
     anyhow::anyhow!("drawing failed: {e}")
 }
 
-/// One line chart: y (metric or objective) against x (seconds or MB sent) for every run.
+/// A tick's text: as many decimals as the axis' `span` needs, and never "-0" (issue 43: an axis
+/// read "-0.0" where it crossed zero).
+fn tick(v: f64, span: f64) -> String {
+    let decimals = if span > 0.0 { (2.0 - span.log10().floor()).clamp(0.0, 6.0) as usize } else { 2 };
+    let text = format!("{v:.decimals$}");
+    if text.trim_start_matches('-').chars().all(|c| c == '0' || c == '.') {
+        text.trim_start_matches('-').to_owned()
+    } else {
+        text
+    }
+}
+
+/// What a metric panel draws beside the curves: the runs' targets (on the panel's scale) and
+/// each run's worst rank's own model (`worst`), where its target was judged on it.
+struct Marks<'a> {
+    targets: Vec<f64>,
+    worst: &'a dyn Fn(&Point) -> Option<f64>,
+}
+
+/// An x axis of the curve panels: its description and each evaluation's value on it.
+type XAxis = (&'static str, fn(&Point) -> Option<f64>);
+
+/// One line chart: y (metric or objective) against x (seconds, MB sent or epochs) for every run.
 fn curve_panel(
     area: &Area,
     runs: &[Run],
     title: &str,
-    x_desc: &str,
+    (x_desc, x): XAxis,
     y_desc: &str,
-    x: fn(&Point) -> f64,
     y: &dyn Fn(&Point) -> Option<f64>,
+    marks: Option<&Marks>,
 ) -> Result<()> {
-    let series: Vec<Vec<(f64, f64)>> = runs.iter().map(|r| r.points.iter().filter_map(|p| y(p).map(|v| (x(p), v))).collect()).collect();
-    let all = series.iter().flatten();
+    let series: Vec<Vec<(f64, f64)>> = runs.iter().map(|r| r.points.iter().filter_map(|p| Some((x(p)?, y(p)?))).collect()).collect();
+    let worst: Vec<Vec<(f64, f64)>> = runs
+        .iter()
+        .map(|r| match marks {
+            Some(m) if r.target_on_worst_rank => r.points.iter().filter_map(|p| Some((x(p)?, (m.worst)(p)?))).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let targets = marks.map_or(&[][..], |m| &m.targets[..]);
+    let all = series.iter().chain(&worst).flatten().copied().chain(targets.iter().map(|&t| (0.0, t)));
     let (x0, x1) = all.clone().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| (a.min(p.0), b.max(p.0)));
     let (y0, y1) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| (a.min(p.1), b.max(p.1)));
     let (x0, x1) = padded(x0.min(0.0), x1);
     let (y0, y1) = padded(y0, y1);
+    let (x_span, y_span) = (x1 - x0, y1 - y0);
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", CAPTION))
         .margin(14)
@@ -359,12 +422,20 @@ fn curve_panel(
         .y_desc(y_desc)
         .x_labels(6)
         .y_labels(6)
+        .x_label_formatter(&|v| tick(*v, x_span))
+        .y_label_formatter(&|v| tick(*v, y_span))
         .label_style(("sans-serif", TICKS))
         .axis_desc_style(("sans-serif", AXIS_DESC))
         .bold_line_style(RGBColor(225, 225, 225))
         .light_line_style(TRANSPARENT)
         .draw()
         .map_err(draw_err)?;
+    for &t in targets {
+        chart.draw_series(DashedLineSeries::new([(x0, t), (x1, t)], 8, 6, RGBColor(110, 110, 110).stroke_width(2))).map_err(draw_err)?;
+    }
+    for (i, w) in worst.iter().enumerate().filter(|(_, w)| !w.is_empty()) {
+        chart.draw_series(DashedLineSeries::new(w.iter().copied(), 6, 5, look(runs, i).color.stroke_width(2))).map_err(draw_err)?;
+    }
     // The legend is one for the whole figure, outside the panels (`legend`).
     for (i, s) in series.iter().enumerate() {
         let l = look(runs, i);
@@ -406,8 +477,9 @@ fn legend(area: &Area, runs: &[Run]) -> Result<()> {
     Ok(())
 }
 
-/// Height of one legend row (px).
+/// Height of one legend row (px), and of the note below the legend.
 const LEGEND_ROW: i32 = 28;
+const NOTE: u32 = 30;
 
 /// Grouped bars: bucket k on the x axis, one bar per run that has the histogram.
 fn bar_panel(area: &Area, bars: &[(String, RGBColor, Vec<f64>)], title: &str, x_desc: &str) -> Result<()> {
@@ -459,7 +531,11 @@ pub fn plot(runs: &[Run], out: &Path, title: Option<&str>, panels: Panels) -> Re
     let bars = |h: fn(&Run) -> Option<&Vec<f64>>| -> Vec<(String, RGBColor, Vec<f64>)> {
         runs.iter().enumerate().filter_map(|(i, r)| h(r).map(|h| (r.label.clone(), look(runs, i).color, fractions(h)))).collect()
     };
-    let consistency = bars(|r| r.consistency.as_ref());
+    // A consistency histogram with one bucket (every reduce used the same number of consistent
+    // models) says nothing a bar chart shows better: it is drawn only when some run's has two.
+    let spread = |h: &Vec<f64>| h.iter().filter(|&&c| c > 0.0).count() > 1;
+    let consistency =
+        if runs.iter().any(|r| r.consistency.as_ref().is_some_and(spread)) { bars(|r| r.consistency.as_ref()) } else { Vec::new() };
     let staleness = bars(|r| r.staleness.as_ref().map(|s| &s.1));
     let bar_panels = if panels == Panels::Curves { 0 } else { usize::from(!consistency.is_empty()) + usize::from(!staleness.is_empty()) };
     if !curves && bar_panels == 0 {
@@ -470,7 +546,7 @@ pub fn plot(runs: &[Run], out: &Path, title: Option<&str>, panels: Panels) -> Re
     let legend_h = 24 + LEGEND_ROW as u32 * runs.len().div_ceil(if runs.len() > 1 { 2 } else { 1 }) as u32;
     let curve_h = if curves { 2 * row_h } else { 0 };
     let bar_h = if bar_panels > 0 { row_h } else { 0 };
-    let (w, h) = (1400u32, head + curve_h + bar_h + legend_h);
+    let (w, h) = (if curves { 1800u32 } else { 1400 }, head + curve_h + bar_h + legend_h + NOTE);
     let root = SVGBackend::new(out, (w, h)).into_drawing_area();
     root.fill(&WHITE).map_err(draw_err)?;
     let (top, body) = root.split_vertically(head);
@@ -480,21 +556,27 @@ pub fn plot(runs: &[Run], out: &Path, title: Option<&str>, panels: Panels) -> Re
     let (curve_area, rest) = body.split_vertically(curve_h);
     let (bar_area, legend_area) = rest.split_vertically(bar_h);
     if curves {
-        let cells = curve_area.split_evenly((2, 2));
+        let cells = curve_area.split_evenly((2, 3));
         let metric = &runs[0].metric_name;
         let which = if runs[0].held_out { "held-out" } else { "training" };
         // Accuracy in percent, as the console prints it.
         let percent = metric == "accuracy";
+        let scaled = move |v: f64| if percent { 100.0 * v } else { v };
         let m = format!("{which} {metric}{}", if percent { " (%)" } else { "" });
-        let mb = |p: &Point| p.bytes_sent / 1e6;
-        let t = |p: &Point| p.train_seconds;
-        let met = move |p: &Point| p.metric.map(|v| if percent { 100.0 * v } else { v });
+        let axes: [XAxis; 3] =
+            [("training seconds", |p| Some(p.train_seconds)), ("MB sent per rank", |p| Some(p.bytes_sent / 1e6)), ("epochs", |p| p.epoch)];
+        let met = move |p: &Point| p.metric.map(scaled);
+        let worst = move |p: &Point| p.worst.map(scaled);
+        let mut targets: Vec<f64> = runs.iter().filter_map(|r| r.target.map(scaled)).collect();
+        targets.dedup();
+        let marks = Marks { targets, worst: &worst };
         let obj = |p: &Point| p.objective;
         let name = format!("{which} {metric}");
-        curve_panel(&cells[0], runs, &format!("{name} vs training time"), "training seconds", &m, t, &met)?;
-        curve_panel(&cells[1], runs, &format!("{name} vs bytes sent"), "MB sent per rank", &m, mb, &met)?;
-        curve_panel(&cells[2], runs, "objective vs training time", "training seconds", "objective", t, &obj)?;
-        curve_panel(&cells[3], runs, "objective vs bytes sent", "MB sent per rank", "objective", mb, &obj)?;
+        let objective = &runs[0].objective_name;
+        for (k, (axis, versus)) in axes.into_iter().zip(["training time", "bytes sent", "epochs"]).enumerate() {
+            curve_panel(&cells[k], runs, &format!("{name} vs {versus}"), axis, &m, &met, Some(&marks))?;
+            curve_panel(&cells[3 + k], runs, &format!("{objective} vs {versus}"), axis, objective, &obj, None)?;
+        }
     }
     if bar_panels > 0 {
         let cells = bar_area.split_evenly((1, bar_panels));
@@ -518,7 +600,15 @@ pub fn plot(runs: &[Run], out: &Path, title: Option<&str>, panels: Panels) -> Re
             bar_panel(&cells[next], &staleness, "staleness distribution", what)?;
         }
     }
+    let (legend_area, note_area) = legend_area.split_vertically(legend_h);
     legend(&legend_area, runs)?;
+    note_area
+        .draw(&Text::new(
+            "grey dashed: a run's --target; a run's colour dashed: its worst rank's own model, where its target was judged on it",
+            (20, 4),
+            ("sans-serif", TICKS),
+        ))
+        .map_err(draw_err)?;
     root.present().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
     Ok(())
 }
@@ -550,6 +640,10 @@ mod tests {
             label: mode.into(),
             mode: mode.into(),
             metric_name: "accuracy".into(),
+            objective_name: "objective".into(),
+            target: None,
+            target_on_worst_rank: false,
+            valid: None,
             held_out: true,
             points: vec![],
             consistency: None,
@@ -633,6 +727,22 @@ mod tests {
         assert!(format!("{e:#}").contains("other.jsonl line 1: no \"event\""), "{e:#}");
         let e = parse_run(Path::new("t.jsonl"), &format!("{START}\n{{\"event\":\"eval\"}}")).unwrap_err();
         assert!(format!("{e:#}").contains("t.jsonl line 2: eval without train_seconds"), "{e:#}");
+    }
+
+    /// Issue 43, item 7: an emulated run whose emulation broke is labelled INVALID (the plot and
+    /// the summary disagreed on which run won), and no tick reads "-0".
+    #[test]
+    fn invalid_runs_are_marked_and_ticks_never_read_minus_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("broken.jsonl");
+        let summary = r#"{"event":"summary","held_out":true,"emulation":{"valid":false}}"#;
+        std::fs::write(&f, [START.to_string(), eval(1.0, 0.0, "0.5", "0.7", "null"), summary.into()].join("\n")).unwrap();
+        let runs = load_runs(&[f], &[]).unwrap();
+        assert!(runs[0].label.ends_with(" (INVALID emulation)"), "{}", runs[0].label);
+        assert_eq!(tick(-1e-17, 2.0), "0.00");
+        assert_eq!(tick(-0.0, 50.0), "0.0");
+        assert_eq!(tick(-0.25, 2.0), "-0.25");
+        assert_eq!(tick(1234.5, 3000.0), "1234");
     }
 
     #[test]
