@@ -893,8 +893,9 @@ impl Run<'_> {
     fn summary(&self, r: eval::PointResult, train_seconds: f64, phases: phases::Phases, ending: Ending) -> summary::Summary {
         let cfg = self.cfg;
         let n = self.comm.size() as usize;
-        // Rank 0's examples: k steps from an epoch's start are k / passes whole passes over the
-        // shard, then min(n, the rest x b) examples; full epochs, then the current one's.
+        // Rank 0's examples: k steps from an epoch's start are k / pass whole passes over the
+        // shard, then min(n, the rest x b) examples (Replica::new_pass); full epochs, then the
+        // current one's.
         let (n_local, b) = (self.shards.train.len(), cfg.batch_size);
         let pass = n_local.div_ceil(b);
         let examples = |k: usize| k / pass * n_local + n_local.min(k % pass * b);
