@@ -72,7 +72,7 @@ pub struct ModeSpec {
     /// Fills in the defaults that depend on the mode, so that a default and the same value given
     /// explicitly are the same run (the checkpoints' run identity hashes the resolved options).
     pub resolve: fn(&mut ModeOptions),
-    /// Fits a default that depends on the rounds of an epoch (the smallest shard's), once the
+    /// Fits a default that depends on the rounds of an epoch (train::plan::steps_per_epoch), once the
     /// shards are known; returns what it chose and why, for the start line, or None.
     pub fit_to_epoch: fn(&mut ModeOptions, u64) -> Option<String>,
     /// Builds the mode (collective over `ctx.comm`).

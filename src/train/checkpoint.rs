@@ -2,7 +2,8 @@
 //! `write_atomic`, so it is named, not linked).
 //!
 //! A checkpoint holds every rank's replica (`params`, ranks x P), every rank's shuffle RNG state at
-//! the start of the current epoch (`rng`, ranks x 4), the position in training as attributes
+//! the start of the current epoch (`rng`, ranks x 4; a resumed epoch replays the shuffles of the
+//! passes over a cycling shard from it, `Run::train`), the position in training as attributes
 //! (`epoch`, `step_in_epoch`, `global_step`, `round`, `train_seconds`, `ranks`) and the effective
 //! configuration and model spec as JSON string attributes. Rank 0 writes it to a temporary file
 //! and renames it, so a crash never leaves a half-written checkpoint under the real name.

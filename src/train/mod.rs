@@ -155,10 +155,24 @@ struct Run<'a> {
 struct Replica {
     params: Vec<f32>,
     rng: Rng,
-    /// This epoch's order of the shard's examples.
+    /// This pass's order of the shard's examples.
     perm: Vec<usize>,
     batch: Vec<usize>,
     scratch: Vec<f32>,
+}
+
+impl Replica {
+    /// Mini-batch steps in one pass over the shard (the last takes the examples left).
+    fn steps_per_pass(&self, batch: usize) -> usize {
+        self.perm.len().div_ceil(batch)
+    }
+
+    /// Starts a pass over the shard: a fresh order from the rank's shuffle stream. Every epoch
+    /// starts one; a shard smaller than an epoch's steps starts more (plan::steps_per_epoch).
+    fn new_pass(&mut self) {
+        self.perm.iter_mut().enumerate().for_each(|(i, x)| *x = i);
+        self.rng.shuffle(&mut self.perm);
+    }
 }
 
 /// How the training loop ended.
@@ -538,7 +552,7 @@ fn set_up<'a>(
     let local_n = shards.train.len();
     let mut optimizer =
         optimizer::Optimizer::new((cfg.sync.spec().keeps_history)(&cfg.modes), model.as_ref(), local_n, shards.total_train, p)?;
-    let steps_per_epoch = collectives::min_u64(comm, local_n.div_ceil(cfg.batch_size) as u64) as usize;
+    let steps_per_epoch = plan::steps_per_epoch(cfg, &shards, comm);
     let total_rounds_all = (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64;
     let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
 
@@ -617,13 +631,15 @@ impl Run<'_> {
         self.write_metrics(&start);
         if self.comm.rank() == 0 {
             eprintln!(
-                "asap-train: {n} rank{}, sync {}, {} training examples ({}), {} parameters, {} steps/epoch/rank, data loaded in {:.2}s{}",
+                "asap-train: {n} rank{}, sync {}, {} training examples ({}), {} parameters, {} steps/epoch/rank{}, data loaded in {:.2}s{}",
                 if n == 1 { "" } else { "s" },
                 self.sync.name(),
                 self.shards.total_train,
                 if self.shards.total_test > 0 { format!("{} held out", self.shards.total_test) } else { "no held-out set".into() },
                 p,
                 self.steps_per_epoch,
+                // plan::steps_per_epoch: label-skewed shards differ in size.
+                if cfg.partition != "iid" { " (an epoch is a pass over the mean shard; smaller shards cycle)" } else { "" },
                 self.load_seconds,
                 if self.search_seconds > 0.0 { format!(", step search {:.2}s", self.search_seconds) } else { String::new() }
             );
@@ -643,10 +659,15 @@ impl Run<'_> {
         let mut stop_vote = comm::preempt::StopVote::new(self.comm, vote_period, Duration::from_secs_f64(cfg.wait_timeout));
         let mut ending = Ending::default();
         'epochs: while self.pos.epoch < cfg.epochs {
+            // A checkpoint keeps the shuffle stream as the epoch began: a resumed epoch replays the
+            // shuffles of the passes begun before it stopped, and goes on as the uninterrupted run.
             let epoch_rng = r.rng.state();
-            r.perm.iter_mut().enumerate().for_each(|(i, x)| *x = i);
-            r.rng.shuffle(&mut r.perm);
+            let steps_per_pass = r.steps_per_pass(cfg.batch_size);
+            (0..self.pos.step_in_epoch.div_ceil(steps_per_pass)).for_each(|_| r.new_pass());
             while self.pos.step_in_epoch < self.steps_per_epoch {
+                if self.pos.step_in_epoch.is_multiple_of(steps_per_pass) {
+                    r.new_pass();
+                }
                 self.step(r);
                 if !self.pos.global_step.is_multiple_of(cfg.sync_every as u64) {
                     continue;
@@ -674,7 +695,8 @@ impl Run<'_> {
     fn step(&mut self, r: &mut Replica) {
         let cfg = self.cfg;
         let (b, local_n) = (cfg.batch_size, r.perm.len());
-        let s = self.pos.step_in_epoch;
+        // The step's place in the current pass over the shard (Replica::new_pass).
+        let s = self.pos.step_in_epoch % r.steps_per_pass(b);
         // --balance: a slowed rank takes the first examples of its full mini-batch's share.
         let this_round = self.pos.round + 1;
         let bk = if cfg.balance { self.step_pacer.balanced_batch(b, this_round) } else { b };
@@ -877,10 +899,14 @@ impl Run<'_> {
     fn summary(&self, r: eval::PointResult, train_seconds: f64, phases: phases::Phases, ending: Ending) -> summary::Summary {
         let cfg = self.cfg;
         let n = self.comm.size() as usize;
-        // Rank 0's steps: full epochs of min(n, steps x b) examples, then the current one's.
+        // Rank 0's examples: k steps from an epoch's start are k / pass whole passes over the
+        // shard, then min(n, the rest x b) examples (Replica::new_pass); full epochs, then the
+        // current one's.
         let (n_local, b) = (self.shards.train.len(), cfg.batch_size);
+        let pass = n_local.div_ceil(b);
+        let examples = |k: usize| k / pass * n_local + n_local.min(k % pass * b);
         let (epochs, rest) = (self.pos.global_step as usize / self.steps_per_epoch, self.pos.global_step as usize % self.steps_per_epoch);
-        let examples_per_rank = (epochs * n_local.min(self.steps_per_epoch * b) + n_local.min(rest * b)) as f64;
+        let examples_per_rank = (epochs * examples(self.steps_per_epoch) + examples(rest)) as f64;
         let emulation = cfg.emulate_compute.map(|ms| {
             summary::EmulationSummary::new(
                 ms,

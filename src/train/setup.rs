@@ -691,12 +691,16 @@ fn degenerate_setup(cfg: &TrainConfig, shards: &Shards, comm: &SimpleCommunicato
     if comm.rank() != 0 {
         return Ok(());
     }
-    if (smallest as usize) < cfg.batch_size {
+    // The shard whose size sets an epoch's steps (plan::steps_per_epoch): the smallest under iid,
+    // the mean under a label-skewed partition.
+    let (which, epoch_shard) =
+        if cfg.partition == "iid" { ("smallest", smallest) } else { ("mean", shards.total_train / comm.size() as u64) };
+    if (epoch_shard as usize) < cfg.batch_size {
         log::warn!(
-            "the smallest shard holds {smallest} training examples, fewer than --batch-size {}: each epoch is one step per rank ({} steps in all); use --batch-size {} or fewer ranks",
+            "the {which} shard holds {epoch_shard} training examples, fewer than --batch-size {}: each epoch is one step per rank ({} steps in all); use --batch-size {} or fewer ranks",
             cfg.batch_size,
             cfg.epochs,
-            smallest.max(1)
+            epoch_shard.max(1)
         );
     }
     if binary && other {
