@@ -207,6 +207,12 @@ mod tests {
         assert!(e.contains("--data") || e.contains("is not a directory"), "{e}");
         let e = err(cfg(&|c| c.metrics = Some("/proc/no-such-dir/m.jsonl".into())));
         assert!(e.contains("--metrics"), "{e}");
+        // A configuration written over the file it was read from.
+        let e = err(cfg(&|c| {
+            c.config_file = Some(p(&dir.path().join("run.toml")));
+            c.save_config = Some(p(&dir.path().join("run.toml")));
+        }));
+        assert!(e.contains("--save-config") && e.contains("same file as --config"), "{e}");
     }
 
     /// A missing directory above any output is an error naming the option and the highest
