@@ -74,8 +74,10 @@ pub struct TrainArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Print the effective configuration (defaults, config file and flags resolved, and the
-    /// defaults that depend on the run filled in: the run plan, src/train/plan.rs) as JSON at
-    /// the start, once the data is loaded. It is always stored in the metrics' start line, checkpoints and saved models.
+    /// defaults that depend on the run filled in: the run plan, src/train/plan.rs) on standard
+    /// output at the start, once the data is loaded, as a JSON object alone that `--config` reads
+    /// back for the same run (only the options that apply to this run; --save-config FILE writes
+    /// it to a file). It is always stored in the metrics' start line, checkpoints and saved models.
     #[arg(long)]
     pub print_config: bool,
     #[command(flatten)]

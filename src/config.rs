@@ -297,14 +297,20 @@ pub struct TrainConfig {
     /// Write the final model to this HDF5 file.
     #[arg(long, value_name = "FILE.h5", help_heading = "Output")]
     pub save_model: Option<String>,
+    /// Write this run's configuration to FILE (TOML if it ends .toml, JSON otherwise, as --config
+    /// reads them) once the defaults that depend on the run are chosen (the step size searched,
+    /// the decay scaled to the ranks): only the options that apply to this run, so `--config
+    /// FILE` repeats the same run and also drives runs of other modes (docs/training.md).
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    pub save_config: Option<String>,
     /// Directory for HDF5 checkpoints (model of every rank, the sync mode's state, round, epoch,
     /// RNG state, config).
     #[arg(long, value_name = "DIR", help_heading = "Output")]
     pub checkpoint_dir: Option<String>,
-    /// Create missing directories above --metrics, --save-model, --send-log and --checkpoint-dir
-    /// (like mkdir -p). Without it a missing directory is an error before training starts, so a
-    /// typo in a path is found at once instead of writing the results somewhere unexpected
-    /// (--checkpoint-dir itself is created when its parent exists).
+    /// Create missing directories above --metrics, --save-model, --save-config, --send-log and
+    /// --checkpoint-dir (like mkdir -p). Without it a missing directory is an error before
+    /// training starts, so a typo in a path is found at once instead of writing the results
+    /// somewhere unexpected (--checkpoint-dir itself is created when its parent exists).
     #[arg(long, help_heading = "Output")]
     pub create_dirs: bool,
     /// Write a checkpoint every N rounds (0 = only at the end).
@@ -369,6 +375,7 @@ pub fn groups_used() -> Vec<GroupUse> {
 pub const TRAJECTORY_FREE: &[(&str, &str)] = &[
     ("metrics", "where the metrics are written"),
     ("save_model", "where the final model is written"),
+    ("save_config", "where the run's configuration is written"),
     ("send_log", "a log of the paced sends, which it records, not changes"),
     ("checkpoint_dir", "where checkpoints are written (the identity picks them there)"),
     (
@@ -453,26 +460,34 @@ impl TrainConfig {
             matches.is_some_and(|m| m.try_contains_id(key).unwrap_or(false) && m.value_source(key) == Some(ValueSource::CommandLine))
         };
         let mut file_keys = Vec::new();
-        // Options given explicitly, and where: only they are checked against the mode.
+        // Options given explicitly, and where: only they are checked against the mode. A file's
+        // key at its built-in default is not among them: a file is shared by runs (one written by
+        // --save-config of an asap run holds asap's options at their defaults, and drives an ssp
+        // run too), while a flag is typed for this run, and is checked whatever its value. A
+        // file's key that does not apply and differs from its default is still refused.
         let mut given_at: Vec<(String, String)> =
             obj.keys().filter(|k| on_command_line(k)).map(|k| (k.clone(), "given on the command line".to_owned())).collect();
+        let default = TrainConfig::default();
         if let Some(path) = file {
             for (key, value, place) in ConfigFile::read(path)? {
                 if !on_command_line(&key) {
+                    if !default.with_value(&key, &value).is_ok_and(|c| c == default) {
+                        given_at.push((key.clone(), format!("given at {place}")));
+                    }
                     obj.insert(key.clone(), value);
-                    given_at.push((key.clone(), format!("given at {place}")));
                 }
                 file_keys.push(key);
             }
         }
         // The built-in test set belongs to the built-in training set only.
-        let default = TrainConfig::default();
         let test_data_given = on_command_line("test_data") || file_keys.iter().any(|k| k == "test_data");
         if obj["data"] != serde_json::json!(default.data) && !test_data_given {
             obj.insert("test_data".into(), serde_json::Value::Null);
         }
         let mut cfg: TrainConfig = serde_json::from_value(merged)?;
         cfg.config_file = file.map(|p| p.to_string_lossy().into_owned());
+        // Given by its presence, whatever its value: a configuration written by --save-config
+        // holds the step chosen by the search, which must be used as given, not searched again.
         let given_by_a_source = |key: &str| on_command_line(key) || file_keys.iter().any(|k| k == key);
         let given = Given { lr: given_by_a_source("lr"), lr_decay: given_by_a_source("lr_decay") };
         cfg.check_applicable(&given_at)?;
@@ -497,6 +512,81 @@ impl TrainConfig {
         }
     }
 
+    /// This configuration with option `key` set to `value` (a config file's entry).
+    fn with_value(&self, key: &str, value: &serde_json::Value) -> anyhow::Result<TrainConfig> {
+        let mut json = serde_json::to_value(self)?;
+        json[key] = value.clone();
+        Ok(serde_json::from_value(json)?)
+    }
+
+    /// The option groups this run uses: those of every condition of [`groups_used`] that its
+    /// options (`json`, this configuration as JSON) meet.
+    fn groups_in_use(json: &serde_json::Value) -> Vec<&'static str> {
+        let holds = |(k, v): &(&str, &str)| json[*k] == *v;
+        groups_used().into_iter().filter(|(c, _)| c.iter().all(holds)).flat_map(|(_, g)| g.iter().copied()).collect()
+    }
+
+    /// The option groups option `key` belongs to in `cmd` (the built `train` options): none for
+    /// an option of every run.
+    fn groups_of<'c>(cmd: &'c clap::Command, key: &str) -> Vec<&'c str> {
+        cmd.get_groups().filter(|g| g.get_args().any(|a| a == key)).map(|g| g.get_id().as_str()).collect()
+    }
+
+    /// This configuration as the text of a `--config` file at `path` (TOML if it ends .toml,
+    /// JSON otherwise, as [`ConfigFile::read`] reads it) that gives the same run: every option
+    /// that applies to this run (an option of every run, or of a group it uses, [`groups_used`]),
+    /// in the order of `--help`, and no option of another mode or model. Fed back with
+    /// `--config`, the file is accepted (nothing in it is refused as another run's), and it also
+    /// drives runs of other modes: its options of the groups both use are at their defaults where
+    /// this run left them so, and a file's key at its default is not checked against the mode
+    /// ([`TrainConfig::merge`]). `save_config` itself is left out: the file would name itself as
+    /// an output, which `--config` refuses (train/outputs.rs).
+    ///
+    /// Values are written as serde_json writes them (an f32 in its shortest form: `lambda =
+    /// 0.00001`, not the f64 widening 9.99999974737875e-6), which reads back as the same value.
+    /// TOML has no null: an unset option is left out, which reads back as unset, except where its
+    /// default is set (the test set of the built-in data, unset only from a JSON file): that one
+    /// is an error asking for JSON, as is an integer beyond TOML's (a --seed above 2^63).
+    pub fn config_file_text(&self, path: &Path) -> anyhow::Result<String> {
+        let mut cmd = TrainConfig::augment_args(clap::Command::new("asap-train"));
+        cmd.build();
+        let json: serde_json::Value = serde_json::from_str(&serde_json::to_string(self)?)?;
+        let used = Self::groups_in_use(&json);
+        let default = serde_json::to_value(TrainConfig::default())?;
+        let toml = ConfigFile::is_toml(path);
+        let (mut lines, mut heading) = (Vec::new(), None);
+        for arg in cmd.get_arguments() {
+            let key = arg.get_id().as_str();
+            let groups = Self::groups_of(&cmd, key);
+            let applies = groups.is_empty() || groups.iter().any(|g| used.contains(g));
+            let Some(value) = json.get(key).filter(|_| applies && key != "save_config") else { continue };
+            if !toml {
+                lines.push(format!("  {}: {}", serde_json::to_string(key)?, serde_json::to_string(value)?));
+                continue;
+            }
+            if value.is_null() {
+                // Left out, it reads back as its default; the test set's is unset for data other
+                // than the built-in (the merge's rule).
+                let reads_back_unset = default[key].is_null() || (key == "test_data" && json["data"] != default["data"]);
+                anyhow::ensure!(
+                    reads_back_unset,
+                    "{}: {key} is unset, which TOML cannot say (its default is set): write the configuration as JSON (a file name not ending .toml)",
+                    path.display()
+                );
+                continue;
+            }
+            if arg.get_help_heading() != heading {
+                heading = arg.get_help_heading();
+                lines.push(format!("{}# {}", if lines.is_empty() { "" } else { "\n" }, heading.unwrap_or("Options")));
+            }
+            let value = ::toml::Value::try_from(value).map_err(|e| {
+                anyhow::anyhow!("{}: {key} = {value} cannot be written in TOML ({e}): write the configuration as JSON", path.display())
+            })?;
+            lines.push(format!("{key} = {value}"));
+        }
+        Ok(if toml { format!("{}\n", lines.join("\n")) } else { format!("{{\n{}\n}}\n", lines.join(",\n")) })
+    }
+
     /// Refuses an option given explicitly (`given`: its key and where it was given) that belongs
     /// only to option groups this run does not use ([`groups_used`]), naming the runs it
     /// applies to: a mistyped mode must not turn into a silently different experiment.
@@ -506,10 +596,9 @@ impl TrainConfig {
         let json = serde_json::to_value(self)?;
         let holds = |(k, v): &(&str, &str)| json[*k] == *v;
         let table = groups_used();
-        let used: Vec<&str> = table.iter().filter(|(c, _)| c.iter().all(holds)).flat_map(|(_, g)| g.iter().copied()).collect();
+        let used = Self::groups_in_use(&json);
         for (key, place) in given {
-            let groups: Vec<&str> =
-                cmd.get_groups().filter(|g| g.get_args().any(|a| a == key.as_str())).map(|g| g.get_id().as_str()).collect();
+            let groups = Self::groups_of(&cmd, key);
             if groups.is_empty() || groups.iter().any(|g| used.contains(g)) {
                 continue;
             }
@@ -695,10 +784,10 @@ impl ConfigFile {
         let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
         anyhow::ensure!(
             !["yaml", "yml"].contains(&extension),
-            "{}: YAML is not read: write the config as TOML (a .toml file, `key = value` lines, keys spelled with _) or JSON (any other name)",
+            "{}: YAML is not read: write the config as TOML (a .toml file, `key = value` lines, keys spelled with _) or JSON (any other name); configs/ holds examples",
             path.display()
         );
-        let entries = if extension == "toml" { Self::toml_entries(path, &text)? } else { Self::json_entries(path, &text)? };
+        let entries = if Self::is_toml(path) { Self::toml_entries(path, &text)? } else { Self::json_entries(path, &text)? };
         let cmd = TrainConfig::augment_args(clap::Command::new("asap-train"));
         let mut out = Vec::new();
         for (key, value) in entries {
@@ -725,6 +814,11 @@ impl ConfigFile {
             out.push((key, value, format!("{}:{line}:{col}", path.display())));
         }
         Ok(out)
+    }
+
+    /// Whether a config file at `path` is TOML (its name ends .toml) rather than JSON.
+    fn is_toml(path: &Path) -> bool {
+        path.extension().is_some_and(|e| e == "toml")
     }
 
     /// A TOML file's entries; a value JSON cannot carry (NaN, infinity, a date) is an error of
@@ -1015,8 +1109,9 @@ mod tests {
     }
 
     /// Every mode (and model) against every option group: an option of the group given
-    /// explicitly, as a flag and in a config file, is refused naming the runs it applies to
-    /// exactly where the run does not use the group. The expectations of the built-in groups are
+    /// explicitly, as a flag (at any value) and in a config file (at a value other than its
+    /// default), is refused naming the runs it applies to exactly where the run does not use the
+    /// group; a config file's key at its default is accepted for every run. The expectations of the built-in groups are
     /// written out here, not taken from the declarations; a group of a mode added later is checked
     /// against its declaration (every group of the command must be in one or the other), and every
     /// mode of the registry is run against every group.
@@ -1064,6 +1159,7 @@ mod tests {
         let modes = names(SyncKind::value_variants().iter().filter_map(|v| v.to_possible_value()).collect());
         let models = names(ModelKind::value_variants().iter().filter_map(|v| v.to_possible_value()).collect());
         let dir = tempfile::tempdir().unwrap();
+        let defaults = serde_json::to_value(TrainConfig::default()).unwrap();
         let mut checked = 0;
         for &(group, selector, _) in &expect {
             let g = cmd.get_groups().find(|g| g.get_id().as_str() == group).unwrap();
@@ -1079,7 +1175,7 @@ mod tests {
                 assert!(mine.iter().all(|e| e.1 == selector), "{}: groups of two selectors", arg.get_id());
                 let users: Vec<&str> = mine.iter().flat_map(|e| e.2.iter().copied()).collect();
                 let in_graph_group = mine.iter().any(|e| e.0 == "graph_group");
-                let (flag, file) = sample(arg);
+                let (flag, file) = (sample(arg), non_default(&cmd, arg));
                 for choice in if selector == "sync" { &modes } else { &models } {
                     for extra in [&[][..], &["--gaia-inner", "asap"]] {
                         if !extra.is_empty() && (choice != "gaia" || arg.get_id() == "gaia_inner") {
@@ -1090,7 +1186,10 @@ mod tests {
                         let mut argv = vec!["x".to_owned(), sel.clone()];
                         argv.extend(extra.iter().map(|s| s.to_string()));
                         let from_flag = merged(&cmd, &[&argv[..], &flag[..]].concat(), None);
-                        let toml = dir.path().join("c.toml");
+                        let (id, json, toml) = (arg.get_id().as_str(), dir.path().join("c.json"), dir.path().join("c.toml"));
+                        std::fs::write(&json, format!("{{\"epochs\": 10, {id:?}: {}}}", defaults[id])).unwrap();
+                        let r = merged(&cmd, &argv, Some(&json));
+                        assert!(!r.as_ref().is_err_and(|e| e.contains("not to this run")), "{id} at its default, {sel} {extra:?}: {r:?}");
                         std::fs::write(&toml, format!("epochs = 10\n{file}\n")).unwrap();
                         let from_file = merged(&cmd, &argv, Some(&toml));
                         for (how, r) in [("flag", from_flag), ("file", from_file)] {
@@ -1138,13 +1237,92 @@ mod tests {
         );
     }
 
-    /// An explicit value of `arg`: as flag arguments and as a TOML line (its default, its first
-    /// possible value, or 1).
-    fn sample(arg: &clap::Arg) -> (Vec<String>, String) {
-        let id = arg.get_id().as_str();
+    /// The configuration a run writes (`config_file_text`), TOML and JSON, reads back as the same
+    /// options (values the run plan chose, f32 and f64 ones, lists, unset options, other data than
+    /// the built-in with no test set), holds no option of a group the run does not use, and never
+    /// names the file it is written to; the same file then drives a run of another mode.
+    #[test]
+    fn a_written_configuration_reads_back_as_the_same_options() {
+        let mut cmd = TrainConfig::augment_args(clap::Command::new("x"));
+        cmd.build();
+        let argv = |a: &[&str]| [&["x"][..], a].concat().iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let dir = tempfile::tempdir().unwrap();
+        let runs: &[(&[&str], &[&str])] = &[
+            (&[], &["hidden", "factors", "topics", "outer_lr", "save_config"]),
+            (
+                &["--sync=ssp", "--staleness=3", "--lr=0.0009765625", "--lambda=0.00003", "--wait-timeout=12.345678901234567"],
+                &["graph", "notify", "outer_optimizer"],
+            ),
+            (&["--sync=allreduce", "--outer-optimizer=nesterov", "--outer-lr=0.5", "--sync-every=64"], &["graph", "staleness"]),
+            (
+                &["--model=mlp", "--hidden=256,64", "--data=/x.svm", "--save-config=/tmp/c.toml", "--sync=gaia", "--gaia-inner=asap"],
+                &["factors", "topics", "save_config"],
+            ),
+            (&["--model=lda", "--sync=allreduce", "--seed=12345"], &["hidden", "classes"]),
+        ];
+        for (args, absent) in runs {
+            let mut cfg = merged(&cmd, &argv(args), None).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            // As the run plan leaves them: a searched step, a staleness bounded by the epoch.
+            cfg.lr = 0.000488281;
+            for ext in ["toml", "json"] {
+                let path = dir.path().join(format!("c.{ext}"));
+                let text = cfg.config_file_text(&path).unwrap();
+                std::fs::write(&path, &text).unwrap();
+                let back = merged(&cmd, &argv(&[]), Some(&path)).unwrap_or_else(|e| panic!("{args:?} {ext}: {e}\n{text}"));
+                let expected = TrainConfig { config_file: back.config_file.clone(), save_config: None, ..cfg.clone() };
+                assert_eq!(back, expected, "{args:?} {ext}:\n{text}");
+                let keys: Vec<String> = if ext == "json" {
+                    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&text).unwrap().keys().cloned().collect()
+                } else {
+                    text.parse::<::toml::Table>().unwrap().keys().cloned().collect()
+                };
+                for key in absent.iter() {
+                    assert!(!keys.iter().any(|k| k == key), "{args:?} {ext}: {key} is not this run's:\n{text}");
+                }
+                assert!(keys.iter().any(|k| k == "lr") && keys.iter().any(|k| k == "sync"), "{text}");
+                // The file drives a run of another mode given by a flag.
+                let other = if cfg.sync == SyncKind::Ssp { "--sync=allreduce" } else { "--sync=ssp" };
+                let r = merged(&cmd, &argv(&[other]), Some(&path));
+                assert!(r.is_ok() || cfg.sync != SyncKind::Asap, "{args:?} {ext} {other}: {r:?}");
+            }
+        }
+        // Unset where the default is set (only a JSON file can say so): TOML cannot write it.
+        let cfg = TrainConfig { test_data: None, ..TrainConfig::default() };
+        let e = cfg.config_file_text(Path::new("c.toml")).unwrap_err().to_string();
+        assert!(e.contains("c.toml: test_data is unset") && e.contains("as JSON"), "{e}");
+        assert!(cfg.config_file_text(Path::new("c.json")).unwrap().contains("\"test_data\": null"));
+    }
+
+    /// A config file's key at its built-in default is no choice of mode: the file holding asap's
+    /// options at their defaults runs under ssp. Away from its default it is refused naming the
+    /// file's line, whatever the file says of `sync` (the flag chose the run); a flag is checked
+    /// even at its default (it was typed for this run).
+    #[test]
+    fn a_file_key_at_its_default_is_no_choice_of_mode() {
+        let cmd = TrainConfig::augment_args(clap::Command::new("x"));
+        let argv = |a: &[&str]| [&["x"][..], a].concat().iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("c.toml");
+        std::fs::write(&t, "sync = \"asap\"\ngraph = \"auto\"\nnotify = \"notify-ack\"\nhidden = [128]\ntopics = 100\n").unwrap();
+        let c = merged(&cmd, &argv(&["--sync=ssp"]), Some(&t)).unwrap();
+        assert_eq!((c.sync, c.modes.graph.graph.as_str()), (SyncKind::Ssp, "auto"));
+        std::fs::write(&t, "sync = \"asap\"\ngraph = \"complete\"\n").unwrap();
+        assert!(merged(&cmd, &argv(&[]), Some(&t)).is_ok(), "asap's own option");
+        let e = merged(&cmd, &argv(&["--sync=allreduce"]), Some(&t)).unwrap_err();
+        assert!(e.starts_with("--graph applies to --sync asap") && e.contains("(--sync allreduce)") && e.contains("c.toml:2:1"), "{e}");
+        let e = merged(&cmd, &argv(&["--sync=allreduce", "--graph=auto"]), None).unwrap_err();
+        assert!(e.contains("--graph applies to") && e.contains("command line"), "{e}");
+        // `--lr` in a file is given by its presence, at any value: the step search is not run.
+        std::fs::write(&t, "lr = 0.3\n").unwrap();
+        let m = TrainConfig::merge(Some(&t), TrainConfig::default(), None).unwrap();
+        assert!(m.given.lr && !m.given.lr_decay);
+    }
+
+    /// An explicit value of `arg` as flag arguments (its default, its first possible value, or 1).
+    fn sample(arg: &clap::Arg) -> Vec<String> {
         let long = format!("--{}", arg.get_long().unwrap());
         if !arg.get_action().takes_values() {
-            return (vec![long], format!("{id} = true"));
+            return vec![long];
         }
         let value = arg
             .get_default_values()
@@ -1152,9 +1330,28 @@ mod tests {
             .map(|v| v.to_string_lossy().into_owned())
             .or_else(|| arg.get_possible_values().first().map(|v| v.get_name().to_owned()))
             .unwrap_or_else(|| "1".to_owned());
-        let toml = if value.parse::<f64>().is_ok() { value.clone() } else { format!("{value:?}") };
-        let toml = if matches!(arg.get_action(), clap::ArgAction::Append) { format!("[{toml}]") } else { toml };
-        (vec![format!("{long}={value}")], format!("{id} = {toml}"))
+        vec![format!("{long}={value}")]
+    }
+
+    /// A TOML line giving `arg` a valid value other than its default (its first such possible
+    /// value, or the first of a few candidates that its flag takes and that changes the options).
+    fn non_default(cmd: &clap::Command, arg: &clap::Arg) -> String {
+        use clap::FromArgMatches;
+        if !arg.get_action().takes_values() {
+            return format!("{} = true", arg.get_id());
+        }
+        let long = arg.get_long().unwrap();
+        let possible = arg.get_possible_values().iter().map(|v| v.get_name().to_owned()).collect::<Vec<_>>();
+        for v in possible.into_iter().chain(["1", "2", "0.5", "ring", "bsp", "fp16"].map(String::from)) {
+            let Ok(m) = cmd.clone().try_get_matches_from(["x".to_owned(), format!("--{long}={v}")]) else { continue };
+            let Ok(c) = TrainConfig::from_arg_matches(&m) else { continue };
+            if c != TrainConfig::default() {
+                // Written as the options hold it (a graph "1" is a string, not a number).
+                let json = serde_json::to_value(c).unwrap();
+                return format!("{} = {}", arg.get_id(), ::toml::Value::try_from(&json[arg.get_id().as_str()]).unwrap());
+            }
+        }
+        panic!("--{long}: no candidate value differs from the default");
     }
 
     /// [`TrainConfig::merge`] of `argv` (and a config file) as the binary does it, the error as text.

@@ -5,8 +5,9 @@ mod common;
 use common::*;
 
 /// A default 4-rank run (`mpirun -n 4 asap-train`, as `make run`) prints at most 25 lines in a
-/// log; the configuration is printed only with --print-config, and its f32 values (lambda) are
-/// written in their shortest form there and in the metrics file.
+/// log; the configuration is printed only with --print-config, as a JSON object alone at the head
+/// of stdout (no header: it reads back with --config, tests/configs.rs), and its f32 values
+/// (lambda) are written in their shortest form there and in the metrics file.
 #[test]
 fn a_default_run_prints_at_most_25_lines() {
     let dir = scratch("console-default");
@@ -27,7 +28,10 @@ fn a_default_run_prints_at_most_25_lines() {
 
     let job = mpirun(2, &["train", "--epochs", "1", "--data", &format!("{FASHION}/t10k-images-idx3-ubyte.gz"), "--print-config"], 120)
         .expect_ok();
-    assert!(job.stderr.contains("effective configuration") && job.stderr.contains("\"lambda\": 0.00001"), "{}", job.stderr);
+    let end = job.stdout.find("\n}\n").unwrap_or_else(|| panic!("no configuration on stdout:\n{}", job.stdout)) + 3;
+    let printed: serde_json::Value = serde_json::from_str(&job.stdout[..end]).unwrap();
+    assert_eq!(printed["lambda"].as_f64(), Some(1e-5), "{}", job.stdout);
+    assert!(job.stdout.contains("\"lambda\": 0.00001") && !job.stderr.contains("\"lambda\""), "{}\n{}", job.stdout, job.stderr);
 }
 
 /// Messages every rank would print alike come once; at one rank nothing speaks of sends; without

@@ -459,16 +459,29 @@ pub fn run(merged: Merged, comm: &SimpleCommunicator, print_config: bool) -> any
     let lda = cfg.model == crate::model::ModelKind::Lda;
     let training = if lda { None } else { Some(setup::prepare(cfg, comm)?) };
     let plan = plan::RunPlan::resolve(merged, comm, training.as_ref().map(|(shards, spec)| (shards, spec)))?;
-    if print_config && comm.rank() == 0 {
-        match serde_json::to_string_pretty(&plan.cfg) {
-            Ok(text) => eprintln!("asap-train: effective configuration:\n{text}"),
-            Err(e) => eprintln!("asap-train: cannot print the configuration: {e}"),
-        }
-    }
+    collectives::agree(comm, if comm.rank() == 0 { write_configuration(&plan.cfg, print_config) } else { Ok(()) })?;
     let Some((shards, spec)) = training else { return lda::run(&plan, comm, started) };
     let (mut run, mut replica) = set_up(&plan, comm, shards, &spec, started)?;
     let ending = run.train(&mut replica)?;
     run.finish(replica, ending)
+}
+
+/// `--print-config` and `--save-config` (rank 0): the run plan's options as a config file that
+/// gives the same run ([`TrainConfig::config_file_text`]: only the options that apply to it, the
+/// defaults that depend on the run as chosen). Printed as JSON alone on standard output, ahead of
+/// the summary, with no header: the object can be cut out and fed back with `--config`. Written
+/// to `--save-config FILE` as TOML or JSON by its name, as `--config` reads it.
+fn write_configuration(cfg: &TrainConfig, print: bool) -> anyhow::Result<()> {
+    if print {
+        let mut out = std::io::stdout().lock();
+        std::io::Write::write_all(&mut out, cfg.config_file_text(std::path::Path::new("/dev/stdout"))?.as_bytes())?;
+        std::io::Write::flush(&mut out)?;
+    }
+    if let Some(path) = &cfg.save_config {
+        let text = cfg.config_file_text(std::path::Path::new(path))?;
+        std::fs::write(path, text).with_context(|| format!("--save-config {path}: cannot write the configuration"))?;
+    }
+    Ok(())
 }
 
 /// The first replica: the model's initial parameters (random ones of each rank's own under

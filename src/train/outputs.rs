@@ -1,8 +1,8 @@
 //! Output paths are checked before any data is read, so a typo never costs a finished run and an
-//! output never overwrites an input: `--metrics`, `--save-model`, `--checkpoint-dir` and every
-//! rank's `--send-log` file must be writable, distinct from each other, and none may be `--data`,
-//! `--test-data` or `--config` (compared by device and inode where the file exists, by canonical
-//! path where it does not).
+//! output never overwrites an input: `--metrics`, `--save-model`, `--save-config`,
+//! `--checkpoint-dir` and every rank's `--send-log` file must be writable, distinct from each
+//! other, and none may be `--data`, `--test-data` or `--config` (compared by device and inode
+//! where the file exists, by canonical path where it does not).
 //!
 //! Directories: each option creates what it names (the file, or the checkpoint directory itself)
 //! and nothing above it. A missing directory above an output is an error naming the option, the
@@ -146,6 +146,7 @@ pub fn check(cfg: &TrainConfig, rank: usize) -> anyhow::Result<()> {
     let outputs: Vec<(&str, &str)> = [
         ("--metrics", cfg.metrics.as_deref().filter(|_| rank == 0)),
         ("--save-model", cfg.save_model.as_deref().filter(|_| rank == 0)),
+        ("--save-config", cfg.save_config.as_deref().filter(|_| rank == 0)),
         ("--checkpoint-dir", cfg.checkpoint_dir.as_deref().filter(|_| rank == 0)),
         ("--send-log", send_log.as_deref()),
     ]
@@ -206,6 +207,12 @@ mod tests {
         assert!(e.contains("--data") || e.contains("is not a directory"), "{e}");
         let e = err(cfg(&|c| c.metrics = Some("/proc/no-such-dir/m.jsonl".into())));
         assert!(e.contains("--metrics"), "{e}");
+        // A configuration written over the file it was read from.
+        let e = err(cfg(&|c| {
+            c.config_file = Some(p(&dir.path().join("run.toml")));
+            c.save_config = Some(p(&dir.path().join("run.toml")));
+        }));
+        assert!(e.contains("--save-config") && e.contains("same file as --config"), "{e}");
     }
 
     /// A missing directory above any output is an error naming the option and the highest
