@@ -83,6 +83,8 @@ pub struct Run {
     pub target_on_worst_rank: bool,
     /// Whether an emulated run's emulation held (None: not emulated, or no summary).
     pub valid: Option<bool>,
+    /// The start line's configuration: runs whose labels agree are told apart by what differs.
+    pub config: Value,
     /// Whether `metric` is on held-out data.
     pub held_out: bool,
     pub points: Vec<Point>,
@@ -265,6 +267,7 @@ pub fn parse_run(path: &Path, text: &str) -> Result<Run> {
         target: start.pointer("/config/target").and_then(Value::as_f64),
         target_on_worst_rank: start.pointer("/config/target_on").and_then(Value::as_str) == Some("worst-rank"),
         valid,
+        config: field(&start, "config").cloned().unwrap_or(Value::Null),
         held_out,
         points,
         consistency,
@@ -291,15 +294,46 @@ pub fn load_runs(files: &[PathBuf], labels: &[String]) -> Result<Vec<Run>> {
         r.label.push_str(" (INVALID emulation)");
     }
     if labels.is_empty() {
-        let all: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
-        for r in &mut runs {
-            if all.iter().filter(|l| **l == r.label).count() > 1 {
-                let stem = r.path.file_stem().map_or(String::new(), |s| s.to_string_lossy().into_owned());
-                r.label = format!("{} [{stem}]", r.label);
-            }
-        }
+        tell_apart(&mut runs);
     }
     Ok(runs)
+}
+
+/// Options that say where a run wrote, not what it ran: never what tells runs apart.
+const OUTPUT_KEYS: [&str; 7] = ["metrics", "save_model", "checkpoint_dir", "send_log", "save_config", "config_file", "create_dirs"];
+
+/// Runs whose labels agree get the options in which they differ (up to 3, `key=value`; a file by
+/// its name), and runs that still agree their file's name (issue 43: two ssp runs at other
+/// staleness bounds or on other data were both "ssp 4r").
+fn tell_apart(runs: &mut [Run]) {
+    let all: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
+    let configs: Vec<Value> = runs.iter().map(|r| r.config.clone()).collect();
+    for (i, r) in runs.iter_mut().enumerate() {
+        let same: Vec<usize> = (0..all.len()).filter(|&j| all[j] == all[i]).collect();
+        if same.len() < 2 {
+            continue;
+        }
+        let keys = configs[i].as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+        let show = |v: &Value| match v.as_str() {
+            Some(s) => Path::new(s).file_name().map_or(s.to_owned(), |f| f.to_string_lossy().into_owned()),
+            None => v.to_string(),
+        };
+        let differing: Vec<String> = keys
+            .iter()
+            .filter(|k| !OUTPUT_KEYS.contains(&k.as_str()))
+            .filter(|k| same.iter().any(|&j| configs[j].get(k.as_str()) != configs[i].get(k.as_str())))
+            .take(3)
+            .map(|k| format!("{k}={}", show(&configs[i][k.as_str()])))
+            .collect();
+        if !differing.is_empty() {
+            r.label = format!("{} {}", r.label, differing.join(" "));
+        }
+    }
+    // What still agrees differs in nothing but its outputs: the file's name tells it apart.
+    let all: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
+    for r in runs.iter_mut().filter(|r| all.iter().filter(|l| **l == r.label).count() > 1) {
+        r.label = format!("{} [{}]", r.label, r.path.file_stem().map_or(String::new(), |s| s.to_string_lossy().into_owned()));
+    }
 }
 
 /// `histogram` as fractions of its total (all zeros stay zeros).
@@ -644,6 +678,7 @@ mod tests {
             target: None,
             target_on_worst_rank: false,
             valid: None,
+            config: Value::Null,
             held_out: true,
             points: vec![],
             consistency: None,
@@ -727,6 +762,31 @@ mod tests {
         assert!(format!("{e:#}").contains("other.jsonl line 1: no \"event\""), "{e:#}");
         let e = parse_run(Path::new("t.jsonl"), &format!("{START}\n{{\"event\":\"eval\"}}")).unwrap_err();
         assert!(format!("{e:#}").contains("t.jsonl line 2: eval without train_seconds"), "{e:#}");
+    }
+
+    /// Issue 43, item 7: runs whose labels agree are told apart by the options that differ (not
+    /// their outputs), or by their file where none does.
+    #[test]
+    fn alike_labels_name_the_options_that_differ() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = |staleness: u32, data: &str, metrics: &str| {
+            format!(
+                r#"{{"event":"start","ranks":4,"config":{{"sync":"ssp","staleness":{staleness},"data":"{data}","metrics":"{metrics}"}}}}"#
+            )
+        };
+        let files: Vec<PathBuf> = [(1, "/d/a.svm", "x"), (3, "/d/a.svm", "y"), (3, "/d/b.svm", "z"), (3, "/d/b.svm", "w")]
+            .iter()
+            .enumerate()
+            .map(|(i, (st, d, m))| {
+                let f = dir.path().join(format!("run{i}.jsonl"));
+                std::fs::write(&f, [start(*st, d, m), eval(1.0, 0.0, "0.5", "0.7", "null")].join("\n")).unwrap();
+                f
+            })
+            .collect();
+        let labels: Vec<String> = load_runs(&files, &[]).unwrap().into_iter().map(|r| r.label).collect();
+        // Labels "ssp S=1 4r" and three of "ssp S=3 4r": those three differ in data only, and
+        // the last two in nothing but their outputs.
+        assert_eq!(labels, ["ssp S=1 4r", "ssp S=3 4r data=a.svm", "ssp S=3 4r data=b.svm [run2]", "ssp S=3 4r data=b.svm [run3]"]);
     }
 
     /// Issue 43, item 7: an emulated run whose emulation broke is labelled INVALID (the plot and
