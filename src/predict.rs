@@ -1,7 +1,9 @@
 //! `asap-train predict`: scores a data file with a model saved by `train --save-model`, from the
 //! model file alone (no MPI): the file's scaling is applied with the training run's arithmetic,
 //! the model's metric is printed (the training summary's held-out metric, computed the same way),
-//! and `--out` writes one prediction per example, as an original label.
+//! and `--out` writes one prediction per example, as an original label. An LDA model
+//! (`train --model lda --save-model`) prints its topics' top words and scores a held-out docword
+//! file's perplexity by document completion, as the training run's evaluation does.
 
 use std::path::{Path, PathBuf};
 
@@ -116,6 +118,78 @@ fn original_label(p: f32, labels: Option<&[f32]>) -> f32 {
     }
 }
 
+/// A saved LDA model: its word-topic counts (W x K), vocabulary and training options.
+struct LdaModel {
+    path: String,
+    counts: Vec<f64>,
+    words: usize,
+    vocab: Option<Vec<String>>,
+    cfg: crate::config::TrainConfig,
+    metrics: serde_json::Value,
+}
+
+impl LdaModel {
+    /// The LDA model in `path`, or None when the file is not one (an HDF5 file with
+    /// `word_topic` and no `format` attribute: what `train --model lda --save-model` writes).
+    fn open(path: &str) -> Result<Option<Self>> {
+        let Ok(f) = hdf5::File::open(path) else { return Ok(None) };
+        if !f.link_exists("word_topic") || f.attr("format").is_ok() {
+            return Ok(None);
+        }
+        let read = || -> Result<Self> {
+            let d = f.dataset("word_topic")?;
+            let words = d.shape()[0];
+            let counts: Vec<f64> = d.read_raw::<u32>()?.into_iter().map(f64::from).collect();
+            let vocab = f.link_exists("vocab").then(|| f.dataset("vocab")?.read_raw::<hdf5::types::VarLenUnicode>()).transpose()?;
+            let text =
+                |name: &str| -> Result<String> { Ok(f.attr(name)?.read_scalar::<hdf5::types::VarLenUnicode>()?.as_str().to_owned()) };
+            let cfg: crate::config::TrainConfig = serde_json::from_str(&text("config")?).context("attribute `config`")?;
+            let metrics = serde_json::from_str(&text("metrics")?).context("attribute `metrics`")?;
+            let vocab = vocab.map(|v| v.iter().map(|w| w.as_str().to_owned()).collect());
+            Ok(Self { path: path.to_owned(), counts, words, vocab, cfg, metrics })
+        };
+        read().map(Some).with_context(|| format!("--model {path}: damaged LDA model file"))
+    }
+
+    /// Prints the topics' top words, and the held-out perplexity of `data` (a docword file over
+    /// the same vocabulary); `--json` prints both as one object.
+    fn predict(&self, args: &PredictArgs, data: &str) -> Result<()> {
+        if let Some(out) = &args.out {
+            bail!("--out {}: an LDA model predicts no labels; leave --out out (predict prints its topics and perplexity)", out.display());
+        }
+        let k = self.cfg.lda.topics;
+        let name = |w: usize| self.vocab.as_ref().map_or_else(|| format!("#{}", w + 1), |v| v[w].clone());
+        let top: Vec<Vec<String>> = crate::model::lda::top_words(&self.counts, k, self.cfg.lda.top_words)
+            .iter()
+            .map(|ws| ws.iter().map(|&w| name(w)).collect())
+            .collect();
+        let test = crate::data::bow::read_docword(data, 0, 1)?;
+        if test.words != self.words {
+            bail!("{data}: W = {} words, but the model {} has W = {}: both must share one vocabulary", test.words, self.path, self.words);
+        }
+        let (ll, scored) = crate::train::lda::completion_part(&self.cfg, &test, &self.counts, 0);
+        anyhow::ensure!(scored > 0, "{data}: no document of two tokens or more to score");
+        let perplexity = (-ll / scored as f64).exp();
+        let reported = self.metrics["perplexity"].as_f64().map_or(String::new(), |p| format!("; the training run reported {p:.2}"));
+        eprintln!(
+            "asap-train predict: LDA model of {k} topics over {} words; {} documents of {data}: held-out perplexity {perplexity:.2} \
+             ({scored} tokens scored by document completion){reported}",
+            self.words,
+            test.len()
+        );
+        for (t, words) in top.iter().enumerate() {
+            eprintln!("topic {t:>3}: {}", words.join(" "));
+        }
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"documents": test.len(), "perplexity": perplexity, "scored_tokens": scored, "top_words": top})
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Runs `asap-train predict`.
 pub fn run(args: &PredictArgs) -> Result<()> {
     let model_path = path_str(&args.model)?;
@@ -131,6 +205,9 @@ pub fn run(args: &PredictArgs) -> Result<()> {
                 bail!("--out {} is the same file as {opt} {}: choose another path", out.display(), input.display());
             }
         }
+    }
+    if let Some(lda) = LdaModel::open(model_path)? {
+        return lda.predict(args, data_path);
     }
     let saved = model_file::load(model_path)?;
     let model = crate::model::build(&saved.spec)?;

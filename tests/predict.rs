@@ -325,3 +325,29 @@ fn bad_inputs_to_predict_fail_clearly() {
     // An output where no directory is.
     fail(&["--model", s(&model), "--data", HEART, "--out", "/nonexistent-dir/p.txt"], &["--out", "does not exist"]);
 }
+
+/// Issue 43, item 6: `predict` reads an LDA model that `train --save-model` wrote (it refused it
+/// as "not an asap-train model file"): the topics' top words are the run's summary's, and on the
+/// held-out file the perplexity is the 1-rank run's own (the same counts, seed and sweeps).
+#[test]
+fn an_lda_model_prints_its_topics_and_scores_perplexity() {
+    let dir = scratch("predict-lda");
+    let synth = |name: &str, seed: &str| {
+        let p = dir.join(format!("docword.{name}.txt"));
+        let a = ["data", "synth-lda", s(&p), "--docs", "80", "--words", "60", "--topics", "3", "--doc-length", "40", "--seed", seed];
+        run(&a, 60).expect_ok();
+        p.to_string_lossy().into_owned()
+    };
+    let (train, test) = (synth("train", "1"), synth("test", "2"));
+    let (model, metrics) = (dir.join("lda.h5"), dir.join("lda.jsonl"));
+    let args = ["train", "--model", "lda", "--sync", "allreduce", "--topics", "3", "--data", &train, "--test-data", &test];
+    let mut a = args.to_vec();
+    a.extend(["--epochs", "5", "--save-model", s(&model), "--metrics", s(&metrics)]);
+    mpirun(1, &a, 120).expect_ok();
+    let p = predict(&model, &test, None);
+    let sm = summary(&metrics);
+    assert_eq!(p["perplexity"], sm["perplexity"], "predict {p} against the run's {sm}");
+    assert_eq!(p["top_words"], sm["top_words"], "{p}");
+    run(&["predict", "--model", s(&model), "--data", &test, "--out", s(&dir.join("x.txt"))], 60)
+        .expect_failure(&["--out", "an LDA model predicts no labels"]);
+}

@@ -136,6 +136,16 @@ fn build_mode(cfg: &TrainConfig, ctx: &SyncContext, init: &[f32]) -> anyhow::Res
     build(ctx, &cfg.mode_run(), init)
 }
 
+/// Rank `rank`'s part of the held-out perplexity of `test` under the counts `nwk`, by document
+/// completion: (log-likelihood of the scored tokens, tokens scored: the odd positions,
+/// floor(len / 2) a document). `predict` scores a saved model with it, as a 1-rank run does.
+pub fn completion_part(cfg: &TrainConfig, test: &Corpus, nwk: &[f64], rank: usize) -> (f64, u64) {
+    let o = &cfg.lda;
+    let mut rng = Rng::for_stream(cfg.seed ^ 0x7065_7270, rank as u64 + 1);
+    let ll = lda::completion_log_likelihood(test, nwk, o.topics, o.alpha, o.beta, COMPLETION_SWEEPS, &mut rng).0;
+    (ll, (0..test.len()).map(|d| test.doc(d).len() as u64 / 2).sum())
+}
+
 /// What an evaluation gives: (log-likelihood per training token, held-out perplexity or NaN).
 /// Collective; `global` receives the exact global counts.
 fn evaluate(cfg: &TrainConfig, comm: &SimpleCommunicator, data: &Data, state: &LocalState, global: &mut Vec<f64>) -> (f64, f64) {
@@ -145,14 +155,13 @@ fn evaluate(cfg: &TrainConfig, comm: &SimpleCommunicator, data: &Data, state: &L
     state.word_topic(&data.train, global);
     collectives::sum_f64(comm, global);
     let mut parts = [lda::doc_log_likelihood(state, o.alpha), 0.0];
+    let mut scored = 0;
     if let Some(t) = &data.test {
-        let mut rng = Rng::for_stream(cfg.seed ^ 0x7065_7270, comm.rank() as u64 + 1);
-        parts[1] = lda::completion_log_likelihood(t, global, o.topics, o.alpha, o.beta, COMPLETION_SWEEPS, &mut rng).0;
+        (parts[1], scored) = completion_part(cfg, t, global, comm.rank() as usize);
     }
     collectives::sum_f64(comm, &mut parts);
     let ll = (lda::word_log_likelihood(global, o.topics, o.beta) + parts[0]) / data.total_tokens as f64;
-    // Document completion scores the odd positions: floor(len / 2) tokens per document.
-    let scored = collectives::sum_u64(comm, data.test.as_ref().map_or(0, |t| (0..t.len()).map(|d| t.doc(d).len() as u64 / 2).sum()));
+    let scored = collectives::sum_u64(comm, scored);
     let ppl = if scored > 0 { (-parts[1] / scored as f64).exp() } else { f64::NAN };
     (ll, ppl)
 }
