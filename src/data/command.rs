@@ -99,7 +99,7 @@ fn convert(input: &str, output: &str, format: Option<Format>, indexing: &ZeroBas
     let mut d = load_file(input, &LoadOptions { format, zero_based: indexing.zero_based.unwrap_or_default(), ..Default::default() })?.0;
     // Rows train holds dense are written dense (X, y), as training would standardise them.
     if let Features::Sparse(c) = &d.features {
-        if c.data.len() as f64 >= super::DENSE_ENOUGH * (d.len() * d.dim()) as f64 {
+        if super::dense_enough(c.data.len() as f64, d.len() as f64, d.dim()) {
             let width = d.dim();
             super::make_dense(&mut d, width);
         }

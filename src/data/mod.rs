@@ -447,6 +447,11 @@ pub struct ColumnScaling {
 /// the sparse one (4 bytes a cell against 8 bytes, index and value, per non-zero).
 pub const DENSE_ENOUGH: f64 = 0.25;
 
+/// Whether `nnz` non-zeros in `rows` rows of `width` features are [`DENSE_ENOUGH`] to hold dense.
+pub fn dense_enough(nnz: f64, rows: f64, width: usize) -> bool {
+    nnz > 0.0 && nnz >= DENSE_ENOUGH * rows * width as f64
+}
+
 /// Makes sparse rows dense rows `width` wide (other features stay as they are).
 pub fn make_dense(d: &mut Dataset, width: usize) {
     let Features::Sparse(c) = &d.features else { return };

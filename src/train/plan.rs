@@ -63,7 +63,9 @@ impl RunPlan {
             eprintln!("asap-train: warning: {why}");
         }
         // Before the step search, which can take seconds: a run that would never sync is refused.
-        refuse_never_syncing(&cfg, steps_per_epoch(&cfg, shards, comm), comm.size() as usize)?;
+        // The search changes neither the shards nor the batch size: one count serves both uses.
+        let steps = steps_per_epoch(&cfg, shards, comm);
+        refuse_never_syncing(&cfg, steps, comm.size() as usize)?;
         // --lr not given: the step is chosen for this model and data (step_search.rs).
         let search_start = std::time::Instant::now();
         if !given.lr {
@@ -79,8 +81,7 @@ impl RunPlan {
         }
         let search_seconds = search_start.elapsed().as_secs_f64();
         // The rounds of an epoch, as in set-up (train::set_up).
-        let steps = steps_per_epoch(&cfg, shards, comm) as u64;
-        if let Some(why) = (cfg.sync.spec().fit_to_epoch)(&mut cfg.modes, (steps / cfg.sync_every as u64).max(1)) {
+        if let Some(why) = (cfg.sync.spec().fit_to_epoch)(&mut cfg.modes, ((steps / cfg.sync_every) as u64).max(1)) {
             if rank0 {
                 eprintln!("asap-train: {why}");
             }

@@ -556,7 +556,7 @@ fn hold_dense(cfg: &TrainConfig, shards: &mut Shards, features: usize, comm: &Si
     collectives::sum_f64(comm, &mut counts);
     let density = counts[0] / (counts[1] * features.max(1) as f64).max(1.0);
     let dense = match cfg.scale {
-        Scaling::Auto => density >= data::DENSE_ENOUGH,
+        Scaling::Auto => data::dense_enough(counts[0], counts[1], features),
         Scaling::Standard => true,
         _ => false,
     };
