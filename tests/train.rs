@@ -620,6 +620,42 @@ fn a_schedule_that_decays_to_nothing_is_said() {
     }
 }
 
+/// Issue 43, item 1: an objective that rises more than 1.5x between two evaluations is said, once
+/// for each such rise, and nothing else is: the metrics file is the oracle (one rank, --sync none,
+/// deterministic; heart_scale at --lr 20 oscillates, at 0.5 it falls every epoch).
+#[test]
+fn an_objective_that_jumps_is_said() {
+    let heart = "/usr/share/doc/liblinear-tools/examples/heart_scale";
+    let dir = scratch("objective_jump");
+    for lr in ["20", "0.5"] {
+        let file = dir.join(format!("m{lr}.jsonl"));
+        let said = mpirun(
+            1,
+            &["train", "--model", "logreg", "--data", heart, "--scale", "none", "--sync", "none", "--lr", lr, "--lr-schedule", "constant"]
+                .into_iter()
+                .chain(["--epochs", "8", "--metrics", s(&file)])
+                .collect::<Vec<_>>(),
+            60,
+        )
+        .expect_ok()
+        .stderr;
+        let objectives: Vec<f64> =
+            metrics(&file).iter().filter(|r| r["event"] == "eval").map(|r| r["objective"].as_f64().unwrap()).collect();
+        let jumps: Vec<String> = objectives
+            .windows(2)
+            .filter(|w| w[1] > 1.5 * w[0])
+            .map(|w| format!("the objective rose from {:.5} to {:.5}", w[0], w[1]))
+            .collect();
+        assert_eq!(said.matches("the objective rose from").count(), jumps.len(), "--lr {lr}: {objectives:?}\n{said}");
+        for j in &jumps {
+            assert!(said.contains(j.as_str()), "--lr {lr}: {j} not said\n{said}");
+        }
+        if lr == "20" {
+            assert!(!jumps.is_empty(), "--lr 20 no longer oscillates: {objectives:?}");
+        }
+    }
+}
+
 #[test]
 fn help_explains_every_mode() {
     let h = run(&["train", "--help"], 30).expect_ok().stdout;

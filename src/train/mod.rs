@@ -374,6 +374,11 @@ impl Run<'_> {
                     self.cfg.lr
                 );
             }
+            if self.last_eval_round > 0 && self.comm.rank() == 0 {
+                if let Some(w) = objective_jump(self.last_eval.objective, ev.objective, p.epoch, self.cfg.lr, self.cfg.sync.spec().name) {
+                    log::warn!("{w}");
+                }
+            }
             self.last_eval = ev;
             self.last_eval_round = p.round;
         }
@@ -991,6 +996,25 @@ impl Run<'_> {
         }
         Ok(())
     }
+}
+
+/// How far the objective may rise between two evaluations before rank 0 says so: 1.5x. SGD's
+/// objective is noisy from one epoch to the next (the RCV1-shape SVM at 32 ranks moved 0.79 ->
+/// 0.88 -> 0.80, +11 %: benches/defaults-sweep.md), while a step too large for the run's staleness
+/// moved it 45 -> 169 -> 2.2 (ssp, issue 43): a jump of that kind said nothing until now.
+const OBJECTIVE_JUMP: f64 = 1.5;
+
+/// The warning for an objective that rose more than [`OBJECTIVE_JUMP`] times since the last
+/// evaluation, or None.
+fn objective_jump(before: f64, now: f64, epoch: f64, lr: f32, sync: &str) -> Option<String> {
+    (before > 0.0 && before.is_finite() && now > OBJECTIVE_JUMP * before).then(|| {
+        format!(
+            "the objective rose from {before:.5} to {now:.5} (x{:.1}) by epoch {epoch:.2} under --sync {sync}: the step may be \
+             too large for this run (a smaller --lr, now {lr}, or a smaller --staleness where the mode has one); \
+             a run that recovers may still end well",
+            now / before
+        )
+    })
 }
 
 /// The same value as `serde_json::to_value`, but with every `f32` written by its shortest
