@@ -169,9 +169,30 @@ def sampler():
     print("sampler ok rank %d" % RANK, flush=True)
 
 
+def cost(mode, n):
+    """Not a check: the time of one sync (30 blocks of 50 r.sync(x) calls; fastest and median
+    block), for docs/python.md's cost of the count check."""
+    import time
+
+    x = np.zeros(int(n), np.float32)
+    opts = {"sync": mode, **({"graph": "ring", "notify": "notify-ack"} if mode == "asap" else {})}
+    r = at.Reducer(x, **opts)
+    times = []
+    for _ in range(30):
+        at.barrier()
+        t = time.perf_counter()
+        for _ in range(50):
+            r.sync(x)
+        times.append((time.perf_counter() - t) / 50)
+    r.finish(x)
+    times.sort()
+    if RANK == 0:
+        print("%s n=%s: per sync fastest block %.1f us, median %.1f us" % (mode, n, times[0] * 1e6, times[15] * 1e6))
+
+
 if __name__ == "__main__":
     name, args = sys.argv[1], sys.argv[2:]
     if name == "extra_sync_uncaught":
         extra_sync(args[0], catch=False)
     else:
-        {"extra_sync": extra_sync, "join": join, "join_refused": join_refused, "broadcast": broadcast, "sampler": sampler}[name](*args)
+        {"cost": cost, "extra_sync": extra_sync, "join": join, "join_refused": join_refused, "broadcast": broadcast, "sampler": sampler}[name](*args)
