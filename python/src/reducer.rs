@@ -203,8 +203,10 @@ impl Reducer {
         }
     }
 
-    /// This reducer's guard (its count and join rule), or the error that stopped it.
+    /// This reducer's guard (its count and join rule), or the error that stopped it, or that it
+    /// is closed: raised on the calling rank before any communication.
     fn guard(&self) -> PyResult<Guard> {
+        self.with_mode(|_| ())?;
         let g = GUARDS.with_borrow(|g| g.get(&self.slot).cloned()).ok_or_else(|| Error::new_err("this Reducer has no sync count"))?;
         match &g.failed {
             Some(m) => Err(SyncCountError::new_err(format!("this Reducer stopped at an earlier error: {m}"))),
