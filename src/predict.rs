@@ -118,20 +118,22 @@ fn original_label(p: f32, labels: Option<&[f32]>) -> f32 {
     }
 }
 
-/// A saved LDA model: its word-topic counts (W x K), vocabulary and training options.
-struct LdaModel {
-    path: String,
-    counts: Vec<f64>,
-    words: usize,
-    vocab: Option<Vec<String>>,
-    cfg: crate::config::TrainConfig,
-    metrics: serde_json::Value,
+/// A saved LDA model: its word-topic counts (W x K), vocabulary and training options (also
+/// read by the Python package's `read_model`).
+pub struct LdaModel {
+    pub path: String,
+    /// Word-major: word w's count in topic k is `counts[w * K + k]`.
+    pub counts: Vec<f64>,
+    pub words: usize,
+    pub vocab: Option<Vec<String>>,
+    pub cfg: crate::config::TrainConfig,
+    pub metrics: serde_json::Value,
 }
 
 impl LdaModel {
     /// The LDA model in `path`, or None when the file is not one (an HDF5 file with
     /// `word_topic` and no `format` attribute: what `train --model lda --save-model` writes).
-    fn open(path: &str) -> Result<Option<Self>> {
+    pub fn open(path: &str) -> Result<Option<Self>> {
         let Ok(f) = hdf5::File::open(path) else { return Ok(None) };
         if !f.link_exists("word_topic") || f.attr("format").is_ok() {
             return Ok(None);

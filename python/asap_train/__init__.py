@@ -15,7 +15,7 @@ import atexit as _atexit
 import sys as _sys
 
 from . import _native
-from ._native import Error, OptionError, Reducer, Table  # noqa: F401
+from ._native import Error, OptionError, Reducer, SyncCountError, Table  # noqa: F401
 
 rank, size, _initialised_here = _native.init()
 
@@ -23,11 +23,14 @@ __all__ = [
     "Error",
     "OptionError",
     "Reducer",
+    "SyncCountError",
     "Table",
     "rank",
     "size",
     "barrier",
     "allreduce_sum",
+    "broadcast_parameters",
+    "DistributedSampler",
     "graph_gap",
     "graph_gap_edges",
     "graph_search",
@@ -168,3 +171,86 @@ def unflatten_module(flat, module):
     views = unflatten(flat, [tuple(p.shape) for p in params])
     for p, v in zip(params, views):
         p.detach().numpy()[...] = v
+
+
+def _bytes_of(array, what):
+    """A writable C-contiguous numpy array (or a CPU torch tensor) as its uint8 view, shared."""
+    import numpy as np
+
+    if hasattr(array, "detach") and hasattr(array, "numpy"):
+        if array.device.type != "cpu" or not array.is_contiguous():
+            raise TypeError("%s is a torch tensor on %s (contiguous: %s): broadcast_parameters needs contiguous CPU tensors"
+                            % (what, array.device, array.is_contiguous()))
+        array = array.detach().numpy()
+    if not isinstance(array, np.ndarray):
+        raise TypeError("%s is %s: broadcast_parameters takes numpy arrays (or CPU torch tensors), "
+                        "a list or tuple of them, or a dict of them (a state_dict)" % (what, type(array).__name__))
+    if not array.flags.c_contiguous or not array.flags.writeable:
+        raise ValueError("%s must be C-contiguous and writable to be overwritten in place "
+                         "(np.ascontiguousarray makes a copy that is; broadcast that copy)" % what)
+    return array.reshape(-1).view(np.uint8)
+
+
+def broadcast_parameters(params, root=0):
+    """Collective: every rank's ``params`` becomes ``root``'s, bit for bit, in place (Horovod's
+    ``broadcast_parameters``). ``params`` is a numpy array, a list or tuple of them, or a dict of
+    them (a state_dict; values in the dict's order), of any dtype; CPU torch tensors work too
+    (``asap_train.torch.broadcast_parameters`` takes a module). Every rank passes the same
+    structure: different sizes or roots raise OptionError on every rank."""
+    if isinstance(params, dict):
+        items = list(params.items())
+    elif isinstance(params, (list, tuple)):
+        items = list(enumerate(params))
+    else:
+        items = [("params", params)]
+    for name, array in items:
+        _native.broadcast_bytes(_bytes_of(array, "params[%r]" % (name,)), root)
+
+
+class DistributedSampler:
+    """Each rank's share of the indices 0..n-1 for an epoch, as torch's ``DistributedSampler``
+    deals them, without torch: shuffle with a generator seeded by ``seed + epoch`` (the same
+    permutation on every rank; numpy's, so not torch's order), then rank r takes every
+    ``num_replicas``-th index from position r. Every rank gets ``len(sampler)`` indices: with
+    ``drop_last=False`` the permutation is padded with its own first indices up to a multiple
+    of ``num_replicas`` (torch's rule: some indices appear twice in an epoch), with
+    ``drop_last=True`` its tail is dropped (each index at most once). Call ``set_epoch(e)``
+    before each epoch for a new order. Equal lengths are what keeps every rank's sync count
+    equal (``Reducer.join()`` is the remedy when they cannot be)."""
+
+    def __init__(self, n, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False):
+        num_replicas = size if num_replicas is None else int(num_replicas)
+        rank_ = globals()["rank"] if rank is None else int(rank)
+        if n < 0 or num_replicas < 1 or not 0 <= rank_ < num_replicas:
+            raise ValueError("DistributedSampler(n=%d, num_replicas=%d, rank=%d): need n >= 0 and 0 <= rank < num_replicas"
+                             % (n, num_replicas, rank_))
+        if drop_last and n < num_replicas:
+            raise ValueError("DistributedSampler: drop_last=True with n=%d indices and %d replicas leaves every rank "
+                             "nothing; use drop_last=False (pads) or fewer ranks" % (n, num_replicas))
+        self.n, self.num_replicas, self.rank = int(n), num_replicas, rank_
+        self.shuffle, self.seed, self.drop_last, self.epoch = shuffle, int(seed), drop_last, 0
+        self.num_samples = n // num_replicas if drop_last else -(-n // num_replicas)
+        self.total_size = self.num_samples * num_replicas
+
+    def set_epoch(self, epoch):
+        """The epoch whose order ``indices()`` and iteration give (seed + epoch seeds it)."""
+        self.epoch = int(epoch)
+
+    def indices(self):
+        """This rank's indices for the current epoch, as a numpy int64 array."""
+        import numpy as np
+
+        if self.shuffle:
+            order = np.random.default_rng(self.seed + self.epoch).permutation(self.n)
+        else:
+            order = np.arange(self.n)
+        if self.total_size > self.n:
+            reps = -(-(self.total_size - self.n) // max(self.n, 1))
+            order = np.concatenate([order] + [order] * reps)
+        return order[: self.total_size][self.rank :: self.num_replicas].astype(np.int64)
+
+    def __iter__(self):
+        return iter(self.indices().tolist())
+
+    def __len__(self):
+        return self.num_samples

@@ -12,6 +12,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+mod counts;
 mod files;
 mod graph;
 mod reducer;
@@ -23,6 +24,13 @@ create_exception!(
     OptionError,
     PyValueError,
     "An option the binary would refuse (same message as `asap-train train`), raised on every rank."
+);
+
+create_exception!(
+    asap_train,
+    SyncCountError,
+    Error,
+    "The ranks made different numbers of syncs on a Reducer (raised on every rank, naming them): call join() on a rank out of data."
 );
 
 /// The MPI universe when this module initialised MPI (dropping it calls MPI_Finalize); None when
@@ -136,6 +144,36 @@ fn allreduce_sum_array(x: &Bound<'_, numpy::PyArray1<f64>>) -> PyResult<()> {
     Ok(())
 }
 
+/// Collective: `root`'s bytes into every rank's `bytes` (a C-contiguous numpy array of any
+/// dtype, seen as uint8 by the caller), bit for bit. The lengths and the root are compared over
+/// the ranks first, so a mismatch raises on every rank instead of truncating or hanging.
+#[pyfunction]
+#[pyo3(signature = (bytes, root=0))]
+fn broadcast_bytes(bytes: &Bound<'_, numpy::PyArray1<u8>>, root: i64) -> PyResult<()> {
+    use numpy::PyArrayMethods;
+    let world = SimpleCommunicator::world();
+    let mut rw = bytes.try_readwrite().map_err(|e| PyValueError::new_err(format!("the array cannot be written in place: {e}")))?;
+    let v = rw.as_slice_mut().map_err(|_| PyValueError::new_err("the array must be C-contiguous"))?;
+    let (len, size) = (v.len() as f64, world.size() as i64);
+    let mut both = [len, -len, root as f64, -(root as f64)];
+    asap_train::comm::collectives::max_f64(&world, &mut both);
+    if both[0] != -both[1] || both[2] != -both[3] {
+        return Err(OptionError::new_err(format!(
+            "broadcast_parameters: the ranks passed different sizes ({} to {} bytes) or roots ({} to {}); every rank passes \
+             the same structure and root",
+            -both[1], both[0], -both[3], both[2]
+        )));
+    }
+    if !(0..size).contains(&root) {
+        return Err(OptionError::new_err(format!("broadcast_parameters: root={root}, but the ranks are 0..{}", size - 1)));
+    }
+    // An empty slice's pointer would read as MPI_IN_PLACE for bytes: nothing to send anyway.
+    if !v.is_empty() {
+        asap_train::comm::collectives::broadcast(&world, root as usize, v);
+    }
+    Ok(())
+}
+
 /// A serde_json value as the Python object `json.loads` would make of it.
 pub(crate) fn json_to_py<'py>(py: Python<'py>, v: &serde_json::Value) -> PyResult<Bound<'py, PyAny>> {
     use serde_json::Value;
@@ -179,5 +217,8 @@ mod _native {
     #[pymodule_export]
     use super::table::Table;
     #[pymodule_export]
-    use super::{abort, allreduce_sum, allreduce_sum_array, barrier, finalize, init, mpi_active, osc_ok, Error, OptionError};
+    use super::{
+        abort, allreduce_sum, allreduce_sum_array, barrier, broadcast_bytes, finalize, init, mpi_active, osc_ok, Error, OptionError,
+        SyncCountError,
+    };
 }

@@ -1,11 +1,13 @@
 //! `asap_train.Reducer`: one of the binary's sync modes (allreduce, asap, none) over a flat
-//! float32 numpy array, reduced in place.
+//! float32 numpy array, reduced in place; every rank's sync count is checked, and a rank out of
+//! data joins (counts.rs).
 
 use std::cell::RefCell;
 
 use asap_train::comm::collectives;
 use asap_train::config::{retired_option_hint, Merged, SyncKind, TrainConfig};
 use asap_train::model::RowLayout;
+use asap_train::sync::groups::OuterKind;
 use asap_train::sync::{Aggregate, ModeMetric, SyncContext, SyncMode};
 use asap_train::train::plan::RunPlan;
 use clap::parser::ValueSource;
@@ -16,7 +18,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::{json_to_py, text, Error, OptionError};
+use crate::counts::{self, Call, Guard, JoinRule, Outcome, GUARDS};
+use crate::{json_to_py, text, Error, OptionError, SyncCountError};
 
 /// The options a reducer takes (keys as in config files; flags with '-' for '_'). The others of
 /// `asap-train train` (data, model, step size ...) belong to the binary's training loop, which a
@@ -61,8 +64,21 @@ pub(crate) fn release(mode: Box<dyn SyncMode>) {
 }
 
 /// Closes every open reducer in creation order (collective; `finalize` calls it before
-/// MPI_Finalize).
+/// MPI_Finalize). Each open Reducer's sync count is checked first (a rank that made more syncs
+/// than the others, and left its Reducer open, would otherwise leave them waiting): a mismatch
+/// aborts the job with the message that names the ranks.
 pub fn close_all() {
+    let open: Vec<(usize, Guard)> = GUARDS
+        .try_with(|g| g.borrow().iter().map(|(&s, g)| (s, g.clone())).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(s, g)| g.failed.is_none() && MODES.try_with(|m| m.borrow().get(*s).is_some_and(Option::is_some)).unwrap_or(false))
+        .collect();
+    for (slot, guard) in open {
+        if let Outcome::Mismatch(m) = counts::control(slot, Call::Exit, guard.round) {
+            asap_train::comm::abort_job(&format!("asap_train at exit: {m}"), 1);
+        }
+    }
     let modes: Vec<Box<dyn SyncMode>> =
         MODES.try_with(|m| m.borrow_mut().iter_mut().filter_map(Option::take).collect()).unwrap_or_default();
     modes.into_iter().for_each(release);
@@ -169,7 +185,6 @@ fn with_params<R>(params: &Bound<'_, PyAny>, n: usize, f: impl FnOnce(&mut [f32]
 pub struct Reducer {
     slot: usize,
     n: usize,
-    round: u64,
     sync_kind: String,
     info: serde_json::Value,
     /// The counters when the reducer was closed (stats() still answers after finish()).
@@ -188,12 +203,133 @@ impl Reducer {
         }
     }
 
+    /// This reducer's guard (its count and join rule), or the error that stopped it, or that it
+    /// is closed: raised on the calling rank before any communication.
+    fn guard(&self) -> PyResult<Guard> {
+        self.with_mode(|_| ())?;
+        let g = GUARDS.with_borrow(|g| g.get(&self.slot).cloned()).ok_or_else(|| Error::new_err("this Reducer has no sync count"))?;
+        match &g.failed {
+            Some(m) => Err(SyncCountError::new_err(format!("this Reducer stopped at an earlier error: {m}"))),
+            None => Ok(g),
+        }
+    }
+
+    fn set_round(&self, round: u64) {
+        GUARDS.with_borrow_mut(|g| {
+            if let Some(g) = g.get_mut(&self.slot) {
+                g.round = round;
+            }
+        });
+    }
+
+    /// Records the mismatch every rank found (further calls raise it) and returns it to raise.
+    fn fail(&self, message: String) -> PyErr {
+        GUARDS.with_borrow_mut(|g| {
+            if let Some(g) = g.get_mut(&self.slot) {
+                g.failed = Some(message.clone());
+            }
+        });
+        SyncCountError::new_err(message)
+    }
+
+    /// The mode's own round `round`; a failure inside the protocol aborts the job (the mailboxes
+    /// cannot be left half way through a round).
+    fn mode_round(&self, p: &mut [f32], round: u64, what: &str) -> PyResult<()> {
+        if let Err(e) = self.with_mode(|m| m.sync(p, round))? {
+            asap_train::comm::abort_job(&format!("{what} round {round}: {}", text(&e)), 1);
+        }
+        Ok(())
+    }
+
+    /// A round that some ranks make while others have joined (`joined`: this rank has).
+    fn join_round(&self, p: &mut [f32], round: u64, joined: bool, rule: JoinRule, what: &str) -> PyResult<()> {
+        match rule {
+            JoinRule::ActiveMean => {
+                active_mean(p, joined);
+                Ok(())
+            }
+            JoinRule::Relay => self.mode_round(p, round, what),
+            JoinRule::Nothing => Ok(()),
+            JoinRule::Refused(why) => Err(self.fail(format!(
+                "a rank called join() while the others still sync, but join() is not defined for this Reducer: {why}. \
+                 Give every rank as many syncs (asap_train.DistributedSampler with drop_last=True), or use plain allreduce or asap"
+            ))),
+        }
+    }
+
+    /// `k` syncs of an active rank, each checked against the other ranks' counts first (modes
+    /// that communicate at a sync; see counts.rs).
+    fn active_rounds(&self, p: &mut [f32], k: u64, what: &str) -> PyResult<()> {
+        for _ in 0..k {
+            let g = self.guard()?;
+            let round = g.round + 1;
+            if g.checks_syncs {
+                match counts::control(self.slot, Call::Sync, round) {
+                    Outcome::Agreed => self.mode_round(p, round, what)?,
+                    Outcome::JoinRound { .. } => self.join_round(p, round, false, g.rule, what)?,
+                    Outcome::Mismatch(m) => return Err(self.fail(m)),
+                    Outcome::AllJoined { .. } => unreachable!("a syncing rank is not joined"),
+                }
+            } else {
+                self.mode_round(p, round, what)?;
+            }
+            self.set_round(round);
+        }
+        Ok(())
+    }
+
+    /// Collective: agrees that every rank makes `call` at the same count, or raises the
+    /// mismatch on every rank.
+    fn agree_on(&self, call: Call) -> PyResult<()> {
+        let g = self.guard()?;
+        match counts::control(self.slot, call, g.round) {
+            Outcome::Agreed => Ok(()),
+            Outcome::Mismatch(m) => Err(self.fail(m)),
+            other => unreachable!("{call:?} cannot give {other:?}"),
+        }
+    }
+
+    /// Frees the mode (no check: `finish` checked, or the ranks failed together).
+    fn close_now(&mut self) {
+        if let Some(mode) = MODES.with_borrow_mut(|m| m.get_mut(self.slot).and_then(Option::take)) {
+            self.last = Some((mode.stats().clone(), mode.metrics()));
+            release(mode);
+        }
+    }
+
     /// Runs `f` on this reducer's mode, or raises when it is closed.
     fn with_mode<R>(&self, f: impl FnOnce(&mut Box<dyn SyncMode>) -> R) -> PyResult<R> {
         MODES
             .with_borrow_mut(|m| m.get_mut(self.slot).and_then(Option::as_mut).map(f))
             .ok_or_else(|| Error::new_err("this Reducer is closed (after finish() or close())"))
     }
+}
+
+/// What a joined rank does in the others' rounds under `cfg`'s mode (see counts.rs).
+fn join_rule(cfg: &TrainConfig) -> JoinRule {
+    match cfg.sync {
+        SyncKind::Allreduce if cfg.modes.outer.outer_optimizer != OuterKind::None => {
+            JoinRule::Refused("an outer optimizer (outer=) keeps each rank's anchor and momentum, which a rank that contributes nothing would leave behind")
+        }
+        SyncKind::Allreduce if cfg.modes.compress.compression().is_some() => {
+            JoinRule::Refused("compress= keeps each rank's error-feedback residual and the last shared model, which a rank that contributes nothing would leave behind")
+        }
+        SyncKind::Allreduce => JoinRule::ActiveMean,
+        SyncKind::None => JoinRule::Nothing,
+        _ => JoinRule::Relay,
+    }
+}
+
+/// Plain allreduce with joined ranks: every rank's `params` becomes the mean of the active
+/// ranks' models (sum over ranks with the joined ones sending zeros, then times 1/active in
+/// float32, as the mode averages), the count of active ranks summed beside them.
+fn active_mean(params: &mut [f32], joined: bool) {
+    let n = params.len();
+    let mut buf: Vec<f32> = if joined { vec![0.0; n + 1] } else { params.iter().copied().chain([1.0]).collect() };
+    let mut scratch = Vec::new();
+    collectives::sum_f32(&SimpleCommunicator::world(), &mut buf, &mut scratch);
+    let inv = 1.0 / buf[n];
+    params.iter_mut().zip(&buf).for_each(|(p, s)| *p = s * inv);
 }
 
 /// Builds the mode `cfg` names, as the binary does: by the mode's declaration.
@@ -324,59 +460,74 @@ impl Reducer {
             m.len() - 1
         });
         let sync_kind = serde_json::to_value(cfg.sync).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
-        Ok(Reducer { slot, n: init.len(), round: 0, sync_kind, info, last: None })
+        let guard = Guard { round: 0, rule: join_rule(cfg), checks_syncs: cfg.sync != SyncKind::None, failed: None };
+        GUARDS.with_borrow_mut(|g| g.insert(slot, guard));
+        Ok(Reducer { slot, n: init.len(), sync_kind, info, last: None })
     }
 
     /// One round, in place: `params` becomes this rank's model after the exchange. Collective in
-    /// the mode's sense (allreduce: all ranks; asap: the graph's neighbours). A communication
-    /// failure (a neighbour silent beyond `wait_timeout`) aborts the whole job, as in the binary:
-    /// the mailboxes cannot be left half way through a round.
+    /// the mode's sense (allreduce: all ranks; asap: the graph's neighbours), after a check that
+    /// every rank makes this sync (counts.rs): a rank that makes more syncs than the others, or
+    /// fewer, raises `SyncCountError` on every rank. A communication failure (a neighbour silent
+    /// beyond `wait_timeout`) aborts the whole job, as in the binary: the mailboxes cannot be left
+    /// half way through a round.
     fn sync(&mut self, params: &Bound<'_, PyAny>) -> PyResult<()> {
-        let round = self.round + 1;
-        let r = with_params(params, self.n, |p| self.with_mode(|m| m.sync(p, round)))??;
-        if let Err(e) = r {
-            asap_train::comm::abort_job(&format!("Reducer.sync round {round}: {}", text(&e)), 1);
-        }
-        self.round = round;
-        Ok(())
+        with_params(params, self.n, |p| self.active_rounds(p, 1, "Reducer.sync"))?
     }
 
     /// `k` rounds in a row with no Python between them (consensus only: nothing changes
-    /// `params` between the rounds). The overhead bench times it against `k` calls of `sync`.
+    /// `params` between the rounds), each checked as `sync` checks it. The overhead bench times
+    /// it against `k` calls of `sync`.
     fn sync_rounds(&mut self, params: &Bound<'_, PyAny>, k: u64) -> PyResult<()> {
-        let first = self.round + 1;
-        let r = with_params(params, self.n, |p| {
-            self.with_mode(|m| -> anyhow::Result<()> {
-                for round in first..first + k {
-                    m.sync(p, round)?;
+        with_params(params, self.n, |p| self.active_rounds(p, k, "Reducer.sync_rounds"))?
+    }
+
+    /// Collective: this rank has no more data. Until every rank has joined, it answers the
+    /// others' syncs (allreduce: contributing nothing, and receiving the mean of the active ranks'
+    /// models; asap: running the mode's round on `params` with no local steps); returns on every
+    /// rank once all have joined, with `params` this rank's model then. A join under an allreduce
+    /// with outer= or compress= raises on every rank when another rank syncs past it.
+    fn join(&mut self, params: &Bound<'_, PyAny>) -> PyResult<()> {
+        with_params(params, self.n, |p| loop {
+            let g = self.guard()?;
+            match counts::control(self.slot, Call::Join, g.round) {
+                Outcome::AllJoined { round } => {
+                    self.set_round(round.max(g.round));
+                    return Ok(());
                 }
-                Ok(())
-            })
-        })??;
-        if let Err(e) = r {
-            asap_train::comm::abort_job(&format!("Reducer.sync_rounds from round {first}: {}", text(&e)), 1);
-        }
-        self.round += k;
-        Ok(())
+                Outcome::JoinRound { round } => self.join_round(p, round, true, g.rule, "Reducer.join")?,
+                Outcome::Mismatch(m) => return Err(self.fail(m)),
+                Outcome::Agreed => unreachable!("a join agreed on by all is AllJoined"),
+            }
+        })?
     }
 
     /// Collective end: every rank's `params` becomes the final model the mode defines (the
-    /// average of the replicas; push-sum: sum x / sum w), then the reducer is closed.
+    /// average of the replicas; push-sum: sum x / sum w), then the reducer is closed. Raises
+    /// `SyncCountError` on every rank when the ranks made different numbers of syncs.
     fn finish(&mut self, params: &Bound<'_, PyAny>) -> PyResult<()> {
+        with_params(params, self.n, |_| ())?;
+        self.agree_on(Call::Finish)?;
         let r = with_params(params, self.n, |p| self.with_mode(|m| m.finish(p)))??;
         if let Err(e) = r {
             asap_train::comm::abort_job(&format!("Reducer.finish: {}", text(&e)), 1);
         }
-        self.close();
+        self.close_now();
         Ok(())
     }
 
-    /// Collective: frees the mode's MPI window and communicators. Idempotent.
-    fn close(&mut self) {
-        if let Some(mode) = MODES.with_borrow_mut(|m| m.get_mut(self.slot).and_then(Option::take)) {
-            self.last = Some((mode.stats().clone(), mode.metrics()));
-            release(mode);
+    /// Collective: frees the mode's MPI window and communicators, after checking that every
+    /// rank closes at the same sync count (else `SyncCountError` on every rank). Idempotent.
+    fn close(&mut self) -> PyResult<()> {
+        if self.closed() {
+            return Ok(());
         }
+        let checked = match GUARDS.with_borrow(|g| g.get(&self.slot).and_then(|g| g.failed.clone())) {
+            Some(_) => Ok(()),
+            None => self.agree_on(Call::Close),
+        };
+        self.close_now();
+        checked
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -384,9 +535,9 @@ impl Reducer {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
-        false
+    fn __exit__(&mut self, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close()?;
+        Ok(false)
     }
 
     /// This rank's counters: bytes_sent, bytes_received, comm_seconds, wait_seconds, rounds,
@@ -417,10 +568,10 @@ impl Reducer {
         self.sync_kind.clone()
     }
 
-    /// Rounds run so far.
+    /// Syncs made so far (after a join: the most any rank made).
     #[getter]
     fn rounds(&self) -> u64 {
-        self.round
+        GUARDS.with_borrow(|g| g.get(&self.slot).map_or(0, |g| g.round))
     }
 
     /// Length of the arrays this reducer takes.
