@@ -326,6 +326,16 @@ fn unequal_sync_counts_are_an_error_on_every_rank() {
     }
 }
 
+/// check_syncs=False (asap only): no per-sync rendezvous, the same rounds' result bit for bit,
+/// join() refused on the rank that calls it, and allreduce refusing the option, on every rank.
+#[test]
+fn asap_without_the_count_check() {
+    if skip_under_mpich() {
+        return;
+    }
+    count_check(4, &["unchecked"]);
+}
+
 /// join(): ranks with 3, 5, 5, 5 syncs all finish; under allreduce every rank holds the mean of
 /// the active ranks' models after each round (an oracle simulated in float64), under asap (a
 /// relay) and none the final model keeps the mean of every update; a join under allreduce with

@@ -71,6 +71,9 @@ pub enum JoinRule {
     Nothing,
     /// allreduce with an outer optimizer or compression: a join is an error (the reason).
     Refused(&'static str),
+    /// asap with `check_syncs=False`: the ranks do not meet at a sync, so a joined rank cannot
+    /// learn when the others are done; `join()` raises at once on the rank that calls it.
+    Unchecked,
 }
 
 /// A Reducer's count and its state in the protocol.

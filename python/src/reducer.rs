@@ -250,6 +250,7 @@ impl Reducer {
             }
             JoinRule::Relay => self.mode_round(p, round, what),
             JoinRule::Nothing => Ok(()),
+            JoinRule::Unchecked => unreachable!("join() under check_syncs=False raises before any round"),
             JoinRule::Refused(why) => Err(self.fail(format!(
                 "a rank called join() while the others still sync, but join() is not defined for this Reducer: {why}. \
                  Give every rank as many syncs (asap_train.DistributedSampler with drop_last=True), or use plain allreduce or asap"
@@ -434,8 +435,14 @@ impl Reducer {
     /// Collective: every rank passes its own `params` (the model it starts from; with
     /// `bandwidth_mbps` it must be the same on every rank) and the same options.
     #[new]
-    #[pyo3(signature = (params, sync="asap", row_len=None, **options))]
-    fn new(params: &Bound<'_, PyAny>, sync: &str, row_len: Option<usize>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+    #[pyo3(signature = (params, sync="asap", row_len=None, check_syncs=true, **options))]
+    fn new(
+        params: &Bound<'_, PyAny>,
+        sync: &str,
+        row_len: Option<usize>,
+        check_syncs: bool,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
         if !crate::mpi_active() {
             return Err(Error::new_err("MPI is not active (asap_train.init() was not called, or MPI was finalised)"));
         }
@@ -460,7 +467,18 @@ impl Reducer {
             m.len() - 1
         });
         let sync_kind = serde_json::to_value(cfg.sync).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
-        let guard = Guard { round: 0, rule: join_rule(cfg), checks_syncs: cfg.sync != SyncKind::None, failed: None };
+        if !check_syncs && cfg.sync != SyncKind::Asap {
+            return Err(OptionError::new_err(format!(
+                "check_syncs=False applies to sync=\"asap\" only: under {sync_kind:?} the check is {} (docs/python.md)",
+                if cfg.sync == SyncKind::None {
+                    "made at join/finish/close only, at no cost per sync"
+                } else {
+                    "one small allreduce beside a round that is a collective of every rank anyway"
+                }
+            )));
+        }
+        let rule = if check_syncs { join_rule(cfg) } else { JoinRule::Unchecked };
+        let guard = Guard { round: 0, rule, checks_syncs: check_syncs && cfg.sync != SyncKind::None, failed: None };
         GUARDS.with_borrow_mut(|g| g.insert(slot, guard));
         Ok(Reducer { slot, n: init.len(), sync_kind, info, last: None })
     }
@@ -488,6 +506,12 @@ impl Reducer {
     /// rank once all have joined, with `params` this rank's model then. A join under an allreduce
     /// with outer= or compress= raises on every rank when another rank syncs past it.
     fn join(&mut self, params: &Bound<'_, PyAny>) -> PyResult<()> {
+        if self.guard()?.rule == JoinRule::Unchecked {
+            return Err(OptionError::new_err(
+                "join() needs the ranks to meet at each sync, and this Reducer was made with check_syncs=False: \
+                 make it without (the default), or give every rank as many syncs (asap_train.DistributedSampler with drop_last=True)",
+            ));
+        }
         with_params(params, self.n, |p| loop {
             let g = self.guard()?;
             match counts::control(self.slot, Call::Join, g.round) {

@@ -103,6 +103,34 @@ def join_refused():
     raise AssertionError("no error on rank %d" % RANK)
 
 
+def unchecked():
+    """asap with check_syncs=False: the same rounds as with the check (equal counts, the same
+    updates: the final models agree bit for bit, since NOTIFY-ACK locks every round either way),
+    join() raises OptionError on the rank that calls it, and allreduce refuses the option."""
+    finals = []
+    for check in (True, False):
+        x = start(3)
+        r = at.Reducer(x, check_syncs=check, **OPTIONS["asap"])
+        for k in range(1, 6):
+            x += delta(RANK, k)
+            r.sync(x)
+        if not check:
+            try:
+                r.join(x)
+                raise AssertionError("join() under check_syncs=False did not raise")
+            except at.OptionError as e:
+                assert "check_syncs=False" in str(e), str(e)
+        r.finish(x)
+        finals.append(x.copy())
+    assert np.array_equal(finals[0], finals[1]), "check_syncs changed the rounds' result"
+    try:
+        at.Reducer(start(4), sync="allreduce", check_syncs=False)
+        raise AssertionError("allreduce took check_syncs=False")
+    except at.OptionError as e:
+        assert 'applies to sync="asap" only' in str(e), str(e)
+    print("unchecked ok rank %d" % RANK, flush=True)
+
+
 def broadcast():
     """broadcast_parameters: every rank's arrays become root's bit for bit (NaN payloads and
     -0.0 included), in a list and in a dict; different sizes raise on every rank."""
@@ -195,4 +223,4 @@ if __name__ == "__main__":
     if name == "extra_sync_uncaught":
         extra_sync(args[0], catch=False)
     else:
-        {"cost": cost, "extra_sync": extra_sync, "join": join, "join_refused": join_refused, "broadcast": broadcast, "sampler": sampler}[name](*args)
+        {"cost": cost, "extra_sync": extra_sync, "join": join, "join_refused": join_refused, "broadcast": broadcast, "unchecked": unchecked, "sampler": sampler}[name](*args)
