@@ -1258,9 +1258,21 @@ mod tests {
     /// written out here, not taken from the declarations; a group of a mode added later is checked
     /// against its declaration (every group of the command must be in one or the other), and every
     /// mode of the registry is run against every group.
+    /// The values of a selecting option (`--sync`, `--model`, `--inner-optimizer`).
+    fn selector_values(selector: &str) -> Vec<String> {
+        use clap::ValueEnum;
+        fn names<T: ValueEnum>() -> Vec<String> {
+            T::value_variants().iter().filter_map(|v| v.to_possible_value()).map(|v| v.get_name().to_owned()).collect()
+        }
+        match selector {
+            "sync" => names::<SyncKind>(),
+            "inner_optimizer" => names::<InnerOptimizer>(),
+            _ => names::<ModelKind>(),
+        }
+    }
+
     #[test]
     fn options_of_groups_a_run_does_not_use_are_refused() {
-        use clap::ValueEnum;
         // (group, the selecting option, the values that use it)
         let table: &[(&str, &str, &[&str])] = &[
             ("AsapOptions", "sync", &["asap"]),
@@ -1301,10 +1313,6 @@ mod tests {
             // clap keeps groups and options in one namespace of matches: a clash breaks parsing.
             assert!(cmd.get_arguments().all(|a| a.get_id() != g.get_id()), "group {} is also an option", g.get_id());
         }
-        let names = |values: Vec<clap::builder::PossibleValue>| values.iter().map(|v| v.get_name().to_owned()).collect::<Vec<_>>();
-        let modes = names(SyncKind::value_variants().iter().filter_map(|v| v.to_possible_value()).collect());
-        let models = names(ModelKind::value_variants().iter().filter_map(|v| v.to_possible_value()).collect());
-        let optimizers = names(InnerOptimizer::value_variants().iter().filter_map(|v| v.to_possible_value()).collect());
         let dir = tempfile::tempdir().unwrap();
         let defaults = serde_json::to_value(TrainConfig::default()).unwrap();
         let mut checked = 0;
@@ -1323,12 +1331,7 @@ mod tests {
                 let users: Vec<&str> = mine.iter().flat_map(|e| e.2.iter().copied()).collect();
                 let in_graph_group = mine.iter().any(|e| e.0 == "graph_group");
                 let (flag, file) = (sample(arg), non_default(&cmd, arg));
-                let choices = match selector {
-                    "sync" => &modes,
-                    "inner_optimizer" => &optimizers,
-                    _ => &models,
-                };
-                for choice in choices {
+                for choice in &selector_values(selector) {
                     for extra in [&[][..], &["--gaia-inner", "asap"]] {
                         if !extra.is_empty() && (choice != "gaia" || arg.get_id() == "gaia_inner") {
                             continue;
@@ -1367,7 +1370,7 @@ mod tests {
         }
         assert!(checked > 200, "{checked}");
         // The defaults of every group are no explicit choice: every mode and model runs without them.
-        for m in &modes {
+        for m in &selector_values("sync") {
             let r = merged(&cmd, &["x".to_owned(), format!("--sync={m}")], None);
             assert!(r.as_ref().is_ok() || m == "bosen", "--sync {m}: {r:?}"); // bosen needs a budget
         }

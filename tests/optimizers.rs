@@ -103,7 +103,8 @@ fn resumed_runs_continue_bit_for_bit_with_optimizer_and_patience_state() {
         ]
         .concat();
         let run = |more: &[&str]| job(2, &heart(&[&common[..], more].concat()));
-        let (full, ck, resumed) = (dir.join(format!("{name}-full.h5")), dir.join(format!("{name}-ck")), dir.join(format!("{name}-resumed.h5")));
+        let (full, ck, resumed) =
+            (dir.join(format!("{name}-full.h5")), dir.join(format!("{name}-ck")), dir.join(format!("{name}-resumed.h5")));
         let (mf, mr) = (dir.join(format!("{name}-full.jsonl")), dir.join(format!("{name}-resumed.jsonl")));
         run(&["--save-model", s(&full), "--metrics", s(&mf)]).expect_ok();
         run(&["--checkpoint-dir", s(&ck), "--checkpoint-every", every, "--max-rounds", stop_at]).expect_ok();
@@ -141,12 +142,12 @@ fn bad_combinations_are_refused_naming_the_option_and_the_fix() {
         (heart(&["--inner-optimizer", "momentum", "--weight-decay", "0.1"]), &["--weight-decay applies to --inner-optimizer adamw"]),
         (heart(&["--inner-optimizer", "adamw", "--beta2", "1"]), &["--beta2 must be in [0, 1)"]),
         (heart(&["--epochs", "4", "--warmup-epochs", "4"]), &["--warmup-epochs must be in [0, --epochs)"]),
-        (heart(&["--sync", "bosen", "--lr-schedule", "adarevision", "--inner-optimizer", "adamw"]), &["adarevision", "--inner-optimizer sgd"]),
         (
-            vec!["train", "--data", HEART, "--model", "logreg", "--patience", "2", "--lr", "0.1"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            heart(&["--sync", "bosen", "--lr-schedule", "adarevision", "--inner-optimizer", "adamw"]),
+            &["adarevision", "--inner-optimizer sgd"],
+        ),
+        (
+            ["train", "--data", HEART, "--model", "logreg", "--patience", "2", "--lr", "0.1"].iter().map(|s| s.to_string()).collect(),
             &["--patience 2", "no held-out set", "--test-fraction"],
         ),
     ];

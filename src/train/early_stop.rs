@@ -90,7 +90,11 @@ impl EarlyStop {
     pub fn restore_state(this: Option<&mut EarlyStop>, state: &mut ModeState) -> anyhow::Result<()> {
         let mine: Vec<(String, Vec<f64>)> = state.extract_if(.., |(k, _)| k == STATE_KEY).collect();
         let (Some(es), Some((_, v))) = (this, mine.first()) else { return Ok(()) };
-        anyhow::ensure!(v.len() == 4, "the checkpoint's {STATE_KEY} entry holds {} values, not 4: it was not written by this program", v.len());
+        anyhow::ensure!(
+            v.len() == 4,
+            "the checkpoint's {STATE_KEY} entry holds {} values, not 4: it was not written by this program",
+            v.len()
+        );
         es.best = v[0].is_finite().then_some(Best { metric: v[0], round: v[1] as u64, epoch: v[2] });
         es.since_best = v[3] as usize;
         Ok(())

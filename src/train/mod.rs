@@ -448,8 +448,12 @@ impl Run<'_> {
         let contents = checkpoint::Contents {
             params,
             epoch_rng: rng_state,
-            mode_state: &[self.sync.save_state(), self.optimizer.save_state(), self.early_stop.as_ref().map_or(Vec::new(), |e| e.save_state())]
-                .concat(),
+            mode_state: &[
+                self.sync.save_state(),
+                self.optimizer.save_state(),
+                self.early_stop.as_ref().map_or(Vec::new(), |e| e.save_state()),
+            ]
+            .concat(),
             config_json: &serde_json::to_string(self.cfg)?,
             spec_json: &serde_json::to_string(self.model.spec())?,
         };
@@ -586,15 +590,14 @@ fn set_up<'a>(
     let step_pacer = step_pacer(cfg, n, rank)?;
     let fault_panic = cfg.fault_panic.as_deref().map(|s| crate::config::parse_rank_round("--fault-panic", s, n)).transpose()?;
     let local_n = shards.train.len();
-    let mut optimizer =
-        optimizer::Optimizer::new(
-            (cfg.sync.spec().keeps_history)(&cfg.modes),
-            &optimizer::Inner::of(cfg),
-            model.as_ref(),
-            local_n,
-            shards.total_train,
-            p,
-        )?;
+    let mut optimizer = optimizer::Optimizer::new(
+        (cfg.sync.spec().keeps_history)(&cfg.modes),
+        &optimizer::Inner::of(cfg),
+        model.as_ref(),
+        local_n,
+        shards.total_train,
+        p,
+    )?;
     let steps_per_epoch = plan::steps_per_epoch(cfg, &shards, comm);
     let total_rounds_all = (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64;
     let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));

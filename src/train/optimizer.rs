@@ -122,7 +122,11 @@ pub enum Optimizer {
     Sgd,
     Saga(Saga),
     /// Momentum or AdamW: the state, what happens to it at a sync, and the gradient's buffer.
-    Dense { state: DenseState, at_sync: InnerState, grad: Vec<f32> },
+    Dense {
+        state: DenseState,
+        at_sync: InnerState,
+        grad: Vec<f32>,
+    },
 }
 
 /// The state of an optimizer that steps on the dense gradient.
@@ -177,7 +181,9 @@ impl Optimizer {
                 anyhow::bail!("--inner-optimizer and --optimizer saga are two optimizers of the same steps: choose one")
             }
             (false, InnerOptimizer::Sgd) => Optimizer::Sgd,
-            (false, InnerOptimizer::Momentum) => dense(DenseState::Momentum(Momentum { mu: inner.momentum, velocity: vec![0.0; n_params] })),
+            (false, InnerOptimizer::Momentum) => {
+                dense(DenseState::Momentum(Momentum { mu: inner.momentum, velocity: vec![0.0; n_params] }))
+            }
             (false, InnerOptimizer::Adamw) => dense(DenseState::AdamW(AdamW {
                 opts: inner.adam.clone(),
                 first: vec![0.0; n_params],
@@ -493,7 +499,12 @@ mod tests {
                     // Each step from the optimizer's own parameters, so f32 rounding does not add up.
                     for k in 0..n {
                         let tol = 1e-5 * oracle[k].abs().max(1.0);
-                        assert!((w[k] as f64 - oracle[k]).abs() < tol, "{kind:?} {inner:?} step {t} param {k}: {} against {}", w[k], oracle[k]);
+                        assert!(
+                            (w[k] as f64 - oracle[k]).abs() < tol,
+                            "{kind:?} {inner:?} step {t} param {k}: {} against {}",
+                            w[k],
+                            oracle[k]
+                        );
                         oracle[k] = w[k] as f64;
                     }
                 }
