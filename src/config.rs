@@ -37,9 +37,64 @@ pub enum LrSchedule {
     Bottou,
     /// eta = lr * decay^epoch.
     Decay,
+    /// Cosine decay from lr (after --warmup-epochs) to 0 at the run's last mini-batch:
+    /// eta = lr (1 + cos(pi p)) / 2, p the fraction of the decay's mini-batches done.
+    Cosine,
     /// AdaRevision (Bosen §3.4; --sync bosen only): per-coordinate adaptive steps computed by the
     /// shard servers when they apply an update, smaller the more updates it missed (alpha = lr).
     Adarevision,
+}
+
+/// The optimizer of every rank's local steps (`--inner-optimizer`; DiLoCo's inner optimizer,
+/// beside `--outer-optimizer`'s step on the averaged models).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum InnerOptimizer {
+    /// w -= eta g (each model's own step, sparse where its batch is).
+    Sgd,
+    /// Heavy-ball momentum in PyTorch's form: v = mu v + g, w -= eta v (--momentum mu).
+    Momentum,
+    /// Adam with decoupled weight decay (Loshchilov & Hutter; PyTorch's AdamW).
+    Adamw,
+}
+
+/// What each rank's optimizer state (momentum buffer, Adam's moments and step count) does at a
+/// sync (`--inner-state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum InnerState {
+    /// Kept on the rank across syncs (DiLoCo's inner AdamW, DDP with a local optimizer).
+    Local,
+    /// Zeroed at every sync (Adam's step count too): each round starts the optimizer afresh.
+    Reset,
+}
+
+/// Adam's settings (`--inner-optimizer adamw`).
+#[derive(Args, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[group(id = "adamw_group")]
+pub struct AdamOptions {
+    /// Adam's first-moment decay beta1 (--inner-optimizer adamw).
+    #[arg(long, value_name = "B1", default_value_t = 0.9, value_parser = finite_f32, help_heading = "Optimisation")]
+    pub beta1: f32,
+    /// Adam's second-moment decay beta2 (--inner-optimizer adamw).
+    #[arg(long, value_name = "B2", default_value_t = 0.999, value_parser = finite_f32, help_heading = "Optimisation")]
+    pub beta2: f32,
+    /// Adam's epsilon, added to the root of the second moment (--inner-optimizer adamw).
+    #[arg(long, value_name = "EPS", default_value_t = 1e-8, value_parser = finite_f32, help_heading = "Optimisation")]
+    pub adam_eps: f32,
+    /// AdamW's decoupled weight decay: every step multiplies every parameter by 1 - eta * WD
+    /// (PyTorch's AdamW without parameter groups). --lambda stays the objective's L2 term, in the
+    /// gradient as for every optimizer: for Loshchilov & Hutter's AdamW give --lambda 0
+    /// --weight-decay 0.01.
+    #[arg(long, value_name = "WD", default_value_t = 0.0, value_parser = finite_f32, help_heading = "Optimisation")]
+    pub weight_decay: f32,
+}
+
+impl Default for AdamOptions {
+    fn default() -> Self {
+        crate::values::option_defaults()
+    }
 }
 
 /// Which model a `--target` is judged on.
@@ -168,8 +223,9 @@ pub struct TrainConfig {
     #[arg(long, value_name = "ETA", default_value_t = 0.3, value_parser = finite_f32, help_heading = "Optimisation")]
     pub lr: f32,
     /// Step-size schedule: constant, inv-sqrt (eta0/sqrt(1+t), t = mini-batches), bottou
-    /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch), adarevision (bosen's
-    /// servers choose per-coordinate steps; eta0 is its alpha).
+    /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch), cosine (eta0 (1 +
+    /// cos(pi p))/2 from the warm-up's end, p = 0, to the run's last mini-batch, p = 1),
+    /// adarevision (bosen's servers choose per-coordinate steps; eta0 is its alpha).
     #[arg(long, value_enum, default_value_t = LrSchedule::Decay, help_heading = "Optimisation")]
     pub lr_schedule: LrSchedule,
     /// Per-epoch factor for --lr-schedule decay. When not given and more than 8 ranks share the
@@ -177,6 +233,29 @@ pub struct TrainConfig {
     /// examples per rank (see `train::plan::fit_to_ranks`; the start line says which was used).
     #[arg(long, value_name = "F", default_value_t = 0.8, value_parser = finite_f32, help_heading = "Optimisation")]
     pub lr_decay: f32,
+    /// Linear warm-up of the step size over the first W epochs (fractions allowed, counted in
+    /// mini-batches): step t (from 0) of the warm-up takes (t+1)/steps of the schedule's step.
+    /// Every schedule but adarevision; 0 = none.
+    #[arg(long, value_name = "W", default_value_t = 0.0, value_parser = finite_f64, help_heading = "Optimisation")]
+    pub warmup_epochs: f64,
+    /// Optimizer of each rank's local steps: sgd, momentum (heavy ball, v = mu v + g, w -= eta v;
+    /// --momentum) or adamw (--beta1, --beta2, --adam-eps, --weight-decay). momentum and adamw
+    /// step on the dense gradient of the whole parameter vector: --model svm, logreg, lsq, mlr
+    /// and mlp (not mf, whose step touches only the rated rows, nor lda). Their state stays on
+    /// each rank across syncs unless --inner-state reset (docs/training.md).
+    #[arg(long, value_enum, default_value_t = InnerOptimizer::Sgd, help_heading = "Optimisation")]
+    pub inner_optimizer: InnerOptimizer,
+    /// Momentum mu of --inner-optimizer momentum.
+    #[arg(long, value_name = "MU", default_value_t = 0.9, value_parser = finite_f32, group = "momentum_group", help_heading = "Optimisation")]
+    pub momentum: f32,
+    /// Options of --inner-optimizer adamw.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub adam: AdamOptions,
+    /// What each rank's optimizer state does at a sync: local (kept: DiLoCo's inner AdamW; the
+    /// measured choice, docs/training.md) or reset (zeroed, Adam's step count too).
+    #[arg(long, value_enum, default_value_t = InnerState::Local, group = "inner_state_group", help_heading = "Optimisation")]
+    pub inner_state: InnerState,
     /// Seed for initialisation, shuffling and random graphs (same seed + ranks = same run).
     #[arg(long, default_value_t = 1, help_heading = "Optimisation")]
     pub seed: u64,
@@ -284,6 +363,13 @@ pub struct TrainConfig {
     /// (outside the training time) instead of later from snapshots.
     #[arg(long, help_heading = "Output")]
     pub stop_at_target: bool,
+    /// Early stopping: stop when the held-out metric of the run's model has not improved for P
+    /// evaluations in a row (--eval-every; once per epoch by default). Every rank stops at the
+    /// same evaluation; the summary says so and where the best was. --save-model writes the
+    /// last model, not the best (as Keras's EarlyStopping without restore_best_weights). Needs a
+    /// held-out set; under asynchronous modes every evaluation then runs at once.
+    #[arg(long, value_name = "P", help_heading = "Output")]
+    pub patience: Option<usize>,
     /// Stop after this many rounds (the run can be continued with --resume).
     #[arg(long, value_name = "N", help_heading = "Output")]
     pub max_rounds: Option<u64>,
@@ -355,17 +441,24 @@ pub const MODEL_GROUPS: &[crate::sync::Uses] = &[
     (&[("model", "lda")], &["LdaOptions"]),
 ];
 
+/// Which option groups a run uses by its inner optimizer (as [`MODEL_GROUPS`] by its model).
+pub const OPTIMIZER_GROUPS: &[crate::sync::Uses] = &[
+    (&[("inner_optimizer", "momentum")], &["momentum_group", "inner_state_group"]),
+    (&[("inner_optimizer", "adamw")], &["adamw_group", "inner_state_group"]),
+];
+
 /// A condition (config keys and values, all of which must hold) and the option groups a run
 /// meeting it uses.
 pub type GroupUse = (Vec<(&'static str, &'static str)>, &'static [&'static str]);
 
 /// Every condition under which a run uses option groups, with the groups: the modes' (from their
-/// declarations, in the registry's order, each with `sync = <mode>` first), then the models'.
+/// declarations, in the registry's order, each with `sync = <mode>` first), then the models' and the
+/// inner optimizers'.
 pub fn groups_used() -> Vec<GroupUse> {
     let modes = SyncKind::ALL.iter().map(|k| k.spec()).flat_map(|spec| {
         spec.uses.iter().map(move |(when, groups)| ([("sync", spec.name)].into_iter().chain(when.iter().copied()).collect(), *groups))
     });
-    modes.chain(MODEL_GROUPS.iter().map(|(when, groups)| (when.to_vec(), *groups))).collect()
+    modes.chain(MODEL_GROUPS.iter().chain(OPTIMIZER_GROUPS).map(|(when, groups)| (when.to_vec(), *groups))).collect()
 }
 
 /// Options that do not change the trajectory of a run (its models, round by round), left out of
@@ -387,6 +480,7 @@ pub const TRAJECTORY_FREE: &[(&str, &str)] = &[
     ("auto_resume", "how this invocation starts, not where the run goes"),
     ("max_rounds", "where this invocation stops; the run is continued without it"),
     ("stop_at_target", "where this invocation stops (at the target); the models up to there are the same"),
+    ("patience", "where this invocation stops (early stopping); the models up to there are the same"),
     ("stop_check_every", "rounds between the stop votes, a collective that moves no model"),
     ("wait_timeout", "how long a rank waits before the job fails; it changes no value"),
     ("eval_every", "when the model is evaluated (evaluations read the models, and asynchronous modes evaluate snapshots later)"),
@@ -737,7 +831,56 @@ impl TrainConfig {
             "--hidden takes one or two positive layer widths for --model mlp, got {:?}",
             self.hidden
         );
+        self.check_optimizer()?;
         self.check_mode()
+    }
+
+    /// The inner optimizer, the warm-up and early stopping: values and combinations.
+    fn check_optimizer(&self) -> anyhow::Result<()> {
+        let name = format!("{:?}", self.inner_optimizer).to_lowercase();
+        if self.inner_optimizer != InnerOptimizer::Sgd {
+            anyhow::ensure!(
+                self.model != ModelKind::Lda,
+                "--inner-optimizer {name}: --model lda is trained by Gibbs sampling, not by gradient steps: remove --inner-optimizer"
+            );
+            anyhow::ensure!(
+                self.model != ModelKind::Mf,
+                "--inner-optimizer {name} steps on the dense gradient of every parameter, while --model mf's SGD step touches only \
+                 the rated users' and items' rows (a dense step would cost the whole model per mini-batch): use --inner-optimizer sgd"
+            );
+            anyhow::ensure!(
+                self.modes.async_mode.optimizer == crate::sync::async_mode::OptimizerKind::Sgd,
+                "--inner-optimizer {name} and --optimizer saga are two optimizers of the same steps: choose one (drop \
+                 --inner-optimizer, or --optimizer saga)"
+            );
+            anyhow::ensure!(
+                self.lr_schedule != LrSchedule::Adarevision,
+                "--lr-schedule adarevision: bosen's servers turn the pushed steps back into gradients (dividing by --lr), which \
+                 only plain steps are: use --inner-optimizer sgd, or another --lr-schedule"
+            );
+        }
+        anyhow::ensure!((0.0..1.0).contains(&self.momentum), "--momentum must be in [0, 1), got {}", self.momentum);
+        let a = &self.adam;
+        anyhow::ensure!((0.0..1.0).contains(&a.beta1), "--beta1 must be in [0, 1), got {}", a.beta1);
+        anyhow::ensure!((0.0..1.0).contains(&a.beta2), "--beta2 must be in [0, 1), got {}", a.beta2);
+        anyhow::ensure!(a.adam_eps > 0.0, "--adam-eps must be positive, got {}", a.adam_eps);
+        anyhow::ensure!(a.weight_decay >= 0.0, "--weight-decay must be >= 0, got {}", a.weight_decay);
+        anyhow::ensure!(
+            self.warmup_epochs >= 0.0 && self.warmup_epochs < self.epochs as f64,
+            "--warmup-epochs must be in [0, --epochs) (here [0, {})), got {}: the warm-up must end before the run does",
+            self.epochs,
+            self.warmup_epochs
+        );
+        anyhow::ensure!(
+            self.warmup_epochs == 0.0 || self.lr_schedule != LrSchedule::Adarevision,
+            "--warmup-epochs scales the rank's own steps; under --lr-schedule adarevision bosen's servers choose them: drop --warmup-epochs"
+        );
+        anyhow::ensure!(self.patience != Some(0), "--patience 0 would stop at the first evaluation: give at least 1 (or leave it out)");
+        anyhow::ensure!(
+            self.patience.is_none() || self.model != ModelKind::Lda,
+            "--patience stops on the held-out metric of SGD runs; --model lda reports perplexity once at the end: drop --patience"
+        );
+        Ok(())
     }
 }
 
@@ -1115,9 +1258,21 @@ mod tests {
     /// written out here, not taken from the declarations; a group of a mode added later is checked
     /// against its declaration (every group of the command must be in one or the other), and every
     /// mode of the registry is run against every group.
+    /// The values of a selecting option (`--sync`, `--model`, `--inner-optimizer`).
+    fn selector_values(selector: &str) -> Vec<String> {
+        use clap::ValueEnum;
+        fn names<T: ValueEnum>() -> Vec<String> {
+            T::value_variants().iter().filter_map(|v| v.to_possible_value()).map(|v| v.get_name().to_owned()).collect()
+        }
+        match selector {
+            "sync" => names::<SyncKind>(),
+            "inner_optimizer" => names::<InnerOptimizer>(),
+            _ => names::<ModelKind>(),
+        }
+    }
+
     #[test]
     fn options_of_groups_a_run_does_not_use_are_refused() {
-        use clap::ValueEnum;
         // (group, the selecting option, the values that use it)
         let table: &[(&str, &str, &[&str])] = &[
             ("AsapOptions", "sync", &["asap"]),
@@ -1132,6 +1287,9 @@ mod tests {
             ("mf_group", "model", &["mf"]),
             ("classes_group", "model", &["mlr", "mlp"]),
             ("LdaOptions", "model", &["lda"]),
+            ("momentum_group", "inner_optimizer", &["momentum"]),
+            ("adamw_group", "inner_optimizer", &["adamw"]),
+            ("inner_state_group", "inner_optimizer", &["momentum", "adamw"]),
             ("outer_group", "sync", &["allreduce", "asap", "gaia"]),
             ("compress_group", "sync", &["allreduce", "asap", "bosen"]),
             ("consensus_group", "sync", &["asap"]),
@@ -1155,9 +1313,6 @@ mod tests {
             // clap keeps groups and options in one namespace of matches: a clash breaks parsing.
             assert!(cmd.get_arguments().all(|a| a.get_id() != g.get_id()), "group {} is also an option", g.get_id());
         }
-        let names = |values: Vec<clap::builder::PossibleValue>| values.iter().map(|v| v.get_name().to_owned()).collect::<Vec<_>>();
-        let modes = names(SyncKind::value_variants().iter().filter_map(|v| v.to_possible_value()).collect());
-        let models = names(ModelKind::value_variants().iter().filter_map(|v| v.to_possible_value()).collect());
         let dir = tempfile::tempdir().unwrap();
         let defaults = serde_json::to_value(TrainConfig::default()).unwrap();
         let mut checked = 0;
@@ -1176,13 +1331,13 @@ mod tests {
                 let users: Vec<&str> = mine.iter().flat_map(|e| e.2.iter().copied()).collect();
                 let in_graph_group = mine.iter().any(|e| e.0 == "graph_group");
                 let (flag, file) = (sample(arg), non_default(&cmd, arg));
-                for choice in if selector == "sync" { &modes } else { &models } {
+                for choice in &selector_values(selector) {
                     for extra in [&[][..], &["--gaia-inner", "asap"]] {
                         if !extra.is_empty() && (choice != "gaia" || arg.get_id() == "gaia_inner") {
                             continue;
                         }
                         let applies = users.contains(&choice.as_str()) || (in_graph_group && !extra.is_empty());
-                        let sel = format!("--{selector}={choice}");
+                        let sel = format!("--{}={choice}", selector.replace('_', "-"));
                         let mut argv = vec!["x".to_owned(), sel.clone()];
                         argv.extend(extra.iter().map(|s| s.to_string()));
                         let from_flag = merged(&cmd, &[&argv[..], &flag[..]].concat(), None);
@@ -1199,6 +1354,7 @@ mod tests {
                                 (true, Some(e)) => panic!("{how} {long} with {sel} {extra:?} refused: {e}"),
                                 (false, None) => panic!("{how} {long} with {sel} {extra:?} accepted: {r:?}"),
                                 (false, Some(e)) => {
+                                    let selector = selector.replace('_', "-");
                                     assert!(e.starts_with(&format!("{long} applies to --{selector} ")), "{e}");
                                     assert!(users.iter().all(|u| e.contains(&format!("--{selector} {u}"))), "{e}");
                                     assert!(e.contains(&format!("--{selector} {choice}")), "{e}");
@@ -1214,7 +1370,7 @@ mod tests {
         }
         assert!(checked > 200, "{checked}");
         // The defaults of every group are no explicit choice: every mode and model runs without them.
-        for m in &modes {
+        for m in &selector_values("sync") {
             let r = merged(&cmd, &["x".to_owned(), format!("--sync={m}")], None);
             assert!(r.as_ref().is_ok() || m == "bosen", "--sync {m}: {r:?}"); // bosen needs a budget
         }

@@ -2,6 +2,7 @@
 //! the sync mode every `--sync-every` mini-batches; rank 0 reports.
 
 pub mod checkpoint;
+pub mod early_stop;
 pub mod emulate;
 pub mod eval;
 pub mod lda;
@@ -128,10 +129,17 @@ struct Run<'a> {
     train_start: Instant,
     pos: Position,
     steps_per_epoch: usize,
+    /// The step size of each mini-batch.
+    schedule: schedule::StepSchedule,
     reached: Option<(f64, u64, f64)>,
     last_eval: Evaluation,
     /// The round of `last_eval` (0: none yet).
     last_eval_round: u64,
+    /// `--patience`'s count of evaluations without improvement.
+    early_stop: Option<early_stop::EarlyStop>,
+    /// The round whose end-of-epoch evaluation a checkpoint ran ahead of its epoch's end, so the
+    /// checkpoint holds its early-stopping count (the epoch's end does not run it again).
+    epoch_end_evaluated: Option<u64>,
     pending: Vec<PendingEval>,
     run_id: checkpoint::RunIdentity,
     /// The emulated compute (`--emulate-compute`, `--straggler`, `--balance`).
@@ -182,6 +190,8 @@ struct Ending {
     stopped_early: bool,
     /// By SIGTERM/SIGUSR1.
     preempted: bool,
+    /// By --patience.
+    patience: bool,
 }
 
 impl Run<'_> {
@@ -240,8 +250,9 @@ impl Run<'_> {
         });
         if self.sync.lockstep() {
             self.evaluate_pending()?;
-        } else if self.cfg.stop_at_target {
-            // --stop-at-target must know at once: the ranks meet here (outside training time).
+        } else if self.cfg.stop_at_target || self.early_stop.is_some() {
+            // --stop-at-target and --patience must know at once: the ranks meet here (outside
+            // training time).
             self.quiesce(params);
             self.evaluate_pending()?;
         } else if self.pending.len() * params.len() * 4 > PENDING_EVAL_BYTES {
@@ -379,6 +390,9 @@ impl Run<'_> {
                     log::warn!("{w}");
                 }
             }
+            if let Some(es) = &mut self.early_stop {
+                es.observe(ev.metric, p.round, p.epoch);
+            }
             self.last_eval = ev;
             self.last_eval_round = p.round;
         }
@@ -416,6 +430,14 @@ impl Run<'_> {
         let t0 = Instant::now();
         self.quiesce(params);
         let cut = t0.elapsed();
+        // The epoch's last round, before its end-of-epoch evaluation: run it now, so that the
+        // early-stopping count a resumed run starts from holds it (a resume starts the next epoch).
+        let at_epoch_end = self.pos.step_in_epoch >= self.steps_per_epoch;
+        if self.early_stop.is_some() && self.cfg.eval_every == 0 && at_epoch_end && self.epoch_end_evaluated != Some(self.pos.round) {
+            // Its epoch (epoch_fraction) and round are the ones the epoch's end would record.
+            self.epoch_end_evaluated = Some(self.pos.round);
+            self.mark_evaluation(params)?;
+        }
         self.evaluate_pending()?;
         let t0 = Instant::now();
         let mut pos = self.pos.clone();
@@ -431,7 +453,12 @@ impl Run<'_> {
         let contents = checkpoint::Contents {
             params,
             epoch_rng: rng_state,
-            mode_state: &[self.sync.save_state(), self.optimizer.save_state()].concat(),
+            mode_state: &[
+                self.sync.save_state(),
+                self.optimizer.save_state(),
+                self.early_stop.as_ref().map_or(Vec::new(), |e| e.save_state()),
+            ]
+            .concat(),
             config_json: &serde_json::to_string(self.cfg)?,
             spec_json: &serde_json::to_string(self.model.spec())?,
         };
@@ -568,12 +595,24 @@ fn set_up<'a>(
     let step_pacer = step_pacer(cfg, n, rank)?;
     let fault_panic = cfg.fault_panic.as_deref().map(|s| crate::config::parse_rank_round("--fault-panic", s, n)).transpose()?;
     let local_n = shards.train.len();
-    let mut optimizer =
-        optimizer::Optimizer::new((cfg.sync.spec().keeps_history)(&cfg.modes), model.as_ref(), local_n, shards.total_train, p)?;
+    let mut optimizer = optimizer::Optimizer::new(
+        (cfg.sync.spec().keeps_history)(&cfg.modes),
+        &optimizer::Inner::of(cfg),
+        model.as_ref(),
+        local_n,
+        shards.total_train,
+        p,
+    )?;
     let steps_per_epoch = plan::steps_per_epoch(cfg, &shards, comm);
     let total_rounds_all = (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64;
     let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
 
+    anyhow::ensure!(
+        cfg.patience.is_none() || shards.test.is_some(),
+        "--patience {} stops on the held-out metric, and this run has no held-out set: give --test-data FILE or --test-fraction F",
+        cfg.patience.unwrap_or(0)
+    );
+    let mut early = cfg.patience.map(|p| early_stop::EarlyStop::new(p, model.metric_kind()));
     let mut pos = Position { epoch: 0, step_in_epoch: 0, global_step: 0, round: 0, train_seconds: 0.0 };
     let run_id = checkpoint::RunIdentity::new(&plan.resolved, n).with_chosen(&plan.chosen);
     let restored = resume_point(cfg, comm, &run_id, p)?;
@@ -588,6 +627,7 @@ fn set_up<'a>(
     if let Some(path) = &resumed_from {
         let mut state = checkpoint::restore_mode_state(comm, path)?;
         collectives::agree(comm, optimizer.restore_state(&mut state))?;
+        collectives::agree(comm, early_stop::EarlyStop::restore_state(early.as_mut(), &mut state))?;
         collectives::agree(comm, sync.restore_state(state))?;
     }
     let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank == 0, resumed_from.is_some()))?;
@@ -598,6 +638,7 @@ fn set_up<'a>(
         comm,
         model,
         steps_per_epoch,
+        schedule: schedule::StepSchedule::new(cfg, steps_per_epoch),
         metrics,
         progress: Progress::new(rank == 0, total_rounds),
         clock: Clock::default(),
@@ -608,6 +649,8 @@ fn set_up<'a>(
         reached: None,
         last_eval: Evaluation::default(),
         last_eval_round: 0,
+        early_stop: early,
+        epoch_end_evaluated: None,
         pending: Vec::new(),
         run_id,
         shards,
@@ -677,6 +720,12 @@ impl Run<'_> {
         let mut stop_vote = comm::preempt::StopVote::new(self.comm, vote_period, Duration::from_secs_f64(cfg.wait_timeout));
         let mut ending = Ending::default();
         'epochs: while self.pos.epoch < cfg.epochs {
+            // --patience at an epoch's end (or a resumed run whose checkpoint already ran out).
+            if self.early_stop.as_ref().is_some_and(|e| e.exhausted()) {
+                self.checkpoint(&mut r.params, r.rng.state(), r.rng.state())?;
+                ending = Ending { stopped_early: true, preempted: false, patience: true };
+                break 'epochs;
+            }
             // A checkpoint keeps the shuffle stream as the epoch began: a resumed epoch replays the
             // shuffles of the passes begun before it stopped, and goes on as the uninterrupted run.
             let epoch_rng = r.rng.state();
@@ -697,7 +746,7 @@ impl Run<'_> {
             }
             self.pos.epoch += 1;
             self.pos.step_in_epoch = 0;
-            if cfg.eval_every == 0 {
+            if cfg.eval_every == 0 && self.epoch_end_evaluated != Some(self.pos.round) {
                 self.mark_evaluation(&mut r.params)?;
             }
         }
@@ -731,7 +780,7 @@ impl Run<'_> {
         if let Err(e) = self.sync.before_step(&mut r.params, self.pos.round) {
             comm::abort_job(&format!("{e:#}"), 4);
         }
-        let lr = schedule::step_size(cfg.lr_schedule, cfg.lr, cfg.lambda, cfg.lr_decay, self.pos.global_step, self.pos.epoch, b);
+        let lr = self.schedule.at(self.pos.global_step, self.pos.epoch);
         // --balance: a smaller mini-batch takes a proportionally smaller step (the linear
         // scaling rule), so averaging the replicas weighs each rank's step by the examples it
         // saw, as Hop does, and a slowed rank's noisier gradient moves it less.
@@ -788,7 +837,8 @@ impl Run<'_> {
         if cfg.eval_every > 0 && self.pos.round.is_multiple_of(cfg.eval_every as u64) {
             self.mark_evaluation(&mut r.params)?;
         }
-        let last = Some(self.pos.round) == cfg.max_rounds || (cfg.stop_at_target && self.reached.is_some());
+        let patience = self.early_stop.as_ref().is_some_and(|e| e.exhausted()) && cfg.eval_every > 0;
+        let last = Some(self.pos.round) == cfg.max_rounds || (cfg.stop_at_target && self.reached.is_some()) || patience;
         // A rank waiting for the vote keeps serving the mode (the async coordinator's workers).
         let sync = &mut self.sync;
         let stop = match stop_vote.stop_after_serving(self.pos.round, &mut || sync.idle(Duration::ZERO)) {
@@ -812,7 +862,7 @@ impl Run<'_> {
                 }
             );
         }
-        Ok(Some(Ending { stopped_early: true, preempted: stop }))
+        Ok(Some(Ending { stopped_early: true, preempted: stop, patience: patience && !stop }))
     }
 
     /// The finish (collective): the last checkpoint and evaluations, the mode's final model, its
@@ -963,6 +1013,7 @@ impl Run<'_> {
             sync_metrics: r.metrics,
             phases,
             emulation,
+            early_stopping: self.early_stop.as_ref().map(|e| e.summary(ending.patience)),
             last_evaluation: (self.last_eval_round > 0)
                 .then_some(summary::LastEvaluation { round: self.last_eval_round, metric: self.last_eval.metric }),
         }

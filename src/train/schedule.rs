@@ -1,6 +1,13 @@
-//! Step-size schedules, and the slow-down of straggling ranks (`--straggler`).
+//! Step-size schedules (`--lr-schedule`, `--warmup-epochs`), and the slow-down of straggling
+//! ranks (`--straggler`).
+//!
+//! Cosine decay (Loshchilov & Hutter's SGDR without restarts, PyTorch's CosineAnnealingLR with
+//! eta_min 0) runs from the end of the warm-up to the run's last mini-batch, counted over all
+//! `--epochs` (not `--max-rounds`, which stops one invocation of a run that `--resume` goes on
+//! with). The warm-up is linear, as Goyal et al.'s for large mini-batches: step t of W takes
+//! (t+1)/W of the schedule's step, so the first step is small but not zero.
 
-use crate::config::{parse_straggler, LrSchedule, MAX_STRAGGLER_FACTOR};
+use crate::config::{parse_straggler, LrSchedule, TrainConfig, MAX_STRAGGLER_FACTOR};
 use crate::rng::Rng;
 
 /// Every rank's compute slow-down factor (1 = full speed) from a `--straggler` form:
@@ -151,18 +158,60 @@ impl StragglerPlan {
     }
 }
 
-/// Step size for mini-batch `t` (0-based, counted on this rank) in `epoch`, with `batch`
-/// examples per mini-batch.
-pub fn step_size(kind: LrSchedule, eta0: f32, lambda: f32, decay: f32, t: u64, epoch: usize, batch: usize) -> f32 {
-    match kind {
-        LrSchedule::Constant => eta0,
-        LrSchedule::InvSqrt => eta0 / ((1 + t) as f32).sqrt(),
-        // Bottou counts examples, so the schedule does not change with the batch size.
-        LrSchedule::Bottou => eta0 / (1.0 + lambda * eta0 * (t as f32 * batch as f32)),
-        LrSchedule::Decay => eta0 * decay.powi(epoch as i32),
-        // The client's steps are converted back to gradients (divided by eta0) by the servers,
-        // which choose the step sizes.
-        LrSchedule::Adarevision => eta0,
+/// The step size of each mini-batch of a run on a rank.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepSchedule {
+    pub kind: LrSchedule,
+    pub eta0: f32,
+    /// `--lambda` (Bottou's schedule reads it).
+    pub lambda: f32,
+    /// `--lr-decay`'s per-epoch factor.
+    pub decay: f32,
+    /// Examples per mini-batch.
+    pub batch: usize,
+    /// Mini-batches of the linear warm-up (0: none).
+    pub warmup_steps: u64,
+    /// Mini-batches of the whole run on a rank (cosine's step reaches 0 there).
+    pub total_steps: u64,
+}
+
+impl StepSchedule {
+    /// The schedule of a run of `cfg` with `steps_per_epoch` mini-batches per epoch on a rank.
+    pub fn new(cfg: &TrainConfig, steps_per_epoch: usize) -> StepSchedule {
+        StepSchedule {
+            kind: cfg.lr_schedule,
+            eta0: cfg.lr,
+            lambda: cfg.lambda,
+            decay: cfg.lr_decay,
+            batch: cfg.batch_size,
+            warmup_steps: (cfg.warmup_epochs * steps_per_epoch as f64).round() as u64,
+            total_steps: (cfg.epochs * steps_per_epoch) as u64,
+        }
+    }
+
+    /// Step size for mini-batch `t` (0-based, counted on this rank) in `epoch`.
+    pub fn at(&self, t: u64, epoch: usize) -> f32 {
+        let eta0 = self.eta0;
+        let eta = match self.kind {
+            LrSchedule::Constant => eta0,
+            LrSchedule::InvSqrt => eta0 / ((1 + t) as f32).sqrt(),
+            // Bottou counts examples, so the schedule does not change with the batch size.
+            LrSchedule::Bottou => eta0 / (1.0 + self.lambda * eta0 * (t as f32 * self.batch as f32)),
+            LrSchedule::Decay => eta0 * self.decay.powi(epoch as i32),
+            LrSchedule::Cosine => {
+                let span = self.total_steps.saturating_sub(self.warmup_steps).max(1);
+                let progress = (t.saturating_sub(self.warmup_steps) as f64 / span as f64).min(1.0);
+                (eta0 as f64 * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())) as f32
+            }
+            // The client's steps are converted back to gradients (divided by eta0) by the servers,
+            // which choose the step sizes.
+            LrSchedule::Adarevision => eta0,
+        };
+        if t < self.warmup_steps {
+            eta * ((t + 1) as f64 / self.warmup_steps as f64) as f32
+        } else {
+            eta
+        }
     }
 }
 
@@ -170,12 +219,45 @@ pub fn step_size(kind: LrSchedule, eta0: f32, lambda: f32, decay: f32, t: u64, e
 mod tests {
     use super::*;
 
+    fn schedule(kind: LrSchedule, eta0: f32, lambda: f32, decay: f32, batch: usize) -> StepSchedule {
+        StepSchedule { kind, eta0, lambda, decay, batch, warmup_steps: 0, total_steps: 1000 }
+    }
+
     #[test]
     fn schedules() {
-        assert_eq!(step_size(LrSchedule::Constant, 0.5, 0.1, 0.9, 100, 3, 8), 0.5);
-        assert!((step_size(LrSchedule::InvSqrt, 1.0, 0.0, 0.9, 3, 0, 8) - 0.5).abs() < 1e-7);
-        assert!((step_size(LrSchedule::Bottou, 1.0, 0.1, 0.9, 10, 0, 1) - 0.5).abs() < 1e-7);
-        assert!((step_size(LrSchedule::Decay, 1.0, 0.0, 0.5, 0, 2, 1) - 0.25).abs() < 1e-7);
+        assert_eq!(schedule(LrSchedule::Constant, 0.5, 0.1, 0.9, 8).at(100, 3), 0.5);
+        assert!((schedule(LrSchedule::InvSqrt, 1.0, 0.0, 0.9, 8).at(3, 0) - 0.5).abs() < 1e-7);
+        assert!((schedule(LrSchedule::Bottou, 1.0, 0.1, 0.9, 1).at(10, 0) - 0.5).abs() < 1e-7);
+        assert!((schedule(LrSchedule::Decay, 1.0, 0.0, 0.5, 1).at(0, 2) - 0.25).abs() < 1e-7);
+    }
+
+    /// Cosine after a linear warm-up, at steps whose values are known in closed form: warm-up
+    /// step t of W is (t+1)/W of eta0; then eta0 (1 + cos(pi p)) / 2 with p the fraction of the
+    /// decay done: eta0 at its start, eta0/2 half-way, eta0 (2 - sqrt 2)/4 at three quarters,
+    /// and 0 at the run's end.
+    #[test]
+    fn cosine_after_a_linear_warm_up() {
+        let s = StepSchedule { warmup_steps: 10, total_steps: 110, ..schedule(LrSchedule::Cosine, 0.4, 0.0, 0.9, 8) };
+        let close = |t: u64, want: f64| {
+            let got = s.at(t, 0) as f64;
+            assert!((got - want).abs() < 1e-7, "step {t}: {got} against {want}");
+        };
+        close(0, 0.04);
+        close(4, 0.2);
+        close(9, 0.4);
+        close(10, 0.4);
+        close(60, 0.2);
+        close(85, 0.4 * (2.0 - 2f64.sqrt()) / 4.0);
+        close(110, 0.0);
+        close(500, 0.0);
+        assert!(s.at(109, 0) > 0.0 && s.at(109, 0) < 1e-3, "the last step is small but not zero");
+        assert!((10..110).all(|t| s.at(t + 1, 0) <= s.at(t, 0)), "decreasing after the warm-up");
+        // Warm-up in front of another schedule scales it; without one every schedule is as before.
+        let d = StepSchedule { warmup_steps: 4, ..schedule(LrSchedule::Decay, 1.0, 0.0, 0.5, 1) };
+        assert_eq!((d.at(1, 0), d.at(3, 0), d.at(4, 1)), (0.5, 1.0, 0.5));
+        let cfg = TrainConfig { epochs: 4, warmup_epochs: 0.5, lr_schedule: LrSchedule::Cosine, ..TrainConfig::default() };
+        let from_cfg = StepSchedule::new(&cfg, 30);
+        assert_eq!((from_cfg.warmup_steps, from_cfg.total_steps), (15, 120));
     }
 
     #[test]

@@ -87,10 +87,11 @@ fn sample_objective(model: &dyn Model, cfg: &TrainConfig, data: &crate::data::Da
     let mut params = vec![0f32; model.num_params()];
     model.init(&mut params, &mut Rng::new(cfg.seed));
     let mut scratch = Vec::new();
+    let mut optimizer = super::optimizer::Optimizer::for_step_search(cfg, model);
     let b = cfg.batch_size.clamp(1, sample.len());
     for _ in 0..PASSES {
         for batch in sample.chunks(b) {
-            let loss = model.sgd_step(&mut params, data, batch, lr, &mut scratch);
+            let loss = optimizer.step(model, &mut params, data, batch, lr, &mut scratch);
             if !loss.is_finite() || params.iter().any(|p| !p.is_finite()) {
                 return f64::INFINITY;
             }

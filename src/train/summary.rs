@@ -137,6 +137,8 @@ pub struct Summary {
     /// The last evaluation's round and metric, so the summary can say why the final model
     /// scores otherwise at the same round (null when nothing was evaluated).
     pub last_evaluation: Option<LastEvaluation>,
+    /// `--patience`: whether the run stopped by it, and its best evaluation (null without it).
+    pub early_stopping: Option<super::early_stop::EarlyStopping>,
 }
 
 impl Summary {
@@ -158,6 +160,8 @@ impl Summary {
         println!("== asap-train summary ({ranks} rank{}, sync {}) ==", if ranks == 1 { "" } else { "s" }, self.sync);
         let how = if self.preempted {
             " (stopped by a signal)"
+        } else if self.early_stopping.is_some_and(|e| e.stopped) {
+            " (stopped early by --patience)"
         } else if self.stopped_early {
             " (stopped by --max-rounds or --stop-at-target)"
         } else {
@@ -195,6 +199,7 @@ impl Summary {
             }
         }
         self.print_own_models();
+        self.print_early_stopping();
         self.print_emulation();
         self.print_target();
     }
@@ -218,6 +223,23 @@ impl Summary {
                 fmt_metric(kind, lo),
                 fmt_metric(kind, hi)
             );
+        }
+    }
+
+    /// `--patience`: why the run stopped, and where its best evaluation was.
+    fn print_early_stopping(&self) {
+        let Some(e) = self.early_stopping else { return };
+        let best = match e.best {
+            Some(b) => format!("best held-out {} at epoch {:.2} (round {})", fmt_metric(self.metric, b.metric), b.epoch, b.round),
+            None => "nothing evaluated".to_owned(),
+        };
+        if e.stopped {
+            println!(
+                "early stop at epoch {:.2}: no better held-out metric in {} evaluations (--patience {}); {best}; the saved model is the last",
+                self.epochs, e.evaluations_since_best, e.patience
+            );
+        } else {
+            println!("--patience {}: not reached ({} evaluations since the best); {best}", e.patience, e.evaluations_since_best);
         }
     }
 
