@@ -252,12 +252,11 @@ fn fit_lr_decay_to_ranks(cfg: &mut TrainConfig, given: Given, comm: &SimpleCommu
 ///
 /// `--lr-decay` (when not given, with `--lr-schedule decay`, more than 8 ranks, and a step that did
 /// not grow with the ranks' combined batch: `--lr` given, or the check of step_search.rs refused
-/// it): an epoch is a
-/// pass over the shard, so with N ranks it holds N/8 times fewer steps than at 8 ranks, and a
-/// fixed 0.8 per epoch spends the step size N/8 times faster per example seen. A 128-rank run
-/// with the 8-rank default's examples per rank (160 epochs) would end at 0.3 * 0.8^160 ~ 1e-16
-/// and have learnt nothing in its last ~130 epochs; the sum of its step sizes (what SGD can
-/// travel) is 1/16 of the 8-rank run's. Scaling the factor to 0.8^(8/N) per epoch gives every
+/// it): an epoch is a pass over the shard, so with N ranks it holds N/8 times fewer steps than at
+/// 8 ranks, and a fixed 0.8 per epoch spends the step size N/8 times faster per example seen. A
+/// 128-rank run with the 8-rank default's examples per rank (160 epochs) would end at 0.3 *
+/// 0.8^160 ~ 1e-16 and have learnt nothing in its last ~130 epochs; the sum of its step sizes
+/// (what SGD can travel) is 1/16 of the 8-rank run's. Scaling the factor to 0.8^(8/N) per epoch gives every
 /// rank the 8-rank schedule per example seen. Up to 8 ranks nothing changes.
 fn fit_to_ranks(cfg: &mut TrainConfig, given: Given, nranks: usize) -> Option<String> {
     if given.lr_decay || cfg.lr_schedule != LrSchedule::Decay || nranks <= 8 {
