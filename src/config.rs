@@ -230,7 +230,8 @@ pub struct TrainConfig {
     pub lr_schedule: LrSchedule,
     /// Per-epoch factor for --lr-schedule decay. When not given and more than 8 ranks share the
     /// data, each epoch decays by 0.8^(8/ranks) instead, i.e. 0.8 per 8-rank epoch's worth of
-    /// examples per rank (see `train::plan::fit_to_ranks`; the start line says which was used).
+    /// examples per rank (see `train::plan::fit_to_ranks`; the start line says which was used),
+    /// unless the default step grew with the ranks' combined batch (--lr not given).
     #[arg(long, value_name = "F", default_value_t = 0.8, value_parser = finite_f32, help_heading = "Optimisation")]
     pub lr_decay: f32,
     /// Linear warm-up of the step size over the first W epochs (fractions allowed, counted in

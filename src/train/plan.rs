@@ -3,8 +3,13 @@
 //! defaults, the config file, the flags, a `--cluster` profile) gives the options and which of them
 //! were given; [`RunPlan::resolve`], collective over the ranks, fills the defaults that depend on
 //! the run, in this order:
-//! 1. on the rank count: `--lr-decay` scaled above 8 ranks ([`fit_to_ranks`] says why);
-//! 2. on the model and the training data: `--lr` by a short search (step_search.rs says why);
+//! 1. on the model, the training data and the rank count: `--lr` by a short search, grown with
+//!    the ranks' combined batch above 4 ranks where a short run on it allows (step_search.rs
+//!    says why);
+//! 2. on the rank count: `--lr-decay` scaled above 8 ranks ([`fit_to_ranks`] says why), unless
+//!    the step grew with the combined batch (which keeps an epoch's progress: the 32-rank default
+//!    reached 84.13 % at 0.8 per epoch and 83.44 % at the scaled 0.946, benches/defaults-sweep.md
+//!    Part 7); LDA and Python have only this one;
 //! 3. on the rounds of an epoch: the mode's `fit_to_epoch` (ssp and bosen bound their default
 //!    staleness: [`crate::sync::ssp::SspOptions::fit_to_epoch`] says why).
 //!
@@ -51,33 +56,51 @@ impl RunPlan {
         let Merged { options: mut cfg, given } = merged;
         let rank0 = comm.rank() == 0;
         let mut chosen = Vec::new();
-        if let Some(why) = fit_to_ranks(&mut cfg, given, comm.size() as usize) {
-            if rank0 {
-                log::info!("{why}");
-            }
-            chosen.push(("lr_decay".to_owned(), "scaled to this run's rank count; --lr-decay sets it".to_owned()));
-        }
         let plan = |cfg: TrainConfig, chosen, search_seconds| Ok(Self { resolved: with_mode_defaults(&cfg), cfg, chosen, search_seconds });
-        let Some((shards, spec)) = training else { return plan(cfg, chosen, 0.0) };
-        if let (Some(why), true) = (decayed_to_nothing(&cfg), rank0) {
-            eprintln!("asap-train: warning: {why}");
-        }
+        let Some((shards, spec)) = training else {
+            fit_lr_decay_to_ranks(&mut cfg, given, comm, &mut chosen);
+            return plan(cfg, chosen, 0.0);
+        };
         // Before the step search, which can take seconds: a run that would never sync is refused.
         // The search changes neither the shards nor the batch size: one count serves both uses.
         let steps = steps_per_epoch(&cfg, shards, comm);
         refuse_never_syncing(&cfg, steps, comm.size() as usize)?;
         // --lr not given: the step is chosen for this model and data (step_search.rs).
         let search_start = std::time::Instant::now();
-        if !given.lr {
-            if let Some(lr) = step_search::default_lr(&cfg, shards, spec, comm)? {
-                cfg.lr = lr;
-                if rank0 {
-                    let how = "a search on a sample; --lr sets it";
-                    eprintln!("asap-train: --lr not given: step size {lr} chosen for this model and data ({how})");
-                }
-                let why = "chosen by this run's step search, on its data and rank count; --lr sets it";
-                chosen.push(("lr".to_owned(), why.to_owned()));
+        let searched = if given.lr { None } else { step_search::default_lr(&cfg, shards, spec, comm)? };
+        if let Some(found) = searched {
+            cfg.lr = found.lr;
+            if rank0 {
+                let n = comm.size();
+                let how = if found.rank_factor == 1.0 {
+                    "a search on a sample".to_owned()
+                } else {
+                    format!(
+                        "a search on a sample, {} x {n}/{}: the step grows with the {n} ranks' combined batch, where a short \
+                         run on it allows",
+                        found.lr / found.rank_factor,
+                        step_search::REFERENCE_RANKS
+                    )
+                };
+                eprintln!("asap-train: --lr not given: step size {} chosen for this model and data ({how}; --lr sets it)", found.lr);
             }
+            let why = "chosen by this run's step search, on its data and rank count; --lr sets it";
+            chosen.push(("lr".to_owned(), why.to_owned()));
+        }
+        // A step scaled to the combined batch already makes an epoch's progress the 4-rank one's:
+        // the per-epoch decay stays (fit_to_ranks says why it is scaled otherwise).
+        if searched.is_none_or(|found| found.rank_factor == 1.0) {
+            fit_lr_decay_to_ranks(&mut cfg, given, comm, &mut chosen);
+        } else if rank0 && fit_to_ranks(&mut cfg.clone(), given, comm.size() as usize).is_some() {
+            log::info!(
+                "--lr-decay not given: {} per epoch on {} ranks, not scaled to the rank count (the step grew with the ranks' \
+                 combined batch instead, which keeps an epoch's progress the 4-rank run's)",
+                cfg.lr_decay,
+                comm.size()
+            );
+        }
+        if let (Some(why), true) = (decayed_to_nothing(&cfg), rank0) {
+            eprintln!("asap-train: warning: {why}");
         }
         let search_seconds = search_start.elapsed().as_secs_f64();
         // The rounds of an epoch, as in set-up (train::set_up).
@@ -214,15 +237,26 @@ fn decayed_to_nothing(cfg: &TrainConfig) -> Option<String> {
     ))
 }
 
+/// [`fit_to_ranks`], said by rank 0 and recorded among the plan's choices.
+fn fit_lr_decay_to_ranks(cfg: &mut TrainConfig, given: Given, comm: &SimpleCommunicator, chosen: &mut Vec<(String, String)>) {
+    if let Some(why) = fit_to_ranks(cfg, given, comm.size() as usize) {
+        if comm.rank() == 0 {
+            log::info!("{why}");
+        }
+        chosen.push(("lr_decay".to_owned(), "scaled to this run's rank count; --lr-decay sets it".to_owned()));
+    }
+}
+
 /// Size-dependent defaults, applied once the number of ranks is known; returns what was
 /// changed and why, for the start line (`--lr-decay` given: `given.lr_decay`).
 ///
-/// `--lr-decay` (when not given, with `--lr-schedule decay`, more than 8 ranks): an epoch is a
-/// pass over the shard, so with N ranks it holds N/8 times fewer steps than at 8 ranks, and a
-/// fixed 0.8 per epoch spends the step size N/8 times faster per example seen. A 128-rank run
-/// with the 8-rank default's examples per rank (160 epochs) would end at 0.3 * 0.8^160 ~ 1e-16
-/// and have learnt nothing in its last ~130 epochs; the sum of its step sizes (what SGD can
-/// travel) is 1/16 of the 8-rank run's. Scaling the factor to 0.8^(8/N) per epoch gives every
+/// `--lr-decay` (when not given, with `--lr-schedule decay`, more than 8 ranks, and a step that did
+/// not grow with the ranks' combined batch: `--lr` given, or the check of step_search.rs refused
+/// it): an epoch is a pass over the shard, so with N ranks it holds N/8 times fewer steps than at
+/// 8 ranks, and a fixed 0.8 per epoch spends the step size N/8 times faster per example seen. A
+/// 128-rank run with the 8-rank default's examples per rank (160 epochs) would end at 0.3 *
+/// 0.8^160 ~ 1e-16 and have learnt nothing in its last ~130 epochs; the sum of its step sizes
+/// (what SGD can travel) is 1/16 of the 8-rank run's. Scaling the factor to 0.8^(8/N) per epoch gives every
 /// rank the 8-rank schedule per example seen. Up to 8 ranks nothing changes.
 fn fit_to_ranks(cfg: &mut TrainConfig, given: Given, nranks: usize) -> Option<String> {
     if given.lr_decay || cfg.lr_schedule != LrSchedule::Decay || nranks <= 8 {
