@@ -89,7 +89,7 @@ fn option_cases(f: &Files) -> Vec<Case> {
         ("--notify", "sometimes"),
         ("--apply", "median"),
         ("--target-on", "best-rank"),
-        ("--lr-schedule", "cosine"),
+        ("--lr-schedule", "linear"),
         ("--scale", "minmax"),
         ("--zero-based", "maybe"),
     ] {
