@@ -9,6 +9,11 @@
 #   netlab/wan.sh up G H RATE DELAY       G groups x H hosts, e.g. up 2 1 100mbit 50ms
 #                                         RATE: Nmbit|Ngbit|Nkbit or none; DELAY: Nms|Nus|Ns (one
 #                                         way). none + 0ms: one bridge for every host (the "LAN")
+#   netlab/wan.sh hosts RATE/DELAY...     one host per RATE/DELAY, each behind a link of its own
+#                                         to one switch, e.g. hosts 100mbit/1ms 100mbit/1ms
+#                                         10mbit/1ms: host 2's link is 10x slower; a frame from
+#                                         host a to host b takes a's DELAY plus b's and the slower
+#                                         rate, and the senders to one host share its link
 #   netlab/wan.sh run NP ARGS...          mpirun -n NP over the hosts (NP/(G*H) ranks per host,
 #                                         consecutive ranks on one host), ARGS after `asap-train`
 #   netlab/wan.sh ping FROM TO [N]        ICMP round trips from host FROM to host TO (JSON)
@@ -121,6 +126,10 @@ down() {
     rm -rf "$DIR"
 }
 
+# With `hosts`: the relay's --uplink RATE_MBIT:DELAY_MS of each host, in host order (up's G
+# groups of 1 host; empty for `up`).
+UPLINKS=()
+
 up() {
     local G=$1 H=$2 RATE=$3 DELAY=$4 rate delay
     rate=$(mbit "$RATE")
@@ -130,6 +139,7 @@ up() {
     mkdir -p "$DIR"
     local shaped=1 sw="$P-sw"
     if [[ $RATE == none && $delay == 0 ]] || ((G == 1)); then shaped=0; fi
+    ((${#UPLINKS[@]} == 0)) || shaped=1
     ip netns add "$sw"
     ip -n "$sw" link set lo up
     local g
@@ -161,7 +171,8 @@ up() {
     done
     if ((shaped)); then
         local taps=()
-        for ((g = 0; g < G; g++)); do taps+=(--tap "t$g"); done
+        for ((g = 0; g < G; g++)); do taps+=(--tap "t$g" ${UPLINKS[g]:+--uplink "${UPLINKS[g]}"}); done
+        ((${#UPLINKS[@]} == 0)) || { rate=0; delay=0; }
         # The relay models the link, not a program on a loaded host: it runs under SCHED_FIFO
         # where permitted (else nice -10), so other jobs' CPU use does not stretch the delay
         # (at load ~100 with plain priority it fell up to 1.1 s behind). It blocks in poll()
@@ -179,8 +190,25 @@ up() {
         for _ in $(seq 100); do [[ -f $DIR/wanlink.ready ]] && break; sleep 0.1; done
         [[ -f $DIR/wanlink.ready ]] || { cat "$DIR/wanlink.log" >&2; down; fail3 "the link relay did not start"; }
     fi
+    if ((${#UPLINKS[@]} > 0)); then
+        echo "hosts ${HOST_SPECS[*]}" > "$DIR/shape"
+        echo "netlab: $G host(s) on $NET.0/24 ($P-h0..h$((n - 1))), each behind its own link (RATE/DELAY one way): ${HOST_SPECS[*]}" >&2
+        return
+    fi
     echo "$G $H $RATE $DELAY" > "$DIR/shape"
     echo "netlab: $G group(s) x $H host(s) on $NET.0/24 ($P-h0..h$((n - 1))), between groups: $RATE, $DELAY one way" >&2
+}
+
+# One host per RATE/DELAY, each behind a link of its own (wanlink.py's --uplink).
+hosts() {
+    (($# >= 2)) || { echo "netlab: hosts needs two RATE/DELAY or more (one per host), e.g. hosts 100mbit/1ms 10mbit/1ms" >&2; exit 2; }
+    HOST_SPECS=("$@")
+    local spec
+    for spec in "$@"; do
+        [[ $spec == */* ]] || { echo "netlab: a host's link is RATE/DELAY, e.g. 100mbit/1ms, got $spec" >&2; exit 2; }
+        UPLINKS+=("$(mbit "${spec%%/*}"):$(msec "${spec#*/}")")
+    done
+    up "$#" 1 none 0ms
 }
 
 hostns() { # the namespace of host number $1
@@ -302,6 +330,7 @@ PY
 case ${1:-} in
 check) check ;;
 up) shift; [[ $# -eq 4 ]] || { echo "usage: netlab/wan.sh up GROUPS HOSTS_PER_GROUP RATE|none DELAY" >&2; exit 2; }; up "$@" ;;
+hosts) shift; hosts "$@" ;;
 run) shift; run "$@" ;;
 ping) shift; ip netns exec "$(hostns "$1")" "$PY" "$HERE/probe.py" ping "$(hostip "$2")" "${3:-10}" ;;
 bulk)
@@ -315,5 +344,5 @@ bulk)
     cat "$DIR/sink.json" ;;
 stats) stats ;;
 down) down ;;
-*) echo "usage: netlab/wan.sh check | up G H RATE DELAY | run NP ARGS... | ping FROM TO [N] | bulk FROM TO MB | stats | down" >&2; exit 2 ;;
+*) echo "usage: netlab/wan.sh check | up G H RATE DELAY | hosts RATE/DELAY... | run NP ARGS... | ping FROM TO [N] | bulk FROM TO MB | stats | down" >&2; exit 2 ;;
 esac

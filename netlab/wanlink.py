@@ -12,6 +12,16 @@ as a router's buffer). Frames on one link keep their order: the release times of
 grow, so each link is a FIFO (no heap needed with a constant delay).
 
   wanlink.py --tap T0 --tap T1 [...] --rate-mbit R --delay-ms D [--queue-ms Q] [--stats FILE]
+  wanlink.py --tap T0 --uplink R0:D0 --tap T1 --uplink R1:D1 [...] [--queue-ms Q] [--stats FILE]
+
+With --uplink (one per tap, in tap order) the taps are hosts on one switch, each behind a link
+of its own (netlab/wan.sh hosts): a frame from host s to host d is serialised on s's uplink at
+Rs (shared by everything s sends; a broadcast crosses it once), crosses it in Ds, is
+serialised again on d's downlink at Rd (shared by everything sent to d, in the order frames
+reach the switch), and crosses that in Dd: one way Ds + Dd, at the slower end's rate, the
+senders to one host sharing its port. It is the model of the program's own emulated links
+(src/comm/pace.rs: a sender's pacer, a receiver's ingress), on real sockets. Each stage drops a
+frame that finds more than its queue (Q, default 2 x its delay + 20 ms) of backlog.
 
 R = 0: no rate limit. The taps must exist (ip tuntap add mode tap) and be in their bridges.
 On SIGTERM/SIGINT it writes per-link counters to FILE (JSON) and exits 0; on SIGUSR1 it writes
@@ -39,6 +49,80 @@ def open_tap(name):
     return fd
 
 
+class Switch:
+    """Hosts behind links of their own (--uplink): per host an uplink FIFO (frames leaving it,
+    ordered by when they reach the switch) and a downlink FIFO (frames for it, ordered by when
+    they leave the switch's port), each with the time its serialiser is busy until."""
+
+    def __init__(self, uplinks, queue_ms):
+        self.rate = [r * 1e6 / 8 if r > 0 else 0.0 for r, _ in uplinks]
+        self.delay = [d / 1e3 for _, d in uplinks]
+        self.queue = [(queue_ms if queue_ms is not None else 2 * d + 20) / 1e3 for _, d in uplinks]
+        n = len(uplinks)
+        self.up = [collections.deque() for _ in range(n)]  # (at switch, frame, targets)
+        self.down = [collections.deque() for _ in range(n)]  # (delivered, frame)
+        self.up_busy = [0.0] * n
+        self.down_busy = [0.0] * n
+        self.count = {k: [0] * n for k in ("out_frames", "out_bytes", "out_dropped", "in_frames", "in_bytes", "in_dropped")}
+
+    def send(self, t, s, fr, targets):
+        """Host s hands frame `fr` for `targets` to its uplink at time t."""
+        start = max(t, self.up_busy[s])
+        if start - t > self.queue[s]:
+            self.count["out_dropped"][s] += 1
+            return
+        done = start + (len(fr) / self.rate[s] if self.rate[s] else 0.0)
+        self.up_busy[s] = done
+        self.up[s].append((done + self.delay[s], fr, targets))
+        self.count["out_frames"][s] += 1
+        self.count["out_bytes"][s] += len(fr)
+
+    def switch(self, t):
+        """Moves the frames that reached the switch by t to their downlinks, in arrival order."""
+        due = []
+        for q in self.up:
+            while q and q[0][0] <= t:
+                due.append(q.popleft())
+        due.sort(key=lambda x: x[0])
+        for at, fr, targets in due:
+            for d in targets:
+                start = max(at, self.down_busy[d])
+                if start - at > self.queue[d]:
+                    self.count["in_dropped"][d] += 1
+                    continue
+                done = start + (len(fr) / self.rate[d] if self.rate[d] else 0.0)
+                self.down_busy[d] = done
+                self.down[d].append((done + self.delay[d], fr))
+                self.count["in_frames"][d] += 1
+                self.count["in_bytes"][d] += len(fr)
+
+    def next_event(self):
+        heads = [q[0][0] for q in self.up if q] + [q[0][0] for q in self.down if q]
+        return min(heads, default=None)
+
+    def deliver(self, t):
+        """(host, frame, release time) of every frame due at its host by t."""
+        for d, q in enumerate(self.down):
+            while q and q[0][0] <= t:
+                rel, fr = q.popleft()
+                yield d, fr, rel
+
+    def stats(self):
+        return [{"host": h, "rate_mbit": self.rate[h] * 8 / 1e6, "delay_ms": self.delay[h] * 1e3,
+                 **{k: v[h] for k, v in self.count.items()}} for h in range(len(self.rate))]
+
+
+def uplink(text):
+    """RATE_MBIT:DELAY_MS of one host's link."""
+    try:
+        r, d = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--uplink takes RATE_MBIT:DELAY_MS, got {text!r}")
+    if r < 0 or d < 0:
+        raise argparse.ArgumentTypeError(f"--uplink {text}: rate and delay must be >= 0")
+    return r, d
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tap", action="append", required=True, help="one per group, in group order")
@@ -47,10 +131,15 @@ def main():
     ap.add_argument("--queue-ms", type=float, default=None,
                     help="drop a frame when its link has more than this much serialisation backlog "
                          "(default: 2 x delay + 20 ms, one bandwidth-delay product plus headroom)")
+    ap.add_argument("--uplink", action="append", type=uplink, default=None,
+                    help="RATE_MBIT:DELAY_MS of each tap's own link, one per --tap (hosts on one switch)")
     ap.add_argument("--stats", default=None)
     ap.add_argument("--ready", default=None, help="create this file once the taps are open")
     a = ap.parse_args()
     g = len(a.tap)
+    if a.uplink is not None and len(a.uplink) != g:
+        sys.exit(f"wanlink: {len(a.uplink)} --uplink for {g} --tap: give one per tap")
+    sw = Switch(a.uplink, a.queue_ms) if a.uplink is not None else None
     try:
         fds = [open_tap(t) for t in a.tap]
     except OSError as e:
@@ -72,6 +161,14 @@ def main():
 
     def dump():
         if not a.stats:
+            return
+        if sw is not None:
+            out = {"late_max_ms": late_max[0] * 1e3, "late_over_1ms": late["over_1ms"], "late_over_10ms": late["over_10ms"],
+                   "hosts": sw.stats()}
+            tmp = a.stats + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(out, f)
+            os.replace(tmp, a.stats)
             return
         out = {
             "rate_mbit": a.rate_mbit, "delay_ms": a.delay_ms, "queue_ms": queue * 1e3,
@@ -99,7 +196,7 @@ def main():
         open(a.ready, "w").close()
     while not stop[0]:
         t = now()
-        nxt = min((q[0][0] for q in links.values() if q), default=None)
+        nxt = sw.next_event() if sw is not None else min((q[0][0] for q in links.values() if q), default=None)
         timeout = None if nxt is None else max(0.0, nxt - t)
         try:
             ready = poll.poll(None if timeout is None else timeout * 1e3)
@@ -124,6 +221,11 @@ def main():
                 dst = fr[0:6]
                 d = where.get(dst)
                 targets = [d] if d is not None and not dst[0] & 1 else [x for x in range(g) if x != s]
+                if sw is not None:
+                    targets = [x for x in targets if x != s]
+                    if targets:
+                        sw.send(t, s, fr, targets)
+                    continue
                 for d in targets:
                     if d == s:
                         continue
@@ -138,6 +240,21 @@ def main():
                     frames[k] += 1
                     nbytes[k] += len(fr)
         t = now()
+        if sw is not None:
+            sw.switch(t)
+            for d, fr, rel in sw.deliver(t):
+                lateness = t - rel
+                late_max[0] = max(late_max[0], lateness)
+                late["over_1ms"] += lateness > 1e-3
+                late["over_10ms"] += lateness > 1e-2
+                try:
+                    os.write(fds[d], fr)
+                except BlockingIOError:
+                    sw.count["in_dropped"][d] += 1
+                except OSError as e:
+                    print(f"wanlink: writing {a.tap[d]}: {e}; exiting", file=sys.stderr)
+                    stop[0] = True
+            continue
         for (s, d), q in links.items():
             while q and q[0][0] <= t:
                 rel, fr = q.popleft()

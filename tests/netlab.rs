@@ -137,3 +137,80 @@ fn gaia_over_delayed_shaped_namespaces() {
     // Gaia over a delayed link: the schedule decides which updates cross when (see `TRAINED`).
     assert!(sm["final_metric"].as_f64().unwrap() > TRAINED, "{sm}");
 }
+
+/// `netlab/wan.sh hosts` (issue 41 item 3): three hosts, each behind a link of its own to one
+/// switch, one of them slower and farther. The oracles are the links themselves: a round trip
+/// between two hosts takes at least twice the sum of their one-way delays; one TCP stream cannot
+/// carry more than the slower end's rate (upper bounds only: load makes links slower, never
+/// faster); each host's link carried at least the bytes that crossed it (the stream's payload,
+/// the program's own count of what its rank sent); and an MPI job runs across the three.
+#[test]
+fn hosts_behind_links_of_their_own() {
+    let hosts = |args: &[&str]| {
+        Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"))
+            .args(args)
+            .env("NETLAB_NAME", "tsh")
+            .env("NETLAB_NET", "10.81.0")
+            .env("BIN", bin())
+            .output()
+            .expect("netlab/wan.sh runs")
+    };
+    let check = hosts(&["check"]);
+    if check.status.code() == Some(3) {
+        eprintln!("SKIPPED hosts_behind_links_of_their_own: {}", String::from_utf8_lossy(&check.stderr).trim());
+        return;
+    }
+    let dir = scratch("netlab-hosts");
+    let m = dir.join("m.jsonl");
+    let _ = std::fs::remove_file(&m);
+    // (Mbit/s, one-way ms) of hosts 0, 1, 2.
+    let links = [(40.0, 2.0), (40.0, 2.0), (8.0, 5.0)];
+    let up = hosts(&["hosts", "40mbit/2ms", "40mbit/2ms", "8mbit/5ms"]);
+    assert!(up.status.success(), "netlab hosts: {}", String::from_utf8_lossy(&up.stderr));
+    let pings = [hosts(&["ping", "0", "1", "5"]), hosts(&["ping", "0", "2", "5"])];
+    let bulks = [hosts(&["bulk", "0", "1", "4"]), hosts(&["bulk", "0", "2", "2"])];
+    let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
+    let run = Command::new("timeout")
+        .args(["-k", "5", "120", concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"), "run", "3", "train", "--data", &data])
+        .args(["--epochs", "1", "--sync", "allreduce", "--sync-every", "16", "--metrics", s(&m)])
+        .env("NETLAB_NAME", "tsh")
+        .env("NETLAB_NET", "10.81.0")
+        .env("BIN", bin())
+        .output()
+        .unwrap();
+    let stats = hosts(&["stats"]);
+    let down = hosts(&["down"]);
+    assert!(
+        run.status.success(),
+        "mpirun across the hosts failed:\n{}\nnetlab stats: {}",
+        String::from_utf8_lossy(&run.stderr),
+        String::from_utf8_lossy(&stats.stdout)
+    );
+    assert!(down.status.success(), "netlab down: {}", String::from_utf8_lossy(&down.stderr));
+
+    for (to, ping) in [1, 2].into_iter().zip(&pings) {
+        assert!(ping.status.success(), "netlab ping 0 {to}: {}", String::from_utf8_lossy(&ping.stderr));
+        let rtt = json(ping)["rtt_ms_min"].as_f64().unwrap();
+        let floor = 2.0 * (links[0].1 + links[to].1);
+        assert!(rtt >= floor, "host 0 -> {to}: round trip {rtt} ms < 2 x ({} + {}) ms", links[0].1, links[to].1);
+    }
+    for ((to, mb), bulk) in [(1, 4.0), (2, 2.0)].into_iter().zip(&bulks) {
+        assert!(bulk.status.success(), "netlab bulk 0 {to}: {}", String::from_utf8_lossy(&bulk.stderr));
+        let b = json(bulk);
+        assert_eq!(b["bytes"].as_f64().unwrap(), mb * 1048576.0, "{b}");
+        let cap = f64::min(links[0].0, links[to].0);
+        // The sink times from its first byte, so the stream may read one frame faster than the link.
+        assert!(b["mbit_s"].as_f64().unwrap() <= cap * 1.02, "host 0 -> {to}: {b} over a {cap} Mbit/s path");
+    }
+    let st = json(&stats);
+    let relay = st["relay"]["hosts"].as_array().unwrap_or_else(|| panic!("{st}"));
+    assert_eq!(relay.len(), 3, "{st}");
+    let sent = summary(&m)["counters"]["bytes_sent"]["max"].as_f64().unwrap();
+    assert!(sent > 0.0);
+    for (h, l) in relay.iter().enumerate() {
+        assert_eq!((l["rate_mbit"].as_f64().unwrap(), l["delay_ms"].as_f64().unwrap()), links[h], "{l}");
+        // One rank per host: its link carried at least what the rank sent.
+        assert!(l["out_bytes"].as_f64().unwrap() >= sent, "host {h}: {l}, the rank sent {sent} B");
+    }
+    assert!(relay[2]["in_bytes"].as_f64().unwrap() >= 2.0 * 1048576.0, "{st}");
+}
