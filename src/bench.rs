@@ -4,6 +4,16 @@
 //! ("label >= 5" on Fashion-MNIST); MF factorises the images as a (image, pixel, intensity)
 //! ratings matrix over the non-zero pixels. Any data file train reads will do: sparse rows give
 //! MF their non-zero entries, ratings data only MF.
+//!
+//! Each model's rate is also given as GFLOP/s and as a fraction of one core's f32 peak (issue 44
+//! item 2), so that a kernel's headroom is visible, not only its change. The flops are the
+//! textbook count of one example's SGD step ([`flops_per_example`]: a multiply-add is 2, the
+//! forward pass and the gradient, bias included; sparse rows count their non-zeros), not what the
+//! implementation happens to do. The peak is the clock (/proc/cpuinfo's "cpu MHz") times the f32
+//! flops a core can issue a cycle ([`core_peak`]): 32 with FMA and 256-bit or wider vectors (two
+//! 256-bit FMAs a cycle, as Haswell to Zen 4 issue, or one 512-bit FMA, as the Xeons with one
+//! AVX-512 unit: the issue's 2.1 GHz Xeon, 67 GFLOP/s), 16 with AVX and no FMA, 8 with SSE only.
+//! A core with two 512-bit FMA units peaks at twice that, so a fraction above 1 is possible there.
 
 use std::time::Instant;
 
@@ -137,6 +147,73 @@ fn measure(model: &dyn model::Model, ds: &Dataset, batch: usize, seconds: f64) -
     (done as f64 / start.elapsed().as_secs_f64(), params.len())
 }
 
+/// The textbook f32 flops of one example's SGD step of `spec` on rows of `nonzeros` features
+/// (module doc): a linear model's margin and gradient, 4 per feature; MLR 4 per feature and class;
+/// an MLP's forward pass and weight gradients (4 per weight) and the deltas it passes back below
+/// its first layer (2 per weight); MF's prediction and its two row updates, 6 per factor.
+pub fn flops_per_example(spec: &ModelSpec, nonzeros: f64) -> f64 {
+    let inputs = nonzeros + 1.0;
+    match spec.kind {
+        ModelKind::Svm | ModelKind::Logreg | ModelKind::Lsq => 4.0 * inputs,
+        ModelKind::Mlr => 4.0 * inputs * spec.classes as f64,
+        ModelKind::Mlp => {
+            let widths: Vec<f64> =
+                std::iter::once(nonzeros).chain(spec.hidden.iter().map(|&h| h as f64)).chain([spec.classes as f64]).collect();
+            widths
+                .windows(2)
+                .enumerate()
+                .map(|(l, w)| {
+                    let weights = (w[0] + 1.0) * w[1];
+                    if l == 0 {
+                        4.0 * weights
+                    } else {
+                        6.0 * weights
+                    }
+                })
+                .sum()
+        }
+        ModelKind::Mf => 6.0 * spec.factors as f64,
+        ModelKind::Lda => 0.0,
+    }
+}
+
+/// One core's f32 peak in GFLOP/s, and how it was computed (module doc); None where the clock or
+/// the vector width cannot be read (not x86-64, or no "cpu MHz" in /proc/cpuinfo).
+pub fn core_peak() -> Option<(f64, String)> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let field = |name: &str| info.lines().find(|l| l.starts_with(name)).and_then(|l| l.split(':').nth(1)).map(|v| v.trim().to_string());
+    let mhz: f64 = field("cpu MHz")?.parse().ok()?;
+    let model = field("model name").unwrap_or_else(|| "this CPU".into());
+    let (per_cycle, what) = vector_flops_per_cycle()?;
+    Some((mhz / 1e3 * per_cycle, format!("{model}, {:.2} GHz x {per_cycle} f32 flop/cycle ({what})", mhz / 1e3)))
+}
+
+#[cfg(target_arch = "x86_64")]
+fn vector_flops_per_cycle() -> Option<(f64, &'static str)> {
+    let wide = is_x86_feature_detected!("avx2") || is_x86_feature_detected!("avx512f");
+    Some(if is_x86_feature_detected!("fma") && wide {
+        (32.0, "FMA on 256-bit or wider vectors: two 256-bit or one 512-bit FMA a cycle")
+    } else if is_x86_feature_detected!("avx") {
+        (16.0, "AVX without FMA: a 256-bit add and multiply a cycle")
+    } else {
+        (8.0, "SSE: a 128-bit add and multiply a cycle")
+    })
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn vector_flops_per_cycle() -> Option<(f64, &'static str)> {
+    None
+}
+
+/// Mean non-zero features of a row of `ds` (dense rows: every feature, as the kernels touch them).
+fn mean_nonzeros(ds: &Dataset) -> f64 {
+    match &ds.features {
+        Features::Dense { d, .. } => *d as f64,
+        Features::Sparse(c) => c.indices.len() as f64 / ds.len().max(1) as f64,
+        Features::Ratings { .. } => 0.0,
+    }
+}
+
 /// Runs the benchmark and prints one line per model.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     // A rank is single-threaded; measure the same.
@@ -156,8 +233,13 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     eprintln!("loaded {} ({} x {dim}) in {:.2}s", args.data, train.len(), t0.elapsed().as_secs_f64());
     // Every model checked first, so one that cannot be measured stops the run before any is.
     let classes = args.models.iter().map(|&k| classes_for(k, &train)).collect::<anyhow::Result<Vec<_>>>()?;
+    let peak = core_peak();
+    match &peak {
+        Some((gflops, how)) => eprintln!("one core's f32 peak: {gflops:.1} GFLOP/s ({how})"),
+        None => eprintln!("one core's f32 peak: unknown here (no x86-64 vector flags or no cpu MHz in /proc/cpuinfo)"),
+    }
     if !args.json {
-        println!("{:<8} {:>10} {:>14} {:>12}", "model", "params", "examples/s", "batch");
+        println!("{:<8} {:>10} {:>14} {:>12} {:>9} {:>7}", "model", "params", "examples/s", "batch", "GFLOP/s", "% peak");
     }
     let mut profile: Vec<(String, f64)> = Vec::new();
     for (&kind, classes) in args.models.iter().zip(classes) {
@@ -175,10 +257,24 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 _ => format!("{}:{batch_size}", format!("{kind:?}").to_lowercase()),
             };
             profile.push((key, 1e3 * batch_size as f64 / rate * args.dilation));
+            let flops = flops_per_example(&spec, mean_nonzeros(&ds));
+            let gflops = rate * flops / 1e9;
+            let fraction = peak.as_ref().map(|(p, _)| gflops / p);
             if args.json {
-                println!("{}", serde_json::json!({"model": kind, "params": params, "examples_per_second": rate, "batch_size": batch_size}));
+                println!(
+                    "{}",
+                    serde_json::json!({"model": kind, "params": params, "examples_per_second": rate, "batch_size": batch_size,
+                        "flops_per_example": flops, "gflops": gflops, "peak_gflops": peak.as_ref().map(|p| p.0), "peak_fraction": fraction})
+                );
             } else {
-                println!("{:<8} {:>10} {:>14.0} {:>12}", format!("{kind:?}").to_lowercase(), params, rate, batch_size);
+                let pct = fraction.map_or("?".to_string(), |f| format!("{:.1}", 100.0 * f));
+                println!(
+                    "{:<8} {:>10} {:>14.0} {:>12} {gflops:>9.2} {pct:>7}",
+                    format!("{kind:?}").to_lowercase(),
+                    params,
+                    rate,
+                    batch_size
+                );
             }
         }
     }
