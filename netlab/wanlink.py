@@ -162,24 +162,33 @@ def main():
     def dump():
         if not a.stats:
             return
+        out = {"late_max_ms": late_max[0] * 1e3, "late_over_1ms": late["over_1ms"], "late_over_10ms": late["over_10ms"]}
         if sw is not None:
-            out = {"late_max_ms": late_max[0] * 1e3, "late_over_1ms": late["over_1ms"], "late_over_10ms": late["over_10ms"],
-                   "hosts": sw.stats()}
-            tmp = a.stats + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(out, f)
-            os.replace(tmp, a.stats)
-            return
-        out = {
-            "rate_mbit": a.rate_mbit, "delay_ms": a.delay_ms, "queue_ms": queue * 1e3,
-            "late_max_ms": late_max[0] * 1e3, "late_over_1ms": late["over_1ms"], "late_over_10ms": late["over_10ms"],
-            "links": [{"from": s, "to": d, "frames": frames[(s, d)], "bytes": nbytes[(s, d)],
-                       "dropped": drops[(s, d)]} for (s, d) in sorted(links)],
-        }
+            out["hosts"] = sw.stats()
+        else:
+            out.update({"rate_mbit": a.rate_mbit, "delay_ms": a.delay_ms, "queue_ms": queue * 1e3,
+                        "links": [{"from": s, "to": d, "frames": frames[(s, d)], "bytes": nbytes[(s, d)],
+                                   "dropped": drops[(s, d)]} for (s, d) in sorted(links)]})
         tmp = a.stats + ".tmp"
         with open(tmp, "w") as f:
             json.dump(out, f)
         os.replace(tmp, a.stats)
+
+    def release(d, fr, rel, t):
+        """Writes frame `fr`, due at `rel`, into tap d at t, counting how late it left; False when
+        the tap's queue is full (the frame is dropped)."""
+        lateness = t - rel
+        late_max[0] = max(late_max[0], lateness)
+        late["over_1ms"] += lateness > 1e-3
+        late["over_10ms"] += lateness > 1e-2
+        try:
+            os.write(fds[d], fr)
+        except BlockingIOError:
+            return False
+        except OSError as e:
+            print(f"wanlink: writing {a.tap[d]}: {e}; exiting", file=sys.stderr)
+            stop[0] = True
+        return True
 
     def on_term(*_):
         stop[0] = True
@@ -243,32 +252,14 @@ def main():
         if sw is not None:
             sw.switch(t)
             for d, fr, rel in sw.deliver(t):
-                lateness = t - rel
-                late_max[0] = max(late_max[0], lateness)
-                late["over_1ms"] += lateness > 1e-3
-                late["over_10ms"] += lateness > 1e-2
-                try:
-                    os.write(fds[d], fr)
-                except BlockingIOError:
+                if not release(d, fr, rel, t):
                     sw.count["in_dropped"][d] += 1
-                except OSError as e:
-                    print(f"wanlink: writing {a.tap[d]}: {e}; exiting", file=sys.stderr)
-                    stop[0] = True
             continue
         for (s, d), q in links.items():
             while q and q[0][0] <= t:
                 rel, fr = q.popleft()
-                lateness = t - rel
-                late_max[0] = max(late_max[0], lateness)
-                late["over_1ms"] += lateness > 1e-3
-                late["over_10ms"] += lateness > 1e-2
-                try:
-                    os.write(fds[d], fr)
-                except BlockingIOError:
+                if not release(d, fr, rel, t):
                     drops[(s, d)] += 1
-                except OSError as e:
-                    print(f"wanlink: writing {a.tap[d]}: {e}; exiting", file=sys.stderr)
-                    stop[0] = True
     dump()
 
 

@@ -20,14 +20,25 @@ use std::process::Command;
 
 const DELAY_MS: f64 = 20.0;
 
+const WAN_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh");
+
+/// netlab/wan.sh for the set-up `name` on `net` (each test its own, so they never meet), under
+/// `timeout -k 5 LIMIT` when a limit is given.
+fn netlab(name: &str, net: &str, limit_s: Option<u64>) -> Command {
+    let mut c = match limit_s {
+        Some(l) => {
+            let mut c = Command::new("timeout");
+            c.args(["-k", "5", &l.to_string(), WAN_SH]);
+            c
+        }
+        None => Command::new(WAN_SH),
+    };
+    c.env("NETLAB_NAME", name).env("NETLAB_NET", net).env("BIN", bin());
+    c
+}
+
 fn wan(args: &[&str]) -> std::process::Output {
-    Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"))
-        .args(args)
-        .env("NETLAB_NAME", "tst")
-        .env("NETLAB_NET", "10.78.0")
-        .env("BIN", bin())
-        .output()
-        .expect("netlab/wan.sh runs")
+    netlab("tst", "10.78.0", None).args(args).output().expect("netlab/wan.sh runs")
 }
 
 fn json(out: &std::process::Output) -> serde_json::Value {
@@ -52,12 +63,8 @@ fn gaia_over_delayed_shaped_namespaces() {
     let up = wan(&["up", "2", "1", "100mbit", &format!("{DELAY_MS}ms")]);
     assert!(up.status.success(), "netlab up: {}", String::from_utf8_lossy(&up.stderr));
     let ping = wan(&["ping", "0", "1", "5"]);
-    let run = Command::new("timeout")
+    let run = netlab("tst", "10.78.0", Some(120))
         .args([
-            "-k",
-            "5",
-            "120",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"),
             "run",
             "4",
             "train",
@@ -78,9 +85,6 @@ fn gaia_over_delayed_shaped_namespaces() {
             "--metrics",
             s(&m),
         ])
-        .env("NETLAB_NAME", "tst")
-        .env("NETLAB_NET", "10.78.0")
-        .env("BIN", bin())
         .output()
         .unwrap();
     // On failure the link's and the hosts' kernel counters and sockets go with the message. This
@@ -146,15 +150,7 @@ fn gaia_over_delayed_shaped_namespaces() {
 /// the program's own count of what its rank sent); and an MPI job runs across the three.
 #[test]
 fn hosts_behind_links_of_their_own() {
-    let hosts = |args: &[&str]| {
-        Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"))
-            .args(args)
-            .env("NETLAB_NAME", "tsh")
-            .env("NETLAB_NET", "10.81.0")
-            .env("BIN", bin())
-            .output()
-            .expect("netlab/wan.sh runs")
-    };
+    let hosts = |args: &[&str]| netlab("tsh", "10.81.0", None).args(args).output().expect("netlab/wan.sh runs");
     let check = hosts(&["check"]);
     if check.status.code() == Some(3) {
         eprintln!("SKIPPED hosts_behind_links_of_their_own: {}", String::from_utf8_lossy(&check.stderr).trim());
@@ -170,12 +166,8 @@ fn hosts_behind_links_of_their_own() {
     let pings = [hosts(&["ping", "0", "1", "5"]), hosts(&["ping", "0", "2", "5"])];
     let bulks = [hosts(&["bulk", "0", "1", "4"]), hosts(&["bulk", "0", "2", "2"])];
     let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
-    let run = Command::new("timeout")
-        .args(["-k", "5", "120", concat!(env!("CARGO_MANIFEST_DIR"), "/netlab/wan.sh"), "run", "3", "train", "--data", &data])
-        .args(["--epochs", "1", "--sync", "allreduce", "--sync-every", "16", "--metrics", s(&m)])
-        .env("NETLAB_NAME", "tsh")
-        .env("NETLAB_NET", "10.81.0")
-        .env("BIN", bin())
+    let run = netlab("tsh", "10.81.0", Some(120))
+        .args(["run", "3", "train", "--data", &data, "--epochs", "1", "--sync", "allreduce", "--sync-every", "16", "--metrics", s(&m)])
         .output()
         .unwrap();
     let stats = hosts(&["stats"]);
