@@ -437,6 +437,13 @@ fn table_mf_example_reaches_the_binarys_rmse() {
     eprintln!("held-out RMSE: Python on the Table {python:.4}, binary {binary:.4}");
 }
 
+/// .venv-torch's interpreter, which `make test-torch` installs for the opt-in torch tests.
+fn torch_python() -> std::path::PathBuf {
+    let py = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-torch/bin/python");
+    assert!(py.exists(), "{} is missing: run `make test-torch` (it runs `make torch` first)", py.display());
+    py
+}
+
 /// The PyTorch example (examples/torch_mlp.py) on 4 ranks, 1 epoch: DDP (torch's gradient
 /// all-reduce over gloo) and the allreduce reducer (model averaging after the step) are the same
 /// algorithm for plain SGD from equal replicas, so torch itself is the oracle for the reducer:
@@ -451,8 +458,7 @@ fn torch_example_matches_ddp() {
     if skip_under_mpich() {
         return;
     }
-    let py = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-torch/bin/python");
-    assert!(py.exists(), "{} is missing: run `make test-torch` (it runs `make torch` first)", py.display());
+    let py = torch_python();
     let script = repo("examples/torch_mlp.py");
     let job = mpirun_interpreter(&py, 4, &[&script, "--sync", "ddp,allreduce,asap", "--epochs", "1"], &[], 600).expect_ok();
     let summary = |way: &str| -> (f64, String, String) {
@@ -485,8 +491,7 @@ fn torch_distributed_optimizer_joins_and_broadcasts() {
     if skip_under_mpich() {
         return;
     }
-    let py = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-torch/bin/python");
-    assert!(py.exists(), "{} is missing: run `make test-torch` (it runs `make torch` first)", py.display());
+    let py = torch_python();
     let script = repo("examples/torch_distributed.py");
     for sync in ["allreduce", "asap"] {
         let job = mpirun_interpreter(&py, 4, &[&script, "--sync", sync, "--uneven", "0.5"], &[], 600).expect_ok();

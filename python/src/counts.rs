@@ -165,15 +165,5 @@ fn name_the_ranks(comm: &SimpleCommunicator, slot: usize, call: Call, count: u64
 
 /// "rank 3", "ranks 0-2", "ranks 0, 2, 5-7".
 fn rank_list(ranks: &[usize]) -> String {
-    let mut runs: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ranks.len() {
-        let mut j = i;
-        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
-            j += 1;
-        }
-        runs.push(if j > i { format!("{}-{}", ranks[i], ranks[j]) } else { ranks[i].to_string() });
-        i = j + 1;
-    }
-    format!("{} {}", if ranks.len() == 1 { "rank" } else { "ranks" }, runs.join(", "))
+    format!("{} {}", if ranks.len() == 1 { "rank" } else { "ranks" }, collectives::rank_ranges(ranks))
 }

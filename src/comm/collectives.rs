@@ -218,8 +218,8 @@ fn said_once(errors: &[String]) -> String {
     lines.join("\n")
 }
 
-/// Ranks as ranges: `[1, 2, 3, 5]` -> "1-3, 5".
-fn rank_ranges(ranks: &[usize]) -> String {
+/// Ranks as ranges: `[1, 2, 3, 5]` -> "1-3, 5" (sorted ranks).
+pub fn rank_ranges(ranks: &[usize]) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut i = 0;
     while i < ranks.len() {
