@@ -215,8 +215,18 @@ pub fn install_abort_on_panic() {
         let world = SimpleCommunicator::world();
         say(&format!("asap-train: rank {} panicked; aborting the whole job", world.rank()));
         default_hook(info);
-        world.abort(101);
+        abort_when_said(&world, 101);
     }));
+}
+
+/// Calls `MPI_Abort` after a pause that lets the launcher forward what this rank just wrote.
+/// Under MPICH's Hydra the abort travels on the proxy's PMI socket while the rank's stderr sits in
+/// its own pipe, and the proxy is killed once the abort is handled: a CI run of the deadline test
+/// (stop 51) got not one line from the two ranks that timed out, though both wrote theirs before
+/// aborting. 200 ms is nothing beside a job that is ending and far above a pipe's forwarding time.
+fn abort_when_said(world: &SimpleCommunicator, code: i32) -> ! {
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    world.abort(code)
 }
 
 /// Writes `line` and a newline to stderr in one `write` call. `eprintln!` writes its formatted
@@ -251,7 +261,7 @@ pub fn abort_job(message: &str, code: i32) -> ! {
         say(&line);
     }
     say(&format!("asap-train: error on rank {}: {message}", world.rank()));
-    world.abort(code)
+    abort_when_said(&world, code)
 }
 
 pub mod mailbox;
