@@ -222,11 +222,12 @@ pub struct TrainConfig {
     /// start line and the metrics say which); 0.3 for --lr-schedule adarevision's alpha.
     #[arg(long, value_name = "ETA", default_value_t = 0.3, value_parser = finite_f32, help_heading = "Optimisation")]
     pub lr: f32,
-    /// Step-size schedule: constant, inv-sqrt (eta0/sqrt(1+t), t = mini-batches), bottou
-    /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch), cosine (eta0 (1 +
-    /// cos(pi p))/2 from the warm-up's end, p = 0, to the run's last mini-batch, p = 1),
-    /// adarevision (bosen's servers choose per-coordinate steps; eta0 is its alpha).
-    #[arg(long, value_enum, default_value_t = LrSchedule::Decay, help_heading = "Optimisation")]
+    /// Step-size schedule: cosine (the default: eta0 (1 + cos(pi p))/2 from the warm-up's end,
+    /// p = 0, to the run's last mini-batch, p = 1, so more --epochs stretch it and keep
+    /// learning), constant, inv-sqrt (eta0/sqrt(1+t), t = mini-batches), bottou
+    /// (eta0/(1+lambda*eta0*t), t = examples), decay (eta0*decay^epoch), adarevision (bosen's
+    /// servers choose per-coordinate steps; eta0 is its alpha).
+    #[arg(long, value_enum, default_value_t = LrSchedule::Cosine, help_heading = "Optimisation")]
     pub lr_schedule: LrSchedule,
     /// Per-epoch factor for --lr-schedule decay. When not given and more than 8 ranks share the
     /// data, each epoch decays by 0.8^(8/ranks) instead, i.e. 0.8 per 8-rank epoch's worth of

@@ -75,11 +75,16 @@ impl RunPlan {
                 let how = if found.rank_factor == 1.0 {
                     "a search on a sample".to_owned()
                 } else {
+                    let full = n as f32 / step_search::REFERENCE_RANKS as f32;
+                    let factor = if found.rank_factor == full {
+                        format!("{n}/{}", step_search::REFERENCE_RANKS)
+                    } else {
+                        format!("{} ({n}/{} halved until a short run allowed it)", found.rank_factor, step_search::REFERENCE_RANKS)
+                    };
                     format!(
-                        "a search on a sample, {} x {n}/{}: the step grows with the {n} ranks' combined batch, where a short \
+                        "a search on a sample, {} x {factor}: the step grows with the {n} ranks' combined batch, where a short \
                          run on it allows",
                         found.lr / found.rank_factor,
-                        step_search::REFERENCE_RANKS
                     )
                 };
                 eprintln!("asap-train: --lr not given: step size {} chosen for this model and data ({how}; --lr sets it)", found.lr);
@@ -290,14 +295,17 @@ mod tests {
             let m = Cmd::command().get_matches_from(args);
             TrainConfig::merge(None, Cmd::from_arg_matches(&m).unwrap().c, Some(&m)).unwrap()
         };
+        // The default schedule (cosine) anneals over the run's steps, whatever the rank count.
         let Merged { options: mut c, given } = parse(&["x"]);
+        assert!(fit_to_ranks(&mut c, given, 128).is_none());
+        let Merged { options: mut c, given } = parse(&["x", "--lr-schedule", "decay"]);
         assert!(fit_to_ranks(&mut c, given, 8).is_none());
         assert_eq!(c.lr_decay, 0.8);
         assert!(fit_to_ranks(&mut c, given, 128).is_some());
         // 160 epochs at 128 ranks (the examples per rank of 10 epochs at 8) end where 10 do at 8.
         let end = c.lr_decay.powi(160) as f64;
         assert!((end - 0.8f64.powi(10)).abs() < 1e-4, "{end}");
-        let Merged { options: mut c, given } = parse(&["x", "--lr-decay", "0.8"]);
+        let Merged { options: mut c, given } = parse(&["x", "--lr-schedule", "decay", "--lr-decay", "0.8"]);
         assert!(fit_to_ranks(&mut c, given, 256).is_none());
         assert_eq!(c.lr_decay, 0.8);
         let Merged { options: mut c, given } = parse(&["x", "--lr-schedule", "constant"]);
