@@ -229,7 +229,8 @@ pub struct TrainConfig {
     /// servers choose per-coordinate steps; eta0 is its alpha).
     #[arg(long, value_enum, default_value_t = LrSchedule::Cosine, help_heading = "Optimisation")]
     pub lr_schedule: LrSchedule,
-    /// Per-epoch factor for --lr-schedule decay. When not given and more than 8 ranks share the
+    /// Per-epoch factor for --lr-schedule decay; given without --lr-schedule, it selects the
+    /// decay schedule (the default before cosine). When not given and more than 8 ranks share the
     /// data, each epoch decays by 0.8^(8/ranks) instead, i.e. 0.8 per 8-rank epoch's worth of
     /// examples per rank (see `train::plan::fit_to_ranks`; the start line says which was used),
     /// unless the default step grew with the ranks' combined batch (--lr not given).
@@ -586,6 +587,13 @@ impl TrainConfig {
         // holds the step chosen by the search, which must be used as given, not searched again.
         let given_by_a_source = |key: &str| on_command_line(key) || file_keys.iter().any(|k| k == key);
         let given = Given { lr: given_by_a_source("lr"), lr_decay: given_by_a_source("lr_decay") };
+        // --lr-decay is the decay schedule's one parameter: given without --lr-schedule, it
+        // selects that schedule. The default was decay until issue 43 made it cosine, and every
+        // command, config and script written for it (the report's runs among them) keeps its
+        // meaning instead of losing its decay without a word.
+        if given.lr_decay && !given_by_a_source("lr_schedule") {
+            cfg.lr_schedule = LrSchedule::Decay;
+        }
         cfg.check_applicable(&given_at)?;
         if let Some(path) = cfg.cluster.clone() {
             crate::cluster::apply(&path, cfg.emulation())?;
@@ -1474,6 +1482,16 @@ mod tests {
         std::fs::write(&t, "lr = 0.3\n").unwrap();
         let m = TrainConfig::merge(Some(&t), TrainConfig::default(), None).unwrap();
         assert!(m.given.lr && !m.given.lr_decay);
+        // --lr-decay alone selects the decay schedule, from a flag or a file; a given schedule
+        // stays; neither: cosine.
+        assert_eq!(merged(&cmd, &argv(&[]), None).unwrap().lr_schedule, LrSchedule::Cosine);
+        assert_eq!(merged(&cmd, &argv(&["--lr-decay=0.9"]), None).unwrap().lr_schedule, LrSchedule::Decay);
+        let both = merged(&cmd, &argv(&["--lr-decay=0.9", "--lr-schedule=constant"]), None).unwrap();
+        assert_eq!(both.lr_schedule, LrSchedule::Constant);
+        std::fs::write(&t, "lr_decay = 0.9\n").unwrap();
+        assert_eq!(merged(&cmd, &argv(&[]), Some(&t)).unwrap().lr_schedule, LrSchedule::Decay);
+        std::fs::write(&t, "lr_decay = 0.9\nlr_schedule = \"cosine\"\n").unwrap();
+        assert_eq!(merged(&cmd, &argv(&[]), Some(&t)).unwrap().lr_schedule, LrSchedule::Cosine);
     }
 
     /// An explicit value of `arg` as flag arguments (its default, its first possible value, or 1).
