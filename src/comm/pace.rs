@@ -269,6 +269,15 @@ impl Pacer {
         sleep_until(end)
     }
 
+    /// Takes back the last `reservations` reservations, which had not begun: the link is free
+    /// again from `to` (where the first of them would have started), and the log forgets them.
+    pub fn rewind(&mut self, to: Instant, reservations: usize) {
+        self.free_at = to;
+        if let Some(log) = &mut self.log {
+            log.truncate(log.len().saturating_sub(reservations));
+        }
+    }
+
     /// True when everything reserved has left (the bucket is empty): a send now starts at once.
     pub fn idle_at(&self, now: Instant) -> bool {
         self.free_at <= now
@@ -525,6 +534,22 @@ mod tests {
         let (s3, _) = p.reserve_at(10, later);
         assert_eq!(s3, later);
         assert_eq!(p.log().len(), 3);
+    }
+
+    #[test]
+    fn a_rewound_link_is_free_where_the_first_taken_back_reservation_began() {
+        // 8 Mbit/s: 1000 bytes take 1 ms. Three reservations back to back; the last two taken
+        // back; the next one starts where the second began, and the log keeps the first.
+        let mut p = Pacer::new(8.0, Duration::ZERO).record();
+        let t0 = Instant::now() + Duration::from_secs(1);
+        let (_, e1) = p.reserve_at(1000, t0);
+        let (s2, _) = p.reserve_at(1000, t0);
+        p.reserve_at(1000, t0);
+        p.rewind(s2, 2);
+        assert_eq!(p.log().len(), 1);
+        let (s, e) = p.reserve_at(500, t0);
+        assert_eq!((s, e - s), (e1, Duration::from_micros(500)));
+        assert_eq!(p.log().len(), 2);
     }
 
     #[test]

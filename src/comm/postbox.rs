@@ -41,6 +41,17 @@ pub struct PostboxError {
 }
 
 /// One send in flight: MPI reads `buf` until the request completes.
+/// A paced message not yet handed to MPI: it takes the link from `start` and is handed over at
+/// `arrival` (its last byte out plus the path's latency).
+struct Held {
+    start: Instant,
+    arrival: Instant,
+    dest: usize,
+    tag: i32,
+    /// The message, with its arrival stamp when an [`Ingress`] is modelled.
+    buf: Vec<u8>,
+}
+
 struct InFlight {
     request: ffi::MPI_Request,
     buf: Vec<u8>,
@@ -52,7 +63,7 @@ pub struct Postbox {
     rank: usize,
     in_flight: Vec<InFlight>,
     /// Paced messages not handed to MPI yet: (when, dest, tag, buf), in release order.
-    held: VecDeque<(Instant, usize, i32, Vec<u8>)>,
+    held: VecDeque<Held>,
     pacer: Option<Pacer>,
     ingress: Option<Ingress>,
     /// With `ingress`: messages taken from MPI, (when delivered, source, tag, payload), in the
@@ -152,12 +163,12 @@ impl Postbox {
     /// another with the same tag arrive in the order they were sent (MPI's non-overtaking rule).
     pub fn send(&mut self, dest: usize, tag: i32, mut buf: Vec<u8>) -> Result<(), PostboxError> {
         if let (Some(p), true) = (self.pacer.as_mut(), dest != self.rank) {
-            let (_, end) = p.reserve_to(dest, buf.len() as u64);
+            let (start, end) = p.reserve_to(dest, buf.len() as u64);
             let arrival = end + p.latency_to(dest);
             if self.ingress.is_some() {
                 buf.extend_from_slice(&wall_seconds(arrival).to_le_bytes());
             }
-            self.held.push_back((arrival, dest, tag, buf));
+            self.held.push_back(Held { start, arrival, dest, tag, buf });
             return self.release_due();
         }
         if self.ingress.is_some() && dest != self.rank {
@@ -169,11 +180,44 @@ impl Postbox {
     /// Hands the held messages whose time has come to MPI.
     fn release_due(&mut self) -> Result<(), PostboxError> {
         let now = Instant::now();
-        while self.held.front().is_some_and(|m| m.0 <= now) {
-            let (_, dest, tag, buf) = self.held.pop_front().expect("checked");
-            self.isend(dest, tag, buf)?;
+        while self.held.front().is_some_and(|m| m.arrival <= now) {
+            let m = self.held.pop_front().expect("checked");
+            self.isend(m.dest, m.tag, m.buf)?;
         }
         Ok(())
+    }
+
+    /// Takes back the paced messages that have not begun to leave (the link is still busy with
+    /// earlier ones) and for which `take(dest, tag, message)` holds, as a NIC's driver can drop
+    /// what is still in its queue: returns them `(dest, tag, message)` in the order they were
+    /// sent. The messages that stay keep their order and move up into the link time freed, so
+    /// that what is sent next is not queued behind what was taken. Nothing without a pacer.
+    pub fn withdraw_waiting(&mut self, mut take: impl FnMut(usize, i32, &[u8]) -> bool) -> Vec<(usize, i32, Vec<u8>)> {
+        let stamp = if self.ingress.is_some() { STAMP } else { 0 };
+        let (Some(p), now) = (self.pacer.as_mut(), Instant::now()) else { return Vec::new() };
+        // Reservations are made in order, so the waiting messages are the last ones held and the
+        // first of them starts where the one before it ended.
+        let first = self.held.iter().position(|m| m.start > now).unwrap_or(self.held.len());
+        let Some(free_from) = self.held.get(first).map(|m| m.start) else { return Vec::new() };
+        let waiting: Vec<Held> = self.held.drain(first..).collect();
+        p.rewind(free_from, waiting.len());
+        let mut taken = Vec::new();
+        for mut m in waiting {
+            let body = m.buf.len() - stamp;
+            if take(m.dest, m.tag, &m.buf[..body]) {
+                m.buf.truncate(body);
+                taken.push((m.dest, m.tag, m.buf));
+                continue;
+            }
+            let (start, end) = p.reserve_to(m.dest, body as u64);
+            m.start = start;
+            m.arrival = end + p.latency_to(m.dest);
+            if stamp > 0 {
+                m.buf[body..].copy_from_slice(&wall_seconds(m.arrival).to_le_bytes());
+            }
+            self.held.push_back(m);
+        }
+        taken
     }
 
     fn isend(&mut self, dest: usize, tag: i32, buf: Vec<u8>) -> Result<(), PostboxError> {

@@ -86,6 +86,8 @@ pub struct Managed {
     row_pushes: Vec<u64>,
     row_serves: Vec<u64>,
     early_pushes: u64,
+    /// Early push messages taken back at the clock's end before they left ([`Managed::note_withdrawn`]).
+    withdrawn_pushes: u64,
     early_serves: u64,
     backoffs: u64,
     /// Bytes of this client's push messages and the update values they carried.
@@ -111,6 +113,7 @@ impl Managed {
             row_pushes: vec![0; rows],
             row_serves: vec![0; rows],
             early_pushes: 0,
+            withdrawn_pushes: 0,
             early_serves: 0,
             backoffs: 0,
             push_bytes: 0,
@@ -215,11 +218,23 @@ impl Managed {
         self.pushed_values += values as u64;
     }
 
+    /// An early push message of `bytes` with `rows` (global row, values) was taken back before it
+    /// left: it is no longer counted as pushed (its rows go out again with the clock's push).
+    pub fn note_withdrawn(&mut self, bytes: usize, rows: &[(usize, usize)]) {
+        self.withdrawn_pushes += 1;
+        self.push_bytes -= bytes as u64;
+        for &(row, values) in rows {
+            self.row_pushes[row] -= 1;
+            self.pushed_values -= values as u64;
+        }
+    }
+
     /// The metrics of managed communication; `ada`: this rank's shard's AdaRevision snapshots
     /// (peak, misses), when it has a shard.
     pub fn metrics(&self, out: &mut Vec<ModeMetric>, ada: Option<(usize, u64)>) {
         let counts = |v: &[u64]| -> Vec<f64> { v.iter().map(|&x| x as f64).collect() };
         out.push(ModeMetric::number("early_pushes", Aggregate::Sum, self.early_pushes as f64));
+        out.push(ModeMetric::number("early_push_messages_withdrawn", Aggregate::Sum, self.withdrawn_pushes as f64));
         out.push(ModeMetric::number("early_row_serves", Aggregate::Sum, self.early_serves as f64));
         out.push(ModeMetric::number("backoffs", Aggregate::Sum, self.backoffs as f64));
         out.push(ModeMetric::number("push_bytes", Aggregate::Sum, self.push_bytes as f64));

@@ -123,6 +123,13 @@ impl SendPolicy {
         }
     }
 
+    /// An early push message of `bytes` with `rows` (global row, values) was taken back.
+    pub fn note_withdrawn(&mut self, bytes: usize, rows: &[(usize, usize)]) {
+        if let SendPolicy::Managed(m) = self {
+            m.note_withdrawn(bytes, rows);
+        }
+    }
+
     /// A push message of `bytes` left this client.
     pub fn note_push_bytes(&mut self, bytes: usize) {
         if let SendPolicy::Managed(m) = self {
