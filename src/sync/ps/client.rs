@@ -40,7 +40,7 @@ use mpi::topology::Communicator;
 
 use super::clocks::WorkerClocks;
 use super::policy::SendPolicy;
-use super::protocol::{HALF, PARTIAL, TAG_PUSH, TAG_ROWS, UNSOLICITED, VERSIONS};
+use super::protocol::{EARLY, HALF, PARTIAL, TAG_PUSH, TAG_ROWS, UNSOLICITED, VERSIONS};
 use super::serve::serve_until;
 use super::server::ShardServer;
 use super::settings::PsSettings;
@@ -203,7 +203,12 @@ impl StaleSynchronous {
             let chunk = self.policy.message_rows();
             let server = self.server.as_mut().expect("checked above");
             server.apply_queued()?;
-            for (m, msg) in server.answerable(chunk) {
+            let answers = server.answerable(chunk);
+            if !answers.is_empty() {
+                // Reads' answers are the mandatory traffic: they do not wait behind fresh rows.
+                self.withdraw_early(None)?;
+            }
+            for (m, msg) in answers {
                 self.post.send(m, TAG_ROWS, msg)?;
             }
         }
@@ -333,24 +338,37 @@ impl StaleSynchronous {
         Ok(())
     }
 
-    /// Bösen's clock end: the early pushes of `clock` that the budget's link has not begun to
-    /// carry are taken back and their rows returned to the unsent update, so that the clock's
-    /// mandatory push, which then carries them, leaves first. Sent first-come first-served
-    /// they were queued ahead of it: benches/claim-bosen.md measured clocks of 0.58-0.67 s against
-    /// ssp's 0.45-0.52 s at equal clocks (issue 44 item 3). Early pushes of an earlier clock
-    /// stay (the server completes a clock when its last push arrives), and so does every
+    /// Bösen's mandatory traffic goes first. At a clock's end (`clock`), the early pushes of that
+    /// clock that the budget's link has not begun to carry are taken back and their rows returned
+    /// to the unsent update, which the clock's push then carries; at a clock's end and before a
+    /// read's answer, so are this rank's server's early messages of fresh rows, whose rows then
+    /// count as not sent to that worker (its next answer carries them). Sent first-come
+    /// first-served they were queued ahead: benches/claim-bosen.md measured clocks of 0.58-0.67 s
+    /// against ssp's 0.45-0.52 s at equal clocks (issue 44 item 3). Early pushes of an earlier
+    /// clock stay (a server completes a clock when its last push arrives), and so does every
     /// other message, in its order.
-    fn withdraw_early_pushes(&mut self, clock: u64) -> anyhow::Result<()> {
+    fn withdraw_early(&mut self, clock: Option<u64>) -> anyhow::Result<()> {
         if !self.policy.sends_between_clocks() {
             return Ok(());
         }
-        let early_of_clock = |_: usize, tag: i32, m: &[u8]| {
-            tag == TAG_PUSH && word_at(m, 0).ok() == Some(clock) && word_at(m, 16).is_ok_and(|f| f & PARTIAL != 0)
+        let flag = |m: &[u8], at: usize, bit: u64| word_at(m, at).is_ok_and(|f| f & bit != 0);
+        let early = |_: usize, tag: i32, m: &[u8]| match tag {
+            TAG_PUSH => clock.is_some() && word_at(m, 0).ok() == clock && flag(m, 16, PARTIAL),
+            TAG_ROWS => flag(m, 8, EARLY),
+            _ => false,
         };
-        for (s, _, msg) in self.post.withdraw_waiting(early_of_clock) {
+        for (dest, tag, msg) in self.post.withdraw_waiting(early) {
+            if tag == TAG_ROWS {
+                let server = self.server.as_mut().expect("only a server sends rows");
+                let block = decode_rows(&msg, 32, &server.offsets, word_at(&msg, 8)? & VERSIONS != 0, false)?;
+                server.unsend(dest, &block.rows);
+                let row0 = self.row_ranges[self.rank].start;
+                self.policy.note_serve_withdrawn(&block.rows.iter().map(|&r| row0 + r as usize).collect::<Vec<_>>());
+                continue;
+            }
             let flags = word_at(&msg, 16)?;
-            let block = decode_rows(&msg, 32, &self.local_offsets[s], flags & VERSIONS != 0, flags & HALF != 0)?;
-            let rows = self.unsend(s, &block);
+            let block = decode_rows(&msg, 32, &self.local_offsets[dest], flags & VERSIONS != 0, flags & HALF != 0)?;
+            let rows = self.unsend(dest, &block);
             self.policy.note_withdrawn(msg.len(), &rows);
         }
         Ok(())
@@ -602,7 +620,7 @@ impl SyncMode for StaleSynchronous {
         let clock = round - 1;
         self.policy.set_quiet(false);
         self.take_local_changes(params);
-        self.withdraw_early_pushes(clock)?;
+        self.withdraw_early(Some(clock))?;
         if self.sending(round) {
             let want = round.saturating_sub(self.staleness);
             let chunk = self.policy.message_rows().unwrap_or(usize::MAX);

@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::protocol::{TAG_ROWS, UNSOLICITED};
+use super::protocol::{EARLY, TAG_ROWS, UNSOLICITED};
 use super::server::ShardServer;
 use crate::comm::postbox::Postbox;
 use crate::rng::Rng;
@@ -89,6 +89,8 @@ pub struct Managed {
     /// Early push messages taken back at the clock's end before they left ([`Managed::note_withdrawn`]).
     withdrawn_pushes: u64,
     early_serves: u64,
+    /// Early server messages of fresh rows taken back at a clock's end or before a read's answer.
+    withdrawn_serves: u64,
     backoffs: u64,
     /// Bytes of this client's push messages and the update values they carried.
     pub push_bytes: u64,
@@ -115,6 +117,7 @@ impl Managed {
             early_pushes: 0,
             withdrawn_pushes: 0,
             early_serves: 0,
+            withdrawn_serves: 0,
             backoffs: 0,
             push_bytes: 0,
             pushed_values: 0,
@@ -190,7 +193,7 @@ impl Managed {
                 .collect();
             let chosen = pick(&mut self.server, &cands, self.queue_size, sv.stamp.len());
             chosen.iter().for_each(|&r| self.row_serves[row0 + r as usize] += 1);
-            let msg = sv.rows_message(w, [sv.clocks.min(), sv.clocks.of(w), sv.dyn_state.cmax], UNSOLICITED, &chosen);
+            let msg = sv.rows_message(w, [sv.clocks.min(), sv.clocks.of(w), sv.dyn_state.cmax], UNSOLICITED | EARLY, &chosen);
             self.next_worker = (w + 1) % n;
             self.early_serves += 1;
             room -= msg.len() as f64;
@@ -218,6 +221,12 @@ impl Managed {
         self.pushed_values += values as u64;
     }
 
+    /// A server's early message of fresh `rows` (global) was taken back before it left.
+    pub fn note_serve_withdrawn(&mut self, rows: &[usize]) {
+        self.withdrawn_serves += 1;
+        rows.iter().for_each(|&r| self.row_serves[r] -= 1);
+    }
+
     /// An early push message of `bytes` with `rows` (global row, values) was taken back before it
     /// left: it is no longer counted as pushed (its rows go out again with the clock's push).
     pub fn note_withdrawn(&mut self, bytes: usize, rows: &[(usize, usize)]) {
@@ -236,6 +245,7 @@ impl Managed {
         out.push(ModeMetric::number("early_pushes", Aggregate::Sum, self.early_pushes as f64));
         out.push(ModeMetric::number("early_push_messages_withdrawn", Aggregate::Sum, self.withdrawn_pushes as f64));
         out.push(ModeMetric::number("early_row_serves", Aggregate::Sum, self.early_serves as f64));
+        out.push(ModeMetric::number("early_row_serve_messages_withdrawn", Aggregate::Sum, self.withdrawn_serves as f64));
         out.push(ModeMetric::number("backoffs", Aggregate::Sum, self.backoffs as f64));
         out.push(ModeMetric::number("push_bytes", Aggregate::Sum, self.push_bytes as f64));
         out.push(ModeMetric::number("pushed_values", Aggregate::Sum, self.pushed_values as f64));

@@ -123,6 +123,13 @@ impl SendPolicy {
         }
     }
 
+    /// A server's early message of fresh `rows` (global) was taken back.
+    pub fn note_serve_withdrawn(&mut self, rows: &[usize]) {
+        if let SendPolicy::Managed(m) = self {
+            m.note_serve_withdrawn(rows);
+        }
+    }
+
     /// An early push message of `bytes` with `rows` (global row, values) was taken back.
     pub fn note_withdrawn(&mut self, bytes: usize, rows: &[(usize, usize)]) {
         if let SendPolicy::Managed(m) = self {

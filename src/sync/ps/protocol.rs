@@ -15,3 +15,6 @@ pub const HALF: u64 = 2;
 pub const VERSIONS: u64 = 4;
 /// Rows flag: pushed by the server between clocks (bosen), not the answer to a read.
 pub const UNSOLICITED: u64 = 1;
+/// Rows flag: besides [`UNSOLICITED`], sent by the send policy from spare budget (bosen's fresh
+/// rows), not a part of a read's answer: it may be taken back before it leaves.
+pub const EARLY: u64 = 8;

@@ -370,6 +370,13 @@ impl ShardServer {
         msg
     }
 
+    /// Local `rows` sent to worker `m` in a message that was taken back before it left: they
+    /// count as not sent, so the next answer to its read carries them (sent at 0 is before any
+    /// change).
+    pub(crate) fn unsend(&mut self, m: usize, rows: &[u32]) {
+        rows.iter().for_each(|&r| self.sent[m][r as usize] = 0);
+    }
+
     /// Rows worker `m` has not seen in their current state.
     pub(crate) fn news(&self, m: usize) -> Vec<u32> {
         (0..self.stamp.len()).filter(|&r| self.stamp[r] > self.sent[m][r]).map(|r| r as u32).collect()
