@@ -14,8 +14,10 @@
 //!
 //! The search: every rank takes the same number of rows of its own shard (seeded), runs
 //! [`PASSES`] passes of plain SGD with mini-batches of `--batch-size` for each candidate step
-//! (powers of two), and measures the sample's objective; the objectives are summed over the ranks
-//! (one allreduce), and the step with the lowest sum, times [`SAFETY`], is used by every rank.
+//! (powers of two; annealed over the passes as the run's schedule anneals the run where it is
+//! cosine, the default: [`search_step_at`]), and measures the sample's objective; the objectives
+//! are summed over the ranks (one allreduce), and the step with the lowest sum, times [`SAFETY`]
+//! ([`ANNEALED_SAFETY`] under cosine), is used by every rank.
 //!
 //! Above [`REFERENCE_RANKS`] ranks the step grows with the ranks' combined batch where a check
 //! allows it (measured in benches/defaults-sweep.md, Part 7). Under averaging every step, N ranks
