@@ -65,17 +65,24 @@ class Switch:
         self.down_busy = [0.0] * n
         self.count = {k: [0] * n for k in ("out_frames", "out_bytes", "out_dropped", "in_frames", "in_bytes", "in_dropped")}
 
+    def serialise(self, busy, h, at, size, side):
+        """Host h's link (`busy`: its up or down side) takes `size` bytes arriving at `at`: when
+        they are through, or None when its queue is full (counted as dropped on `side`)."""
+        start = max(at, busy[h])
+        if start - at > self.queue[h]:
+            self.count[side + "_dropped"][h] += 1
+            return None
+        done = start + (size / self.rate[h] if self.rate[h] else 0.0)
+        busy[h] = done
+        self.count[side + "_frames"][h] += 1
+        self.count[side + "_bytes"][h] += size
+        return done
+
     def send(self, t, s, fr, targets):
         """Host s hands frame `fr` for `targets` to its uplink at time t."""
-        start = max(t, self.up_busy[s])
-        if start - t > self.queue[s]:
-            self.count["out_dropped"][s] += 1
-            return
-        done = start + (len(fr) / self.rate[s] if self.rate[s] else 0.0)
-        self.up_busy[s] = done
-        self.up[s].append((done + self.delay[s], fr, targets))
-        self.count["out_frames"][s] += 1
-        self.count["out_bytes"][s] += len(fr)
+        done = self.serialise(self.up_busy, s, t, len(fr), "out")
+        if done is not None:
+            self.up[s].append((done + self.delay[s], fr, targets))
 
     def switch(self, t):
         """Moves the frames that reached the switch by t to their downlinks, in arrival order."""
@@ -86,15 +93,9 @@ class Switch:
         due.sort(key=lambda x: x[0])
         for at, fr, targets in due:
             for d in targets:
-                start = max(at, self.down_busy[d])
-                if start - at > self.queue[d]:
-                    self.count["in_dropped"][d] += 1
-                    continue
-                done = start + (len(fr) / self.rate[d] if self.rate[d] else 0.0)
-                self.down_busy[d] = done
-                self.down[d].append((done + self.delay[d], fr))
-                self.count["in_frames"][d] += 1
-                self.count["in_bytes"][d] += len(fr)
+                done = self.serialise(self.down_busy, d, at, len(fr), "in")
+                if done is not None:
+                    self.down[d].append((done + self.delay[d], fr))
 
     def next_event(self):
         heads = [q[0][0] for q in self.up if q] + [q[0][0] for q in self.down if q]
