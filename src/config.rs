@@ -1281,33 +1281,37 @@ mod tests {
         }
     }
 
+    /// Which option groups each selecting option's values use: (group, the selecting option, the
+    /// values that use it).
+    const GROUP_USERS: &[(&str, &str, &[&str])] = &[
+        ("AsapOptions", "sync", &["asap"]),
+        ("graph_group", "sync", &["asap"]), // and gaia with --gaia-inner asap, below
+        ("AllreduceOptions", "sync", &["allreduce"]),
+        ("staleness_group", "sync", &["asap", "ssp", "bosen"]),
+        ("SspOptions", "sync", &["ssp", "bosen"]),
+        ("budget_group", "sync", &["asap", "bosen"]),
+        ("BosenOptions", "sync", &["bosen"]),
+        ("AsyncOptions", "sync", &["async"]),
+        ("GaiaOptions", "sync", &["gaia"]),
+        ("mlp_group", "model", &["mlp"]),
+        ("mf_group", "model", &["mf"]),
+        ("classes_group", "model", &["mlr", "mlp"]),
+        ("LdaOptions", "model", &["lda"]),
+        ("momentum_group", "inner_optimizer", &["momentum"]),
+        ("adamw_group", "inner_optimizer", &["adamw"]),
+        ("inner_state_group", "inner_optimizer", &["momentum", "adamw"]),
+        ("outer_group", "sync", &["allreduce", "asap", "gaia"]),
+        ("compress_group", "sync", &["allreduce", "asap", "bosen"]),
+        ("consensus_group", "sync", &["asap"]),
+        // Only with --outer-optimizer sgd or nesterov (checked below): refused at its default.
+        ("outer_step_group", "sync", &[]),
+        ("outer_momentum_group", "sync", &[]),
+        ("outer_form_group", "sync", &[]),
+    ];
+
     #[test]
     fn options_of_groups_a_run_does_not_use_are_refused() {
-        // (group, the selecting option, the values that use it)
-        let table: &[(&str, &str, &[&str])] = &[
-            ("AsapOptions", "sync", &["asap"]),
-            ("graph_group", "sync", &["asap"]), // and gaia with --gaia-inner asap, below
-            ("staleness_group", "sync", &["asap", "ssp", "bosen"]),
-            ("SspOptions", "sync", &["ssp", "bosen"]),
-            ("budget_group", "sync", &["asap", "bosen"]),
-            ("BosenOptions", "sync", &["bosen"]),
-            ("AsyncOptions", "sync", &["async"]),
-            ("GaiaOptions", "sync", &["gaia"]),
-            ("mlp_group", "model", &["mlp"]),
-            ("mf_group", "model", &["mf"]),
-            ("classes_group", "model", &["mlr", "mlp"]),
-            ("LdaOptions", "model", &["lda"]),
-            ("momentum_group", "inner_optimizer", &["momentum"]),
-            ("adamw_group", "inner_optimizer", &["adamw"]),
-            ("inner_state_group", "inner_optimizer", &["momentum", "adamw"]),
-            ("outer_group", "sync", &["allreduce", "asap", "gaia"]),
-            ("compress_group", "sync", &["allreduce", "asap", "bosen"]),
-            ("consensus_group", "sync", &["asap"]),
-            // Only with --outer-optimizer sgd or nesterov (checked below): refused at its default.
-            ("outer_step_group", "sync", &[]),
-            ("outer_momentum_group", "sync", &[]),
-            ("outer_form_group", "sync", &[]),
-        ];
+        let table = GROUP_USERS;
         let mut cmd = TrainConfig::augment_args(clap::Command::new("x"));
         cmd.build();
         let mut expect: Vec<(&str, &str, Vec<&str>)> = table.iter().map(|&(g, s, u)| (g, s, u.to_vec())).collect();

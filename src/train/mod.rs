@@ -687,14 +687,16 @@ impl Run<'_> {
             "steps_per_epoch": self.steps_per_epoch,
             "load_seconds": self.load_seconds,
             "step_search_seconds": self.search_seconds,
-            "sync_info": sync_info,
+            "sync_info": &sync_info,
         });
         self.write_metrics(&start);
         if self.comm.rank() == 0 {
             eprintln!(
-                "asap-train: {n} rank{}, sync {}, {} training examples ({}), {} parameters, {} steps/epoch/rank{}, data loaded in {:.2}s{}",
+                "asap-train: {n} rank{}, sync {}{}, {} training examples ({}), {} parameters, {} steps/epoch/rank{}, data loaded in {:.2}s{}",
                 if n == 1 { "" } else { "s" },
                 self.sync.name(),
+                // What the mode chose for itself, and why (sync_info's "chosen").
+                sync_info["chosen"].as_str().map_or(String::new(), |c| format!(" by {c}")),
                 self.shards.total_train,
                 if self.shards.total_test > 0 { format!("{} held out", self.shards.total_test) } else { "no held-out set".into() },
                 p,
