@@ -292,6 +292,7 @@ fn build_allreduce(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> sup
     Ok((Box::new(ModelAverage::new(ctx, compression, ring_sum, init)?), info))
 }
 
-fn sum_counts(ctx: &SyncContext, _: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
-    Ok(Box::new(super::delta_sum::DeltaSum::new(ctx, init)))
+fn sum_counts(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
+    let (ring_sum, _) = run.opts.allreduce.allreduce_algorithm.ring(ctx.comm, init.len());
+    Ok(Box::new(super::delta_sum::DeltaSum::new(ctx, init, ring_sum)))
 }
