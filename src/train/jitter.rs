@@ -3,7 +3,7 @@
 //! P = 0 (the fastest step) to P = 1 (the slowest), e.g. `0:0.97,0.5:1,0.9:1.06,0.99:1.5,1:3`.
 //! Between the given points the quantile function is linear, so a draw is the factor at a uniform
 //! P. `asap-train bench` measures the pairs from real steps on the machine it runs on (each step
-//! against the median step) and `--write-profile` stores them in a cluster profile's `[jitter]`
+//! against the mean step, the time a profile declares) and `--write-profile` stores them in a cluster profile's `[jitter]`
 //! table, beside the step time they vary.
 //!
 //! Every rank draws from its own seeded stream (the run's `--seed` and the rank), apart from the
@@ -87,20 +87,22 @@ impl Jitter {
         self.points.iter().copied().filter(|&(p, _)| p > 0.0 && p < 1.0)
     }
 
-    /// The quantile pairs of `samples` (each against their median) at `probabilities`, in this
-    /// type's text form: what `asap-train bench` measures and a profile stores.
+    /// The quantile pairs of `samples` (each against their mean) at `probabilities`, in this
+    /// type's text form: what `asap-train bench` measures and a profile stores. Against the mean,
+    /// because the step time a profile declares is the mean step: the factors then average to
+    /// about 1, and a jittered run keeps the measured pace.
     pub fn measured(samples: &[f64], probabilities: &[f64]) -> Option<Jitter> {
         let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite() && *x > 0.0).collect();
         if v.len() < 2 {
             return None;
         }
         v.sort_by(f64::total_cmp);
-        let median = sample_quantile(&v, 0.5);
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
         let mut text = Vec::new();
         let mut last = 0.0;
         for &p in probabilities {
             // Rounded to 3 decimals, never below the last (the form must not fall).
-            let f = ((sample_quantile(&v, p) / median * 1e3).round() / 1e3).max(last).max(1e-3);
+            let f = ((sample_quantile(&v, p) / mean * 1e3).round() / 1e3).max(last).max(1e-3);
             text.push(format!("{p}:{f}"));
             last = f;
         }
@@ -211,10 +213,13 @@ mod tests {
     }
 
     #[test]
-    fn measured_quantiles_are_against_the_median() {
+    fn measured_quantiles_are_against_the_mean() {
+        // 1..=101: mean 51, and the quantile function through 0, 0.5 and 1 has mean 1 too.
         let samples: Vec<f64> = (1..=101).map(|i| i as f64).collect();
         let j = Jitter::measured(&samples, &[0.0, 0.5, 1.0]).unwrap();
-        assert_eq!(j.to_string(), format!("0:{},0.5:1,1:{}", (1.0f64 / 51.0 * 1e3).round() / 1e3, (101.0f64 / 51.0 * 1e3).round() / 1e3));
+        let r = |x: f64| (x / 51.0 * 1e3).round() / 1e3;
+        assert_eq!(j.to_string(), format!("0:{},0.5:1,1:{}", r(1.0), r(101.0)));
+        assert!((j.mean() - 1.0).abs() < 1e-3, "{}", j.mean());
         assert!(Jitter::measured(&[1.0], &[0.0, 1.0]).is_none());
     }
 }
