@@ -20,15 +20,8 @@ cd "$(dirname "$0")/.."
 HOSTS=${HOSTS:-2} RATE=${RATE:-100mbit} DELAY=${DELAY:-1ms} HIDDEN=${HIDDEN:-1024} ROUNDS=${ROUNDS:-20}
 REPS=${REPS:-3} ALGOS=${ALGOS:-mpi ring}
 [[ $RATE =~ ^[0-9]+mbit$ ]] || { echo "RATE must be Nmbit" >&2; exit 2; }
-SRC_BIN=${BIN:-$PWD/target/release/asap-train}
-BIN=/tmp/allreduce-link-bin-$$
-cp "$SRC_BIN" "$BIN"
-export BIN NETLAB_NAME=arl NETLAB_NET=10.84.0
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-out=runs/allreduce-link-$(date +%H%M%S)
-mkdir -p "$out"
-trap 'netlab/wan.sh down >/dev/null 2>&1 || true; rm -f "$BIN"' EXIT
-datasets/prepare.sh >/dev/null
+source benches/netlab-lib.sh
+netlab_bench allreduce-link arl 10.84.0
 links=()
 for _ in $(seq "$HOSTS"); do links+=("$RATE/$DELAY"); done
 # The relay at high priority: it carries every frame, and the 2 cores are shared.
