@@ -419,6 +419,13 @@ impl SyncMode for StochasticReduce {
         // What the cut sends and receives is training traffic too (push-sum's last folds).
         let counted = self.net.byte_counts();
         self.gossip.quiesce(&mut self.net, params)?;
+        // A collective follows the cut: two-sided messages the emulated link still holds must
+        // reach MPI first (found with --emulate-bandwidth: the last round's message, held, left
+        // its receiver waiting while the sender sat in the stop vote's collective).
+        let timeout = self.net.wait_timeout;
+        if let Some(p) = &mut self.net.p2p {
+            p.release_held(timeout)?;
+        }
         self.net.count_since(counted);
         Ok(())
     }

@@ -176,6 +176,14 @@ impl P2pLinks {
         Ok(())
     }
 
+    /// Polls until every paced message has been handed to MPI (the emulated link carried it):
+    /// before a collective, where this rank stops polling, no message of its may still wait in
+    /// the pacer's queue, or a receiver waiting for it would wait through the collective.
+    pub(in crate::sync) fn release_held(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let rank = self.rank;
+        self.wait(0, timeout, "the emulated link to carry this rank's messages", |s| s.post.held() == 0, |_| vec![rank])
+    }
+
     /// Hands every queued send to MPI and waits until MPI has taken them (the end of a run).
     pub(in crate::sync) fn flush(&mut self, timeout: Duration) -> anyhow::Result<()> {
         self.post.flush_sends(timeout, |_| Ok(()))
