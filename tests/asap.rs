@@ -290,3 +290,12 @@ fn p2p_refuses_the_variants_it_does_not_carry() {
         asap(2, &args, &dir.join("m.jsonl")).expect_failure(&[why, "give --transport rma (or auto)"]);
     }
 }
+
+/// A rank that stops sending on p2p makes its receivers fail within `--wait-timeout`, naming it,
+/// as on the one-sided transport.
+#[test]
+fn a_rank_that_stops_sending_on_p2p_is_named() {
+    let dir = scratch("asap-p2p-stop");
+    let args = ["--graph", "ring", "--transport", "p2p", "--stop-sending-after", "2:20", "--wait-timeout", "3"];
+    asap(4, &args, &dir.join("m.jsonl")).expect_failure(&["never arrived", "rank(s) [2]", "--wait-timeout"]);
+}
