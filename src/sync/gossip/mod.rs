@@ -1,4 +1,5 @@
-//! The gossip engine: ASAP stochastic reduce (ASAP §3-4) over one-sided MPI mailboxes, which
+//! The gossip engine: ASAP stochastic reduce (ASAP §3-4) over one-sided MPI mailboxes (or, for
+//! NOTIFY-ACK across hosts on TCP, two-sided messages: `--transport`, gossip/p2p.rs), which
 //! `--sync asap` runs (sync/asap.rs: its options and declaration) and `--sync gaia --gaia-inner
 //! asap` runs inside each data centre. Like [`super::ps`] for the parameter-server modes, it reads
 //! no mode's options: a mode hands it [`GossipSettings`].
@@ -42,6 +43,11 @@
 //! | barrier, none | `Barrier`, `Unsynchronised` | gossip/unacked.rs |
 //! | push-sum | `PushSumGossip` | gossip/push_sum.rs |
 //! | deadline | `Deadline` | gossip/deadline.rs |
+//!
+//! `--transport p2p` puts the NOTIFY-ACK steps of `Neighbourhood` on two-sided links
+//! (gossip/p2p.rs) instead of the window's slots: notify-ack, `--overlap` and the one-peer graph
+//! run on it unchanged; the variants that read slots themselves or send encoded messages are
+//! refused there (`Transport::resolve`).
 //!
 //! [`StochasticReduce`] is the engine as a [`SyncMode`]: it picks the variant from the settings
 //! (`gossip_for`), and does what is the same for all of them (argument checks, byte and round
