@@ -43,8 +43,8 @@ pub struct AsapOptions {
     pub deadline: f64,
     /// How NOTIFY-ACK's messages travel: rma (one-sided puts into the receivers' windows, one
     /// round trip on RDMA hardware), p2p (two-sided non-blocking messages: the model with its
-    /// NOTIFY one way, the ACK back; --notify notify-ack, also with --overlap and the one-peer
-    /// graph) or auto: p2p when the ranks span hosts without an RDMA device (TCP, where each
+    /// NOTIFY one way, the ACK back; --notify notify-ack, also with --overlap, the one-peer
+    /// graph, --bandwidth-mbps and --compress) or auto: p2p when the ranks span hosts without an RDMA device (TCP, where each
     /// one-sided put, flush, NOTIFY and ACK costs software round trips) and the variant runs on
     /// it, rma otherwise. The start line says which and why.
     #[arg(long, value_enum, default_value_t = Transport::Auto)]

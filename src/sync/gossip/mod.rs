@@ -46,8 +46,9 @@
 //!
 //! `--transport p2p` puts the NOTIFY-ACK steps of `Neighbourhood` on two-sided links
 //! (gossip/p2p.rs) instead of the window's slots: notify-ack, `--overlap` and the one-peer graph
-//! run on it unchanged; the variants that read slots themselves or send encoded messages are
-//! refused there (`Transport::resolve`).
+//! and the budgeted and compressed edges run on it unchanged; the variants that read the slots
+//! themselves (barrier, none, push-sum, deadline, bounded staleness) are refused there
+//! (`Transport::resolve`).
 //!
 //! [`StochasticReduce`] is the engine as a [`SyncMode`]: it picks the variant from the settings
 //! (`gossip_for`), and does what is the same for all of them (argument checks, byte and round
@@ -106,7 +107,8 @@ pub enum Transport {
     Auto,
     /// One-sided puts into the receivers' windows (MPI RMA).
     Rma,
-    /// Two-sided non-blocking messages (notify-ack, also with --overlap and the one-peer graph).
+    /// Two-sided non-blocking messages (notify-ack, also with --overlap, the one-peer graph, the
+    /// budgeted edges and --compress).
     P2p,
 }
 
@@ -255,8 +257,6 @@ impl StochasticReduce {
         let supported = match () {
             _ if opts.notify != NotifyMode::NotifyAck => Err("--notify notify-ack is the variant it carries"),
             _ if staleness > 0 => Err("--staleness keeps several messages per edge, in one-sided slots"),
-            _ if budget.is_some() => Err("--bandwidth-mbps's edges send encoded rows"),
-            _ if choco.is_some() => Err("--compress sends encoded changes"),
             _ => Ok(()),
         };
         let (p2p, transport) = opts.transport.resolve(ctx.comm, supported)?;
@@ -266,7 +266,7 @@ impl StochasticReduce {
         let fixed_size = budget.is_none() && choco.is_none();
         let mut mode = match (budget, choco) {
             (None, Some(c)) => {
-                let (mail, choco) = Choco::build(ctx, &cfg.in_neighbours, &c, init, one_peer)?;
+                let (mail, choco) = Choco::build(ctx, &cfg.in_neighbours, &c, init, one_peer, p2p)?;
                 info["consensus_step"] = serde_json::json!(c.step);
                 let net = Neighbourhood::new(ctx.comm, cfg.wait_timeout, cfg.stop_sending_after, ctx.n_params(), mail)?;
                 StochasticReduce { net, gossip: Box::new(choco) }
@@ -279,14 +279,16 @@ impl StochasticReduce {
                          sends each row once, and barrier/none can overwrite a message before it is read"
                     );
                 }
-                let (mail, edges) = BudgetedEdges::build(ctx, &cfg.in_neighbours, init, &b)?;
+                let (mail, edges) = BudgetedEdges::build(ctx, &cfg.in_neighbours, init, &b, p2p)?;
                 info["budget"] = edges.info(&b);
                 let net = Neighbourhood::new(ctx.comm, cfg.wait_timeout, cfg.stop_sending_after, ctx.n_params(), mail)?;
                 StochasticReduce { net, gossip: Box::new(edges) }
             }
         };
         if p2p {
-            let post = Postbox::new(ctx.comm).with_pacer(ctx.pacer(None)).with_ingress(ctx.ingress());
+            // As on rma, byte messages (budgeted, compressed) do not model the receiver's link.
+            let ingress = if fixed_size { ctx.ingress() } else { None };
+            let post = Postbox::new(ctx.comm).with_pacer(ctx.pacer(None)).with_ingress(ingress);
             let links = P2pLinks::new(post, mode.net.mail.in_neighbours(), mode.net.mail.out_neighbours());
             mode.net.p2p = Some(links);
             return Ok((mode, info));

@@ -206,7 +206,7 @@ impl Neighbourhood {
             let before = p.bytes_sent();
             match out.message(j, round, acked) {
                 Message::Model(values) => p.send_to(j, round, values)?,
-                Message::Bytes(_) => bail!("--transport p2p carries models, not encoded messages (a budgeted or compressed edge)"),
+                Message::Bytes(body) => p.send_bytes_to(j, round, body)?,
             }
             out.sent(p.bytes_sent() - before, Instant::now());
             return Ok(acked);
@@ -276,7 +276,7 @@ impl Neighbourhood {
         let read = match (inbox.slot(), &mut self.p2p) {
             (Slot::Sum(acc), Some(p)) => p.add_next(i, acc),
             (Slot::Sum(acc), None) => self.mail.add_notified_slot(i, acc)?,
-            (Slot::Bytes(_), Some(_)) => bail!("--transport p2p carries models, not encoded messages (a budgeted or compressed edge)"),
+            (Slot::Bytes(body), Some(p)) => p.read_bytes(i, body),
             (Slot::Bytes(body), None) => self.mail.read_bytes(i, body)?,
         };
         if read != SlotRead::Consistent(round) {
@@ -355,10 +355,16 @@ impl Neighbourhood {
         for j in 0..self.mail.out_neighbours().len() {
             self.put_when_acked(j, round, exchange)?;
         }
-        self.mail.wait_notifications(round, self.wait_timeout)?;
+        match &mut self.p2p {
+            Some(p) => p.wait_notifications(round, self.wait_timeout)?,
+            None => self.mail.wait_notifications(round, self.wait_timeout)?,
+        }
         self.read_notified(round, exchange)?;
         for i in 0..self.in_degree() {
-            self.mail.ack(i)?;
+            match &mut self.p2p {
+                Some(p) => p.ack(i)?,
+                None => self.mail.ack(i)?,
+            }
         }
         Ok(())
     }

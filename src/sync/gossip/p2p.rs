@@ -1,7 +1,8 @@
 //! NOTIFY-ACK over two-sided messages (`--transport p2p`): the same protocol as the one-sided
 //! mailboxes, on [`Postbox`]'s non-blocking `MPI_Isend`s and matched receives.
 //!
-//! - A message is `[round u64 | the model's f32 values]`, sent with tag [`DATA`] once the
+//! - A message is `[round u64 | the model's f32 values]` (or a variant's encoded bytes: the
+//!   budgeted and compressed edges), sent with tag [`DATA`] once the
 //!   receiver's ACK of the previous message on that edge came: a sender never has more than one
 //!   message in flight per edge, as with a mailbox slot, so no message overtakes or replaces an
 //!   unread one.
@@ -141,6 +142,26 @@ impl P2pLinks {
         self.post.send(self.outs[j], DATA, buf)?;
         self.sent[j] += 1;
         Ok(())
+    }
+
+    /// Sends an encoded `body` of `round` to out-neighbour `j` (after [`P2pLinks::wait_ack`]).
+    pub(in crate::sync) fn send_bytes_to(&mut self, j: usize, round: u64, body: &[u8]) -> anyhow::Result<()> {
+        let mut buf = Vec::with_capacity(HEADER + body.len());
+        buf.extend_from_slice(&round.to_le_bytes());
+        buf.extend_from_slice(body);
+        self.post.send(self.outs[j], DATA, buf)?;
+        self.sent[j] += 1;
+        Ok(())
+    }
+
+    /// Copies in-neighbour `i`'s oldest unread encoded message into `out` and says which round it
+    /// held.
+    pub(in crate::sync) fn read_bytes(&mut self, i: usize, out: &mut Vec<u8>) -> SlotRead {
+        let Some(buf) = self.inbox[i].pop_front() else { return SlotRead::Empty };
+        let Some(header) = buf.get(..HEADER) else { return SlotRead::Torn(0, buf.len() as u64) };
+        out.clear();
+        out.extend_from_slice(&buf[HEADER..]);
+        SlotRead::Consistent(u64::from_le_bytes(header.try_into().expect("8 bytes")))
     }
 
     /// Waits until a message is there from every in-neighbour.
