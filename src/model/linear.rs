@@ -68,17 +68,10 @@ impl Linear {
     /// kernels on a copy in L2. Against a BLAS dot and the compiled axpy row by row, on the same
     /// run (bench, 3 runs each, per CPU second): svm 2.34M -> 2.66M examples/s, logreg 1.76M ->
     /// 2.65M. Both read every row from DRAM once: that read bounds the step (benches/kernels.md).
-    #[allow(clippy::too_many_arguments)]
-    fn dense_step(
-        &self,
-        params: &mut [f32],
-        x: &[f32],
-        xd: usize,
-        data: &Dataset,
-        batch: &[usize],
-        lr: f32,
-        scratch: &mut Vec<f32>,
-    ) -> f64 {
+    /// None where the rows are not dense.
+    fn dense_step(&self, params: &mut [f32], data: &Dataset, batch: &[usize], lr: f32, scratch: &mut Vec<f32>) -> Option<f64> {
+        let Features::Dense { x, d: xd } = &data.features else { return None };
+        let xd = *xd;
         let (d, b) = (self.d(), batch.len());
         let n = xd.min(d);
         if scratch.len() < b * (n + 1) {
@@ -100,7 +93,7 @@ impl Linear {
         let decay = 1.0 - lr * self.spec.lambda;
         general_mat_vec_mul(1.0, &xm.t(), &ArrayView1::from(&*slopes), decay, &mut ArrayViewMut1::from(&mut params[..n]));
         params[n..d].iter_mut().for_each(|w| *w *= decay);
-        loss / b as f64
+        Some(loss / b as f64)
     }
 
     /// Example `i`'s (loss, d loss / d z) at `params`.
@@ -145,8 +138,8 @@ impl Model for Linear {
         loss / batch.len() as f64
     }
     fn sgd_step(&self, params: &mut [f32], data: &Dataset, batch: &[usize], lr: f32, scratch: &mut Vec<f32>) -> f64 {
-        if let Features::Dense { x, d: xd } = &data.features {
-            return self.dense_step(params, x, *xd, data, batch, lr, scratch);
+        if let Some(loss) = self.dense_step(params, data, batch, lr, scratch) {
+            return loss;
         }
         let d = self.d();
         let inv = 1.0 / batch.len() as f32;

@@ -106,17 +106,10 @@ impl Mlr {
     /// instructions were that gather and its memset (callgrind). Now 9.2k instructions an
     /// example against 17.0k, and bench per CPU second 778k -> 1,145k examples/s (load 3.8-4.4,
     /// benches/kernels.md). Storing the scores class-major (J x B) cost more: 9.8k instructions.
-    #[allow(clippy::too_many_arguments)]
-    fn dense_step(
-        &self,
-        params: &mut [f32],
-        x: &[f32],
-        xd: usize,
-        data: &Dataset,
-        batch: &[usize],
-        lr: f32,
-        scratch: &mut Vec<f32>,
-    ) -> f64 {
+    /// None where the rows are not dense.
+    fn dense_step(&self, params: &mut [f32], data: &Dataset, batch: &[usize], lr: f32, scratch: &mut Vec<f32>) -> Option<f64> {
+        let Features::Dense { x, d: xd } = &data.features else { return None };
+        let xd = *xd;
         let (j, d) = self.dims();
         let (b, n) = (batch.len(), xd.min(d));
         if scratch.len() < b * (j + n) {
@@ -128,7 +121,7 @@ impl Mlr {
         self.dense_scores(params, &xb, &mut z);
         let (loss, _) = super::softmax_residual(&mut z, batch.iter().map(|&i| super::class_of(data.labels[i])), 1.0 / b as f32);
         self.dense_accumulate(params, &z, &xb, -lr, 1.0 - lr * self.spec.lambda);
-        loss / b as f64
+        Some(loss / b as f64)
     }
 }
 
@@ -180,8 +173,8 @@ impl Model for Mlr {
         loss / batch.len() as f64
     }
     fn sgd_step(&self, params: &mut [f32], data: &Dataset, batch: &[usize], lr: f32, scratch: &mut Vec<f32>) -> f64 {
-        if let Features::Dense { x, d: xd } = &data.features {
-            return self.dense_step(params, x, *xd, data, batch, lr, scratch);
+        if let Some(loss) = self.dense_step(params, data, batch, lr, scratch) {
+            return loss;
         }
         let mut z = self.scores(params, data, batch);
         let (loss, _) = super::softmax_residual(&mut z, batch.iter().map(|&i| super::class_of(data.labels[i])), 1.0 / batch.len() as f32);
