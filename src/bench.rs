@@ -14,7 +14,7 @@
 //! 256-bit FMAs a cycle, as Haswell to Zen 4 issue, or one 512-bit FMA, as the Xeons with one
 //! AVX-512 unit: the issue's 2.1 GHz Xeon, 67 GFLOP/s), 16 with AVX and no FMA, 8 with SSE only.
 //! A core with two 512-bit FMA units peaks at twice that, so a fraction above 1 is possible there.
-//! Each rate is also given per second the thread ran on a CPU (/proc/thread-self/schedstat): on a
+//! Each rate is also given per second the thread ran on a CPU (its CPU-time clock): on a
 //! shared machine the wall-clock rate falls with the load, the on-CPU one much less (svm at load
 //! 5.8: 0.58M examples/s of wall time, 1.20M per CPU second).
 
@@ -126,18 +126,13 @@ fn data_for(kind: ModelKind, train: &Dataset) -> Dataset {
     }
 }
 
-/// Nanoseconds this thread has run on a CPU (the first field of /proc/thread-self/schedstat), or
-/// None where the kernel does not say.
-fn thread_cpu_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
-}
-
 /// What [`measure`] found.
 struct Rate {
     /// Examples per second of wall time.
     wall: f64,
-    /// Examples per second this thread ran on a CPU: the same kernel less the time it waited for
-    /// one, so a shared machine's load moves it less (None where schedstat is missing).
+    /// Examples per CPU second of this thread ([`crate::comm::thread_cpu_seconds`]): the same
+    /// kernel less the time it waited for a CPU, so a shared machine's load moves it less (None
+    /// where the clock cannot be read).
     on_cpu: Option<f64>,
     params: usize,
 }
@@ -151,7 +146,7 @@ fn measure(model: &dyn model::Model, ds: &Dataset, batch: usize, seconds: f64) -
     let mut order: Vec<usize> = (0..ds.len()).collect();
     rng.shuffle(&mut order);
     let (mut done, mut scratch, mut pos) = (0usize, Vec::new(), 0usize);
-    let (start, cpu0) = (Instant::now(), thread_cpu_ns());
+    let (start, cpu0) = (Instant::now(), crate::comm::thread_cpu_seconds());
     while start.elapsed().as_secs_f64() < seconds {
         for _ in 0..10 {
             if pos + batch > order.len() {
@@ -164,7 +159,8 @@ fn measure(model: &dyn model::Model, ds: &Dataset, batch: usize, seconds: f64) -
         }
     }
     let wall = done as f64 / start.elapsed().as_secs_f64();
-    let on_cpu = cpu0.zip(thread_cpu_ns()).filter(|(a, b)| b > a).map(|(a, b)| done as f64 / ((b - a) as f64 * 1e-9));
+    let cpu = crate::comm::thread_cpu_seconds() - cpu0;
+    let on_cpu = (cpu0 > 0.0 && cpu > 0.0).then(|| done as f64 / cpu);
     Rate { wall, on_cpu, params: params.len() }
 }
 
