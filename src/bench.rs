@@ -134,6 +134,8 @@ struct Rate {
     /// kernel less the time it waited for a CPU, so a shared machine's load moves it less (None
     /// where the clock cannot be read).
     on_cpu: Option<f64>,
+    /// Examples stepped through (whole batches).
+    examples: usize,
     params: usize,
 }
 
@@ -161,7 +163,7 @@ fn measure(model: &dyn model::Model, ds: &Dataset, batch: usize, seconds: f64) -
     let wall = done as f64 / start.elapsed().as_secs_f64();
     let cpu = crate::comm::thread_cpu_seconds() - cpu0;
     let on_cpu = (cpu0 > 0.0 && cpu > 0.0).then(|| done as f64 / cpu);
-    Rate { wall, on_cpu, params: params.len() }
+    Rate { wall, on_cpu, examples: done, params: params.len() }
 }
 
 /// The textbook f32 flops of one example's SGD step of `spec` on rows of `nonzeros` features
@@ -271,7 +273,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let spec = ModelSpec { kind, lambda: 1e-5, features: dim, classes, hidden: vec![args.hidden], factors: 10, users, items };
         let model = model::build(&spec)?;
         for &batch_size in &args.batch_size {
-            let Rate { wall: rate, on_cpu, params } = measure(model.as_ref(), &ds, batch_size, args.seconds);
+            let Rate { wall: rate, on_cpu, examples, params } = measure(model.as_ref(), &ds, batch_size, args.seconds);
             let key = match kind {
                 ModelKind::Mlp => format!("mlp-{}:{batch_size}", args.hidden),
                 _ => format!("{}:{batch_size}", format!("{kind:?}").to_lowercase()),
@@ -284,7 +286,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 println!(
                     "{}",
                     serde_json::json!({"model": kind, "params": params, "examples_per_second": rate, "batch_size": batch_size,
-                        "examples_per_cpu_second": on_cpu, "flops_per_example": flops, "gflops": gflops, "peak_gflops": peak.as_ref().map(|p| p.0), "peak_fraction": fraction})
+                        "examples_per_cpu_second": on_cpu, "examples": examples, "flops_per_example": flops, "gflops": gflops, "peak_gflops": peak.as_ref().map(|p| p.0), "peak_fraction": fraction})
                 );
             } else {
                 let pct = fraction.map_or("?".to_string(), |f| format!("{:.1}", 100.0 * f));
