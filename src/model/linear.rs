@@ -67,7 +67,9 @@ impl Linear {
     /// decay folded in as sgemv's beta) as a second one, so both run in OpenBLAS's AVX2/FMA
     /// kernels on a copy in L2. Against a BLAS dot and the compiled axpy row by row, on the same
     /// run (bench, 3 runs each, per CPU second): svm 2.34M -> 2.66M examples/s, logreg 1.76M ->
-    /// 2.65M. Both read every row from DRAM once: that read bounds the step (benches/kernels.md).
+    /// 2.65M; against the margins by sdot on the rows in place and the gather after them: 2.31M
+    /// -> 2.84M (svm and logreg alike). Every row is read from DRAM once, and that read bounds the
+    /// step (benches/rowread.c, benches/kernels.md).
     /// None where the rows are not dense.
     fn dense_step(&self, params: &mut [f32], data: &Dataset, batch: &[usize], lr: f32, scratch: &mut Vec<f32>) -> Option<f64> {
         let Features::Dense { x, d: xd } = &data.features else { return None };

@@ -102,8 +102,8 @@ impl Mlp {
     /// None, from `out` itself before the layer is overwritten: the SGD step then updates the
     /// parameters in place, with no gradient vector to zero and add (a 400 KB memset and a pass
     /// over the 101,770 parameters each step at hidden 128). With the input gathered once:
-    /// 122.5k -> 81.5k instructions an example (callgrind), bench per CPU second 171k -> 206k
-    /// examples/s (load 3.8-4.4, benches/kernels.md).
+    /// 100.4k -> 72.1k instructions an example (callgrind), bench per CPU second 168k -> 204k
+    /// examples/s (load 8-11, benches/kernels.md).
     #[allow(clippy::too_many_arguments)]
     fn backward(
         &self,

@@ -104,8 +104,10 @@ impl Mlr {
     /// scores), then W <- (1 - lr lambda) W - lr G^T X as one sgemm over the same copy. Before,
     /// each of the two products gathered its own zero-filled copy: 47 % of the step's
     /// instructions were that gather and its memset (callgrind). Now 9.2k instructions an
-    /// example against 17.0k, and bench per CPU second 778k -> 1,145k examples/s (load 3.8-4.4,
-    /// benches/kernels.md). Storing the scores class-major (J x B) cost more: 9.8k instructions.
+    /// example against 16.8k, and bench per CPU second 742k -> 1,083k examples/s (load 8-11,
+    /// benches/kernels.md). Measured and dropped: the scores stored class-major (J x B), 6 % more
+    /// instructions; the scores as one sgemv per row on the row in place (no gather before
+    /// them), 806k against 1,033k examples per CPU second.
     /// None where the rows are not dense.
     fn dense_step(&self, params: &mut [f32], data: &Dataset, batch: &[usize], lr: f32, scratch: &mut Vec<f32>) -> Option<f64> {
         let Features::Dense { x, d: xd } = &data.features else { return None };
