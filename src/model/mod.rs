@@ -415,9 +415,14 @@ mod tests {
     #[test]
     fn sgd_step_equals_a_gradient_step_for_dense_and_sparse() {
         let mut rng = Rng::new(9);
-        for kind in [ModelKind::Svm, ModelKind::Logreg, ModelKind::Lsq, ModelKind::Mlr, ModelKind::Mlp] {
+        let mut specs: Vec<ModelSpec> =
+            [ModelKind::Svm, ModelKind::Logreg, ModelKind::Lsq, ModelKind::Mlr, ModelKind::Mlp].map(|k| spec(k, 4)).into();
+        // Two hidden layers: the in-place step passes deltas through each layer before updating it.
+        specs.push(ModelSpec { hidden: vec![4, 3], ..spec(ModelKind::Mlp, 4) });
+        for s in specs {
+            let kind = s.kind;
             for data in [dense(8, 4, 3, &mut rng), sparse(8, 4, 3, &mut rng)] {
-                let m = build(&spec(kind, 4)).unwrap();
+                let m = build(&s).unwrap();
                 let mut p = vec![0f32; m.num_params()];
                 m.init(&mut p, &mut rng);
                 p.iter_mut().for_each(|w| *w += 0.2 * rng.normal() as f32);
@@ -425,9 +430,10 @@ mod tests {
                 let mut g = vec![0f32; p.len()];
                 m.loss_grad(&p, &data, &batch, &mut g);
                 let mut q = p.clone();
-                m.sgd_step(&mut q, &data, &batch, 0.1, &mut Vec::new());
+                // A scratch left over from a larger step: the dense steps keep and reuse it.
+                m.sgd_step(&mut q, &data, &batch, 0.1, &mut vec![1e3; 200]);
                 for k in 0..p.len() {
-                    assert!((q[k] - (p[k] - 0.1 * g[k])).abs() < 1e-5, "{kind:?} param {k}");
+                    assert!((q[k] - (p[k] - 0.1 * g[k])).abs() < 1e-5, "{kind:?} hidden {:?} param {k}", s.hidden);
                 }
             }
         }
