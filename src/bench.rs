@@ -14,7 +14,7 @@
 //! 256-bit FMAs a cycle, as Haswell to Zen 4 issue, or one 512-bit FMA, as the Xeons with one
 //! AVX-512 unit: the issue's 2.1 GHz Xeon, 67 GFLOP/s), 16 with AVX and no FMA, 8 with SSE only.
 //! A core with two 512-bit FMA units peaks at twice that, so a fraction above 1 is possible there.
-//! Each rate is also given per second the thread ran on a CPU (/proc/thread-self/schedstat): on a
+//! Each rate is also given per second the thread ran on a CPU (its CPU-time clock): on a
 //! shared machine the wall-clock rate falls with the load, the on-CPU one much less (svm at load
 //! 5.8: 0.58M examples/s of wall time, 1.20M per CPU second).
 
@@ -127,19 +127,16 @@ fn data_for(kind: ModelKind, train: &Dataset) -> Dataset {
     }
 }
 
-/// Nanoseconds this thread has run on a CPU (the first field of /proc/thread-self/schedstat), or
-/// None where the kernel does not say.
-fn thread_cpu_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
-}
-
 /// What [`measure`] found.
 struct Rate {
     /// Examples per second of wall time.
     wall: f64,
-    /// Examples per second this thread ran on a CPU: the same kernel less the time it waited for
-    /// one, so a shared machine's load moves it less (None where schedstat is missing).
+    /// Examples per CPU second of this thread ([`crate::comm::thread_cpu_seconds`]): the same
+    /// kernel less the time it waited for a CPU, so a shared machine's load moves it less (None
+    /// where the clock cannot be read).
     on_cpu: Option<f64>,
+    /// Examples stepped through (whole batches).
+    examples: usize,
     params: usize,
     /// Wall seconds of every step: their spread is the step-time jitter (`--emulate-jitter`).
     steps: Vec<f64>,
@@ -158,7 +155,7 @@ fn measure(model: &dyn model::Model, ds: &Dataset, batch: usize, seconds: f64) -
     let mut order: Vec<usize> = (0..ds.len()).collect();
     rng.shuffle(&mut order);
     let (mut done, mut scratch, mut pos, mut steps) = (0usize, Vec::new(), 0usize, Vec::new());
-    let (start, cpu0) = (Instant::now(), thread_cpu_ns());
+    let (start, cpu0) = (Instant::now(), crate::comm::thread_cpu_seconds());
     while start.elapsed().as_secs_f64() < seconds {
         for _ in 0..10 {
             if pos + batch > order.len() {
@@ -173,8 +170,9 @@ fn measure(model: &dyn model::Model, ds: &Dataset, batch: usize, seconds: f64) -
         }
     }
     let wall = done as f64 / start.elapsed().as_secs_f64();
-    let on_cpu = cpu0.zip(thread_cpu_ns()).filter(|(a, b)| b > a).map(|(a, b)| done as f64 / ((b - a) as f64 * 1e-9));
-    Rate { wall, on_cpu, params: params.len(), steps }
+    let cpu = crate::comm::thread_cpu_seconds() - cpu0;
+    let on_cpu = (cpu0 > 0.0 && cpu > 0.0).then(|| done as f64 / cpu);
+    Rate { wall, on_cpu, examples: done, params: params.len(), steps }
 }
 
 /// The textbook f32 flops of one example's SGD step of `spec` on rows of `nonzeros` features
@@ -284,7 +282,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let spec = ModelSpec { kind, lambda: 1e-5, features: dim, classes, hidden: vec![args.hidden], factors: 10, users, items };
         let model = model::build(&spec)?;
         for &batch_size in &args.batch_size {
-            let Rate { wall: rate, on_cpu, params, steps } = measure(model.as_ref(), &ds, batch_size, args.seconds);
+            let Rate { wall: rate, on_cpu, examples, params, steps } = measure(model.as_ref(), &ds, batch_size, args.seconds);
             let jitter = Jitter::measured(&steps, &STEP_QUANTILES);
             let key = match kind {
                 ModelKind::Mlp => format!("mlp-{}:{batch_size}", args.hidden),
@@ -301,7 +299,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 println!(
                     "{}",
                     serde_json::json!({"model": kind, "params": params, "examples_per_second": rate, "batch_size": batch_size,
-                        "examples_per_cpu_second": on_cpu, "step_jitter": jitter.as_ref().map(|j| j.to_string()), "flops_per_example": flops, "gflops": gflops, "peak_gflops": peak.as_ref().map(|p| p.0), "peak_fraction": fraction})
+                        "examples_per_cpu_second": on_cpu, "examples": examples, "step_jitter": jitter.as_ref().map(|j| j.to_string()), "flops_per_example": flops, "gflops": gflops, "peak_gflops": peak.as_ref().map(|p| p.0), "peak_fraction": fraction})
                 );
             } else {
                 let pct = fraction.map_or("?".to_string(), |f| format!("{:.1}", 100.0 * f));
