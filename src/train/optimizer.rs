@@ -288,6 +288,13 @@ impl Optimizer {
         }
     }
 
+    /// Whether the checkpoint entry `name` is this optimizer's and averaged over the old ranks at
+    /// a resume on another rank count (`train::elastic`): momentum and AdamW's moments follow
+    /// the averaged model; SAGA's history belongs to its examples (async, not elastic).
+    pub fn averaged_on_resize(name: &str) -> bool {
+        name.starts_with("momentum_") || name.starts_with("adamw_")
+    }
+
     /// Takes this optimizer's entries out of a checkpoint's state (the rest is the mode's).
     pub fn restore_state(&mut self, state: &mut ModeState) -> anyhow::Result<()> {
         let prefixes = ["saga_", "momentum_", "adamw_"];
