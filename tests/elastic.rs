@@ -213,3 +213,23 @@ fn independent_replicas_resume_2_ranks_on_4_and_ssp_still_refuses() {
         "allreduce, asap",
     ]);
 }
+
+/// The other replica modes and asap's variants resize too (4 ranks to round 70, then 2 to the
+/// end), each seeing every example once per epoch: their per-edge state starts afresh from the
+/// average (push-sum's weights, CHOCO's copies, gaia's residual), the outer velocity is averaged.
+#[test]
+fn gaia_and_asap_variants_resume_4_ranks_on_2_with_every_example_once() {
+    let variants: [&[&str]; 4] = [
+        &["--sync", "gaia", "--groups", "2"],
+        &["--sync", "asap", "--notify", "push-sum"],
+        &["--sync", "asap", "--graph", "ring", "--compress", "int8"],
+        &["--sync", "allreduce", "--outer-optimizer", "nesterov", "--inner-optimizer", "momentum"],
+    ];
+    for (i, sync) in variants.iter().enumerate() {
+        let (_, ck, trace) = scratch_with_trace(&format!("elastic-variant-{i}"));
+        job(4, &args(sync, &ck, &["--max-rounds", "70"]), &trace.join("a"));
+        let b = job(2, &args(sync, &ck, &["--resume"]), &trace.join("b"));
+        assert!(b.stderr.contains("resumed a 4-rank checkpoint on 2 ranks"), "{sync:?}: {}", b.stderr);
+        assert_every_example_once(&trace, 3, &format!("{sync:?} 4 -> 2 ranks"));
+    }
+}

@@ -230,6 +230,20 @@ impl Run<'_> {
         }
     }
 
+    /// The step the step-size schedule is at: `global_step` in a run never resized (epochs of
+    /// `steps_per_epoch` steps), and after a resize the step this rank count's run would be at,
+    /// so the schedule ends with the run's last mini-batch at any count (a dealt epoch's steps
+    /// end where the epoch does).
+    fn schedule_step(&self) -> u64 {
+        let s = self.steps_per_epoch;
+        let within = match &self.dealt {
+            None => self.pos.step_in_epoch,
+            Some(d) if d.steps <= s => s - d.steps + self.pos.step_in_epoch,
+            Some(d) => self.pos.step_in_epoch * s / d.steps,
+        };
+        (self.pos.epoch * s + within) as u64
+    }
+
     /// The steps of the current epoch: a pass over the shard, or those of a dealt epoch.
     fn epoch_steps(&self) -> usize {
         self.dealt.as_ref().map_or(self.steps_per_epoch, |d| d.steps)
@@ -955,7 +969,7 @@ impl Run<'_> {
         if let Err(e) = self.sync.before_step(&mut r.params, self.pos.round) {
             comm::abort_job(&format!("{e:#}"), 4);
         }
-        let lr = self.schedule.at(self.pos.global_step, self.pos.epoch);
+        let lr = self.schedule.at(self.schedule_step(), self.pos.epoch);
         // --balance: a smaller mini-batch takes a proportionally smaller step (the linear
         // scaling rule), so averaging the replicas weighs each rank's step by the examples it
         // saw, as Hop does, and a slowed rank's noisier gradient moves it less. A dealt epoch's
