@@ -45,8 +45,9 @@ pub struct Restored {
     pub params: Vec<f32>,
     pub epoch_rng: [u64; 4],
     pub path: PathBuf,
-    /// The current epoch's examples dealt at a resize: the checkpoint's own (same rank count), or
-    /// those left of its epoch to be dealt now (`resized`; their steps are this run's to count).
+    /// The current epoch's examples dealt at a resize, all of them: the checkpoint's own (same
+    /// rank count), or those left of its epoch to be dealt now (`resized`; their steps are this
+    /// run's to count).
     pub dealt: Option<Dealt>,
     /// Written by another rank count: `params` is the replicas' average, `epoch_rng` unset.
     pub resized: Option<Resized>,
@@ -174,7 +175,7 @@ pub struct Contents<'a> {
     pub spec_json: &'a str,
     /// This rank's file rows (`setup::Shards::rows`).
     pub rows: Option<(u64, u64)>,
-    /// The examples of the current epoch dealt at a resize, while it lasts.
+    /// This rank's share of the current epoch's examples dealt at a resize, while it lasts.
     pub dealt: Option<&'a Dealt>,
 }
 
@@ -185,6 +186,12 @@ pub fn save(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, pos: &Positi
     let all = collectives::gather(comm, 0, params);
     let rngs = collectives::gather(comm, 0, &epoch_rng);
     let rows = collectives::gather(comm, 0, &c.rows.map_or([u64::MAX; 2], |(a, b)| [a, b]));
+    // Every rank keeps its share of a dealt epoch; the checkpoint holds them all.
+    let dealt = c.dealt.map(|d| {
+        let mut ids: Vec<u64> = collectives::gather_varcount(comm, 0, &d.ids).into_iter().flatten().collect();
+        ids.sort_unstable();
+        (ids, d.steps)
+    });
     // Mode state of every rank: names (one per line), lengths, values.
     let names: Vec<u8> = c.mode_state.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join("\n").into_bytes();
     let lens: Vec<u64> = c.mode_state.iter().map(|(_, v)| v.len() as u64).collect();
@@ -201,9 +208,9 @@ pub fn save(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, pos: &Positi
             f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, params.len()), all).unwrap()).create("params")?;
             f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, 4), rngs).unwrap()).create("rng")?;
             f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, 2), rows).unwrap()).create("example_rows")?;
-            if let Some(d) = c.dealt {
-                f.new_dataset_builder().with_data(&Array1::from_vec(d.ids.clone())).create("dealt_ids")?;
-                f.new_attr::<u64>().create("dealt_steps")?.write_scalar(&(d.steps as u64))?;
+            if let Some((ids, steps)) = &dealt {
+                f.new_dataset_builder().with_data(&Array1::from_vec(ids.clone())).create("dealt_ids")?;
+                f.new_attr::<u64>().create("dealt_steps")?.write_scalar(&(*steps as u64))?;
             }
             for (k, v) in [
                 ("epoch", pos.epoch as u64),
@@ -340,8 +347,8 @@ fn read_dealt(f: &hdf5::File) -> hdf5::Result<Option<Dealt>> {
     if !f.link_exists("dealt_ids") {
         return Ok(None);
     }
-    let ids: Array1<u64> = f.dataset("dealt_ids")?.read_1d()?;
-    Ok(Some(Dealt { ids: ids.into_raw_vec_and_offset().0, steps: read_u64(f, "dealt_steps")? as usize }))
+    let ids = f.dataset("dealt_ids")?.read_1d::<u64>()?.into_raw_vec_and_offset().0;
+    Ok(Some(Dealt { total: ids.len() as u64, ids, steps: read_u64(f, "dealt_steps")? as usize }))
 }
 
 /// The replicas (ranks x `n_params`) of checkpoint `f` at `path`, checked.
@@ -421,7 +428,7 @@ fn restore_same(comm: &SimpleCommunicator, path: &Path, n_params: usize) -> anyh
     let mut steps = [dealt.as_ref().map_or(u64::MAX, |d| d.steps as u64)];
     collectives::broadcast(comm, 0, &mut steps);
     let ids = broadcast_u64s(comm, dealt.map_or(Vec::new(), |d| d.ids));
-    let dealt = (steps[0] != u64::MAX).then(|| Dealt { ids, steps: steps[0] as usize });
+    let dealt = (steps[0] != u64::MAX).then(|| Dealt { total: ids.len() as u64, ids, steps: steps[0] as usize });
     Ok(Restored { position: position_of(&pos), params, epoch_rng: rng, path, dealt, resized: None })
 }
 
@@ -482,7 +489,7 @@ fn restore_resized(comm: &SimpleCommunicator, path: &Path, n_params: usize, plan
         params,
         epoch_rng: [0; 4],
         path,
-        dealt: Some(Dealt { ids, steps: 0 }),
+        dealt: Some(Dealt { total: ids.len() as u64, ids, steps: 0 }),
         resized: Some(Resized { from, old_states }),
     })
 }

@@ -41,12 +41,23 @@ pub const RULE: &str = "every replica starts from the average of the old ones; t
 use crate::rng::Rng;
 use crate::sync::ModeState;
 
-/// The examples of an epoch dealt over the ranks at a resize: their global row ids, ascending,
-/// and the steps every rank takes over its share.
+/// The examples of an epoch dealt over the ranks at a resize: their global row ids, ascending
+/// (all of them as a checkpoint stores them; a running rank keeps only its share, [`Dealt::share`],
+/// so its memory stays a fraction of the data), the steps every rank takes over its share, and
+/// how many were dealt in all.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Dealt {
     pub ids: Vec<u64>,
     pub steps: usize,
+    pub total: u64,
+}
+
+impl Dealt {
+    /// The share of a rank holding `own_ids` (ascending) of all the examples dealt.
+    pub fn share(self, own_ids: &[u64]) -> Dealt {
+        let ids = share_of(&self.ids, own_ids).into_iter().map(|i| own_ids[i]).collect();
+        Dealt { ids, ..self }
+    }
 }
 
 /// How one rank walks its examples in the current epoch, from its shuffle state at the epoch's
@@ -203,7 +214,7 @@ mod tests {
         // Six new ranks deal it, each over its own shard.
         let six = plan(6, total, seed);
         let steps6 = six.iter().map(|(ids, _)| dealt_order(&left, ids, &mut Rng::new(0)).len().div_ceil(b)).max().unwrap();
-        let dealt = Dealt { ids: left.clone(), steps: steps6 };
+        let dealt = Dealt { ids: left.clone(), steps: steps6, total: left.len() as u64 };
         let rngs6: Vec<[u64; 4]> = (0..6).map(|q| resized_stream(seed, 0, q).state()).collect();
         for ((ids, _), rng) in six.iter().zip(&rngs6) {
             let order = dealt_order(&dealt.ids, ids, &mut Rng::from_state(*rng));

@@ -155,7 +155,8 @@ struct Run<'a> {
     fault_panic: Option<(usize, u64)>,
     /// This rank's training examples as global row ids (None: the shard is no range of the file).
     ids: Option<Vec<u64>>,
-    /// The current epoch's examples dealt at a resize to another rank count (train::elastic).
+    /// This rank's share of the current epoch's examples dealt at a resize to another rank count
+    /// (train::elastic).
     dealt: Option<elastic::Dealt>,
     /// How this run resumed, for the start line.
     resumed: Option<serde_json::Value>,
@@ -223,7 +224,7 @@ impl Run<'_> {
             None => self.pos.epoch as f64 + self.pos.step_in_epoch as f64 / self.steps_per_epoch as f64,
             // The share of the epoch left when it was dealt, done in proportion to the steps.
             Some(d) => {
-                let left = d.ids.len() as f64 / self.shards.total_train.max(1) as f64;
+                let left = d.total as f64 / self.shards.total_train.max(1) as f64;
                 let done = self.pos.step_in_epoch as f64 / d.steps.max(1) as f64;
                 self.pos.epoch as f64 + (1.0 - left * (1.0 - done)).clamp(0.0, 1.0)
             }
@@ -640,9 +641,10 @@ fn resize_plan(cfg: &TrainConfig) -> checkpoint::ResizePlan {
     checkpoint::ResizePlan { allowed, batch: cfg.batch_size, holdout }
 }
 
-/// At a resume on another rank count: the examples left of the interrupted epoch (`left`) with
-/// the steps every rank takes over its share of them (the largest share's mini-batches), or None
-/// when none are left (then the next epoch starts). `ids`: this rank's training examples.
+/// At a resume on another rank count: this rank's share of the examples left of the interrupted
+/// epoch (`left`, all of them) with the steps every rank takes over its share (the largest
+/// share's mini-batches), or None when none are left (then the next epoch starts). `ids`: this
+/// rank's training examples.
 fn deal_rest(
     comm: &SimpleCommunicator,
     left: Vec<u64>,
@@ -650,27 +652,27 @@ fn deal_rest(
     batch: usize,
     pos: &mut Position,
 ) -> anyhow::Result<Option<elastic::Dealt>> {
-    let share = ids.map(|ids| elastic::share_of(&left, ids).len()).ok_or_else(|| {
+    let count = left.len() as u64;
+    let share = ids.map(|ids| elastic::Dealt { ids: left, steps: 0, total: count }.share(ids)).ok_or_else(|| {
         anyhow::anyhow!(
             "rank {}: its training shard is no range of the file, so the examples left of the epoch cannot be dealt",
             comm.rank()
         )
     });
     let share = collectives::agree(comm, share)?;
-    let total = collectives::sum_u64(comm, share as u64);
+    let total = collectives::sum_u64(comm, share.ids.len() as u64);
     anyhow::ensure!(
-        total == left.len() as u64,
-        "the checkpoint's epoch has {} examples left, and this run's shards hold {total} of them: resume with the data and \
-         --test-fraction of the run that wrote it",
-        left.len()
+        total == count,
+        "the checkpoint's epoch has {count} examples left, and this run's shards hold {total} of them: resume with the data and \
+         --test-fraction of the run that wrote it"
     );
-    let steps = collectives::max_u64(comm, share.div_ceil(batch) as u64) as usize;
+    let steps = collectives::max_u64(comm, share.ids.len().div_ceil(batch) as u64) as usize;
     pos.step_in_epoch = 0;
     if steps == 0 {
         pos.epoch += 1;
         return Ok(None);
     }
-    Ok(Some(elastic::Dealt { ids: left, steps }))
+    Ok(Some(elastic::Dealt { steps, ..share }))
 }
 
 /// At a resume on another rank count: this rank's mode, optimizer and early-stopping state, as
@@ -703,7 +705,7 @@ fn resume_record(
     let mut v = json!({"checkpoint": path, "epoch": pos.epoch, "round": pos.round, "ranks_before": from.unwrap_or(n), "ranks": n});
     if from.is_some() {
         v["rule"] = json!(elastic::RULE);
-        v["examples_dealt"] = json!(dealt.map_or(0, |d| d.ids.len()));
+        v["examples_dealt"] = json!(dealt.map_or(0, |d| d.total));
         v["dealt_steps"] = json!(dealt.map_or(0, |d| d.steps));
     }
     v
@@ -776,7 +778,7 @@ fn set_up<'a>(
             };
             dealt = match (&r.resized, r.dealt) {
                 (Some(_), Some(left)) => deal_rest(comm, left.ids, ids.as_deref(), cfg.batch_size, &mut pos)?,
-                (_, d) => d,
+                (_, d) => d.map(|d| d.share(ids.as_deref().unwrap_or(&[]))),
             };
             Some((r.path, r.resized))
         }
