@@ -233,3 +233,30 @@ fn gaia_and_asap_variants_resume_4_ranks_on_2_with_every_example_once() {
         assert_every_example_once(&trace, 3, &format!("{sync:?} 4 -> 2 ranks"));
     }
 }
+
+/// The rule for the state beside the replicas, read from the checkpoints of a resume stopped at
+/// its own round (asap with a Nesterov outer step and a momentum inner step, 4 ranks on 6): each
+/// new rank's outer velocity and momentum are the mean of the old ranks' (f64 mean, kept as f32),
+/// its outer anchor the old anchors' mean, its replica the old replicas' mean.
+#[test]
+fn a_resize_averages_the_outer_velocity_and_the_momentum() {
+    let (_, ck, trace) = scratch_with_trace("elastic-state");
+    let sync = ["--sync", "asap", "--graph", "ring", "--outer-optimizer", "nesterov", "--inner-optimizer", "momentum"];
+    job(4, &args(&sync, &ck, &["--max-rounds", "70"]), &trace.join("a"));
+    job(6, &args(&sync, &ck, &["--resume", "--max-rounds", "70"]), &trace.join("b"));
+    let (old, new) = (checkpoint_by(&ck, 4, 70), checkpoint_by(&ck, 6, 70));
+    let state = |path: &Path, rank: usize, name: &str| -> Vec<f64> {
+        let f = hdf5::File::open(path).unwrap();
+        f.dataset(&format!("sync/rank{rank}/{name}")).unwrap().read_raw().unwrap()
+    };
+    for name in ["outer_velocity", "momentum_velocity", "outer_anchor"] {
+        let olds: Vec<Vec<f64>> = (0..4).map(|r| state(&old, r, name)).collect();
+        assert!(olds.iter().any(|v| *v != olds[0]), "{name}: the old ranks' values differ (else the rule is not tested)");
+        let mean: Vec<f64> = (0..olds[0].len()).map(|j| (olds.iter().map(|v| v[j]).sum::<f64>() / 4.0) as f32 as f64).collect();
+        for q in 0..6 {
+            assert!(state(&new, q, name) == mean, "{name} of new rank {q} is not the mean of the 4 old ranks'");
+        }
+    }
+    let avg = average(&replicas(&old));
+    assert!(replicas(&new).iter().all(|r| *r == avg), "the new replicas are the old ones' average");
+}
