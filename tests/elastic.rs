@@ -192,14 +192,16 @@ fn asap_resumes_on_6_then_2_then_4_ranks_with_every_example_once() {
     assert_every_example_once(&trace, 3, "asap 4 -> 6 -> 2 -> 4 ranks");
 }
 
-/// none, 2 ranks to round 150 (epoch 1, step 50 of 100), then 4 ranks: every example once; and
-/// a mode that cannot resize still refuses, naming the modes that can.
+/// none, 2 ranks to round 150 (epoch 1, step 50 of 100), then 4 ranks by --auto-resume: every
+/// example once; and a mode that cannot resize still refuses, naming the modes that can.
 #[test]
 fn independent_replicas_resume_2_ranks_on_4_and_ssp_still_refuses() {
     let (dir, ck, trace) = scratch_with_trace("elastic-none");
     let sync = ["--sync", "none"];
-    job(2, &args(&sync, &ck, &["--max-rounds", "150"]), &trace.join("a"));
-    let b = job(4, &args(&sync, &ck, &["--resume"]), &trace.join("b"));
+    // --auto-resume, as slurm/asap-train.sbatch runs a requeued job: a fresh start at first,
+    // then the 2-rank checkpoint found at 4 ranks.
+    job(2, &args(&sync, &ck, &["--auto-resume", "--max-rounds", "150"]), &trace.join("a"));
+    let b = job(4, &args(&sync, &ck, &["--auto-resume"]), &trace.join("b"));
     assert!(b.stderr.contains("resumed a 2-rank checkpoint on 4 ranks"), "{}", b.stderr);
     assert_every_example_once(&trace, 3, "none 2 -> 4 ranks");
 

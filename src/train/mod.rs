@@ -619,6 +619,19 @@ fn resume_point(
     Ok(Some(r))
 }
 
+/// The rounds the run will have done at its end (for the progress line): in a dealt epoch, the
+/// rounds so far and those its steps left and the later epochs take.
+fn total_rounds(cfg: &TrainConfig, steps_per_epoch: usize, pos: &Position, dealt: Option<&elastic::Dealt>) -> u64 {
+    let all = match dealt {
+        None => (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64,
+        Some(d) => {
+            let later = cfg.epochs.saturating_sub(pos.epoch + 1) * steps_per_epoch;
+            pos.round + ((d.steps.saturating_sub(pos.step_in_epoch) + later) / cfg.sync_every) as u64
+        }
+    };
+    cfg.max_rounds.map_or(all, |m| m.min(all))
+}
+
 /// Whether and how a checkpoint of another rank count can be continued (train::elastic): in the
 /// modes that declare it, with shards that are ranges of the file.
 fn resize_plan(cfg: &TrainConfig) -> checkpoint::ResizePlan {
@@ -755,8 +768,6 @@ fn set_up<'a>(
         p,
     )?;
     let steps_per_epoch = plan::steps_per_epoch(cfg, &shards, comm);
-    let total_rounds_all = (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64;
-    let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
 
     anyhow::ensure!(
         cfg.patience.is_none() || shards.test.is_some(),
@@ -807,7 +818,7 @@ fn set_up<'a>(
         steps_per_epoch,
         schedule: schedule::StepSchedule::new(cfg, steps_per_epoch),
         metrics,
-        progress: Progress::new(rank == 0, total_rounds),
+        progress: Progress::new(rank == 0, total_rounds(cfg, steps_per_epoch, &pos, dealt.as_ref())),
         clock: Clock::default(),
         train_start: Instant::now(),
         pos,
