@@ -1,5 +1,6 @@
 //! Elastic resumes (issue 42): a checkpoint written by N ranks continued on M != N ranks, in the
-//! modes whose ranks each hold a whole replica (allreduce, asap and its variants, none, gaia:
+//! modes whose ranks each hold a whole replica (allreduce, asap and its variants, none, gaia, and
+//! async, whose workers all hold the coordinator's model at a checkpoint's cut:
 //! [`crate::sync::ModeSpec::elastic`]). The rule (docs/training.md, "Resuming at another rank
 //! count"):
 //!
@@ -138,15 +139,23 @@ pub fn resized_stream(seed: u64, epoch: usize, rank: usize) -> Rng {
 }
 
 /// The state a resize carries over from the old ranks' `old` states: each entry that `averaged`
-/// names and every old rank holds with one length, as the mean over the ranks (the value itself
-/// when all are equal, so state the ranks share stays exact).
+/// names, as the mean over the old ranks that hold it with one length (the value itself when
+/// they all agree, so state the ranks share stays exact; an entry only the coordinator keeps is
+/// its own).
 pub fn carried_state(old: &[ModeState], averaged: impl Fn(&str) -> bool) -> ModeState {
-    let Some(first) = old.first() else { return Vec::new() };
+    let mut names: Vec<&String> = Vec::new();
+    for (name, _) in old.iter().flatten() {
+        if averaged(name) && !names.contains(&name) {
+            names.push(name);
+        }
+    }
     let mut out = Vec::new();
-    for (name, v0) in first.iter().filter(|(name, _)| averaged(name)) {
-        let all: Option<Vec<&Vec<f64>>> =
-            old.iter().map(|s| s.iter().find(|(n, v)| n == name && v.len() == v0.len()).map(|(_, v)| v)).collect();
-        let Some(all) = all else { continue };
+    for name in names {
+        let all: Vec<&Vec<f64>> = old.iter().filter_map(|s| s.iter().find(|(n, _)| n == name).map(|(_, v)| v)).collect();
+        let v0 = all[0];
+        if all.iter().any(|v| v.len() != v0.len()) {
+            continue;
+        }
         let mean = if all.iter().all(|v| *v == v0) {
             v0.clone()
         } else {
@@ -157,14 +166,16 @@ pub fn carried_state(old: &[ModeState], averaged: impl Fn(&str) -> bool) -> Mode
     out
 }
 
-/// `fresh` (a new mode's state) with the entries `carried` holds under the same name and length
-/// put in their place.
+/// `fresh` (a new mode's state) with the entries `carried` holds under the same name put in their
+/// place: at the same length, or, for a per-rank table whose old entries were all one value (at
+/// the checkpoint's cut every worker is at the same clock), that value at the new length.
 pub fn overlay(fresh: ModeState, carried: &ModeState) -> ModeState {
     fresh
         .into_iter()
-        .map(|(name, v)| match carried.iter().find(|(n, c)| *n == name && c.len() == v.len()) {
-            Some((_, c)) => (name, c.clone()),
-            None => (name, v),
+        .map(|(name, v)| match carried.iter().find(|(n, _)| *n == name) {
+            Some((_, c)) if c.len() == v.len() => (name, c.clone()),
+            Some((_, c)) if !c.is_empty() && c.iter().all(|x| *x == c[0]) => (name, vec![c[0]; v.len()]),
+            _ => (name, v),
         })
         .collect()
 }
@@ -259,7 +270,11 @@ mod tests {
         let merged = overlay(fresh, &carried);
         assert_eq!(merged[0].1, vec![0.0], "reset state stays fresh");
         assert_eq!(merged[1].1[1], 2.0);
-        assert_eq!(merged[2].1, vec![0.0, 0.0], "another length is not carried");
+        assert_eq!(merged[2].1, vec![0.3, 0.3], "a table of one value is carried at the new length");
+        let uneven = overlay(vec![("v".to_owned(), vec![0.0])], &carried);
+        assert_eq!(uneven[0].1, vec![0.0], "a table of several values is not carried at another length");
+        let coordinator = carried_state(&[vec![("m".to_owned(), vec![4.0])], vec![]], |_| true);
+        assert_eq!(coordinator, vec![("m".to_owned(), vec![4.0])], "an entry only one old rank holds is its");
     }
 
     #[test]

@@ -642,6 +642,8 @@ fn resize_plan(cfg: &TrainConfig) -> checkpoint::ResizePlan {
             mode.name,
             crate::sync::SyncKind::names_where(|m| m.elastic)
         ))
+    } else if (mode.keeps_history)(&cfg.modes) {
+        Err("--optimizer saga keeps each example's stored gradient on the rank that holds it, and a resize does not yet move it with the example".to_owned())
     } else if cfg.partition.parse() != Ok(crate::data::partition::Partition::Iid) {
         Err(format!(
             "--partition {} deals the examples by class, so its checkpoints resume only at the rank count that wrote them",
