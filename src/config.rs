@@ -406,8 +406,8 @@ pub struct TrainConfig {
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Output")]
     pub checkpoint_every: u64,
     /// Continue from the newest checkpoint in --checkpoint-dir. Under allreduce, asap, none, gaia
-    /// and async (not SAGA) also one written at another rank count: every rank starts from the
-    /// replicas' average, and the examples left of its epoch are each seen once (docs/training.md).
+    /// and async also one written at another rank count: every rank starts from the replicas'
+    /// average, and the examples left of its epoch are each seen once (docs/training.md).
     #[arg(long, help_heading = "Output")]
     pub resume: bool,
     /// Continue from this run's newest checkpoint in --checkpoint-dir when there is one (as

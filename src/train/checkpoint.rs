@@ -59,6 +59,9 @@ pub struct Resized {
     pub from: usize,
     /// Every old rank's mode state (on rank 0; empty elsewhere), for [`super::elastic::carried_state`].
     pub old_states: Vec<ModeState>,
+    /// SAGA's per-example history of every old rank by example id (on every rank; empty
+    /// without it): [`super::elastic::per_example`].
+    pub per_example: (Vec<u64>, Vec<f64>),
 }
 
 /// What a resume needs to know of this run to continue a checkpoint of another rank count.
@@ -434,7 +437,7 @@ fn restore_same(comm: &SimpleCommunicator, path: &Path, n_params: usize) -> anyh
 
 /// The replicas' average, the position, the examples left of the epoch and every old rank's
 /// mode state ([`read_resized`]).
-type ReadResized = (Vec<f32>, [u64; 5], Vec<u64>, Vec<ModeState>);
+type ReadResized = (Vec<f32>, [u64; 5], Vec<u64>, Vec<ModeState>, (Vec<u64>, Vec<f64>));
 
 /// What rank 0 reads of a checkpoint written by `from` ranks for a resume at another count: the
 /// replicas' average, the position, the examples left of the epoch and every rank's mode state.
@@ -458,7 +461,8 @@ fn read_resized(path: &Path, from: usize, n_params: usize, plan: &ResizePlan) ->
     }
     let shard_steps = ids.iter().map(|v| v.len().div_ceil(plan.batch)).min().unwrap_or(0);
     let walks: Vec<(Vec<u64>, Walk)> = ids
-        .into_iter()
+        .iter()
+        .cloned()
         .zip(rngs.chunks(4))
         .map(|(ids, r)| {
             let rng = [r[0], r[1], r[2], r[3]];
@@ -471,13 +475,21 @@ fn read_resized(path: &Path, from: usize, n_params: usize, plan: &ResizePlan) ->
         .collect();
     let left = elastic::left_of_epoch(&walks, pos[1] as usize);
     let states = (0..from).map(|r| read_rank_state(&f, r)).collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((average, pos, left, states))
+    let per_example = elastic::per_example(&states, &ids, super::optimizer::Optimizer::PER_EXAMPLE);
+    Ok((average, pos, left, states, per_example))
 }
 
 /// [`restore`] at another rank count than the `from` that wrote checkpoint `path`.
 fn restore_resized(comm: &SimpleCommunicator, path: &Path, n_params: usize, plan: &ResizePlan, from: usize) -> anyhow::Result<Restored> {
-    let read = if comm.rank() == 0 { read_resized(path, from, n_params, plan) } else { Ok((Vec::new(), [0; 5], Vec::new(), Vec::new())) };
-    let (mut params, pos0, left, old_states) = agree(comm, read)?;
+    let read = if comm.rank() == 0 {
+        read_resized(path, from, n_params, plan)
+    } else {
+        Ok((Vec::new(), [0; 5], Vec::new(), Vec::new(), (Vec::new(), Vec::new())))
+    };
+    let (mut params, pos0, left, old_states, (example_ids, example_values)) = agree(comm, read)?;
+    let example_ids = broadcast_u64s(comm, example_ids);
+    let example_values =
+        broadcast_u64s(comm, example_values.iter().map(|x| x.to_bits()).collect()).into_iter().map(f64::from_bits).collect();
     params.resize(n_params, 0.0);
     collectives::broadcast_f32(comm, 0, &mut params);
     let mut pos = pos0.to_vec();
@@ -490,7 +502,7 @@ fn restore_resized(comm: &SimpleCommunicator, path: &Path, n_params: usize, plan
         epoch_rng: [0; 4],
         path,
         dealt: Some(Dealt { total: ids.len() as u64, ids, steps: 0 }),
-        resized: Some(Resized { from, old_states }),
+        resized: Some(Resized { from, old_states, per_example: (example_ids, example_values) }),
     })
 }
 

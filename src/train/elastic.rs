@@ -18,6 +18,9 @@
 //! - **RNG**: new rank q's shuffle stream starts as stream q + 1 of the seed mixed with the epoch
 //!   of the resume ([`resized_stream`]), so the new ranks' orders are independent of the old
 //!   ones and of a fresh run's.
+//! - **Per-example state** (SAGA's stored slopes, `--sync async --optimizer saga`) follows its
+//!   examples to the rank that now holds them ([`per_example`]), so the history, and the
+//!   coordinator's mean of it, stay those of the same gradients.
 //! - **Data**: the examples the uninterrupted N-rank run still had planned for the interrupted
 //!   epoch ([`left_of_rank`], from each old rank's shuffle state at the epoch's start, its steps
 //!   done and its file rows) are dealt over the M new ranks: each takes those in its own new
@@ -166,6 +169,26 @@ pub fn carried_state(old: &[ModeState], averaged: impl Fn(&str) -> bool) -> Mode
     out
 }
 
+/// Per-example state of the old ranks (the entry `name`, one value per example of each rank's
+/// shard, in its order: SAGA's stored slopes) by the examples' global ids (`ids`, each old rank's),
+/// ascending: the state follows its examples to their new ranks ([`own_per_example`]).
+pub fn per_example(old: &[ModeState], ids: &[Vec<u64>], name: &str) -> (Vec<u64>, Vec<f64>) {
+    let mut pairs: Vec<(u64, f64)> = Vec::new();
+    for (state, ids) in old.iter().zip(ids) {
+        if let Some((_, v)) = state.iter().find(|(n, v)| n == name && v.len() == ids.len()) {
+            pairs.extend(ids.iter().copied().zip(v.iter().copied()));
+        }
+    }
+    pairs.sort_unstable_by_key(|p| p.0);
+    pairs.into_iter().unzip()
+}
+
+/// A new rank's per-example state: the values of its examples `own_ids` among `all_ids` (both
+/// ascending), 0 (a fresh example's) for one the old ranks did not hold.
+pub fn own_per_example(all_ids: &[u64], all_values: &[f64], own_ids: &[u64]) -> Vec<f64> {
+    own_ids.iter().map(|g| all_ids.binary_search(g).map_or(0.0, |i| all_values[i])).collect()
+}
+
 /// `fresh` (a new mode's state) with the entries `carried` holds under the same name put in their
 /// place: at the same length, or, for a per-rank table whose old entries were all one value (at
 /// the checkpoint's cut every worker is at the same clock), that value at the new length.
@@ -275,6 +298,15 @@ mod tests {
         assert_eq!(uneven[0].1, vec![0.0], "a table of several values is not carried at another length");
         let coordinator = carried_state(&[vec![("m".to_owned(), vec![4.0])], vec![]], |_| true);
         assert_eq!(coordinator, vec![("m".to_owned(), vec![4.0])], "an entry only one old rank holds is its");
+    }
+
+    #[test]
+    fn per_example_state_follows_its_examples() {
+        let old = vec![vec![("s".to_owned(), vec![1.0, 2.0])], vec![("s".to_owned(), vec![3.0, 4.0, 5.0])]];
+        let (ids, values) = per_example(&old, &[vec![0, 2], vec![3, 4, 7]], "s");
+        assert_eq!((ids.clone(), values.clone()), (vec![0, 2, 3, 4, 7], vec![1.0, 2.0, 3.0, 4.0, 5.0]));
+        assert_eq!(own_per_example(&ids, &values, &[2, 3]), vec![2.0, 3.0]);
+        assert_eq!(own_per_example(&ids, &values, &[4, 5, 7]), vec![4.0, 0.0, 5.0]);
     }
 
     #[test]

@@ -642,8 +642,6 @@ fn resize_plan(cfg: &TrainConfig) -> checkpoint::ResizePlan {
             mode.name,
             crate::sync::SyncKind::names_where(|m| m.elastic)
         ))
-    } else if (mode.keeps_history)(&cfg.modes) {
-        Err("--optimizer saga keeps each example's stored gradient on the rank that holds it, and a resize does not yet move it with the example".to_owned())
     } else if cfg.partition.parse() != Ok(crate::data::partition::Partition::Iid) {
         Err(format!(
             "--partition {} deals the examples by class, so its checkpoints resume only at the rank count that wrote them",
@@ -698,13 +696,22 @@ fn resized_state(
     sync: &dyn SyncMode,
     optimizer: &optimizer::Optimizer,
     early: Option<&early_stop::EarlyStop>,
+    ids: Option<&[u64]>,
 ) -> crate::sync::ModeState {
     let carried = elastic::carried_state(&resized.old_states, |name| {
         sync.averaged_on_resize(name) || optimizer::Optimizer::averaged_on_resize(name) || early_stop::EarlyStop::averaged_on_resize(name)
     });
     let carried = checkpoint::broadcast_state(comm, carried);
     let fresh = [sync.save_state(), optimizer.save_state(), early.map_or(Vec::new(), |e| e.save_state())].concat();
-    elastic::overlay(fresh, &carried)
+    let mut state = elastic::overlay(fresh, &carried);
+    // SAGA's stored slopes follow their examples (the coordinator's mean of them is carried).
+    let (all_ids, all_values) = &resized.per_example;
+    if let (Some((_, slopes)), Some(ids), false) =
+        (state.iter_mut().find(|(n, _)| n == optimizer::Optimizer::PER_EXAMPLE), ids, all_ids.is_empty())
+    {
+        *slopes = elastic::own_per_example(all_ids, all_values, ids);
+    }
+    state
 }
 
 /// The start line's record of a resume (`from`: the rank count that wrote the checkpoint, when
@@ -802,7 +809,7 @@ fn set_up<'a>(
     if let Some((path, resized)) = &resumed {
         let mut state = match resized {
             None => checkpoint::restore_mode_state(comm, path)?,
-            Some(rz) => resized_state(comm, rz, sync.as_ref(), &optimizer, early.as_ref()),
+            Some(rz) => resized_state(comm, rz, sync.as_ref(), &optimizer, early.as_ref(), ids.as_deref()),
         };
         collectives::agree(comm, optimizer.restore_state(&mut state))?;
         collectives::agree(comm, early_stop::EarlyStop::restore_state(early.as_mut(), &mut state))?;
