@@ -147,7 +147,8 @@ MPICH_SUBSET := --test asap --test train --test bad_input --test deadline --test
 	notify_ack_converges_and_every_reduce_is_consistent allreduce_mlr_fashion_converges_at_1_2_4_ranks \
 	malformed_libsvm_line_names_file_line_and_column unparseable_label zero_and_negative_indices_are_refused \
 	panic_on_one_rank_aborts_the_whole_job a_stopped_rank_under_allreduce_is_named_within_the_timeout \
-	preempted_allreduce_resumes_bit_identical
+	preempted_allreduce_resumes_bit_identical p2p_and_rma_transports_give_the_same_models \
+	ring_allreduce_trains_the_model_mpis_allreduce_trains
 test-mpich-subset: deps
 	@start=$$(date +%s); \
 	$(MPICH_ENV) $(CARGO) test --release --locked $(MPICH_SUBSET) && \

@@ -15,7 +15,9 @@
 # LR [0.2], ROUNDS (every row's round count, for trials), GRID ["4 16": the --sync-every values
 # above 1 for the rows against the tuned baseline, below; "" runs the paper's rows only],
 # BIN [target/release/asap-train], BENCH_LOCK (each row's runs under one
-# `flock $BENCH_LOCK`: one wait for the lock a row, not one a run, when other benches share it), NICE [-20].
+# `flock $BENCH_LOCK`: one wait for the lock a row, not one a run, when other benches share it), NICE [-20],
+# JITTER (an --emulate-jitter form: every declared step varies by it; issue 41 item 5), ONLY (a
+# regular expression: run only the rows whose name matches, e.g. "root-expander (notify-ack|barrier)$").
 #
 # The setting, scaled to 8 ranks on 2 cores (why each number: docs/asap.md, "The paper's claims"):
 # - the paper's regime is communication-bound: webspam's dense 11M-float model (44 MB a message)
@@ -62,6 +64,7 @@ TARGET=0.82
 common=(--cluster clusters/1gbe.toml --dilation "$DILATION" --emulate-compute "$DECLARED"
     --model mlp --hidden 256 --batch-size "$BATCH" --lr "$LR" --partition iid --seed 1
     --own-models 1 --target "$TARGET" --target-on averaged)
+[ -n "${JITTER:-}" ] && common+=(--emulate-jitter "$JITTER")
 # name|rounds|options. Rounds: enough for >= 10 s of training at each row's measured pace
 # (allreduce 0.134 s a round, the root expander 0.17-0.19 s, the complete graph 0.49 s) and for
 # the target (40 rounds in trials).
@@ -100,6 +103,11 @@ fi
 # Run order: the two k-1 rows the tuned comparison shares, its rows, then the paper's other two
 # (what is measured first is what a shortened session keeps).
 variants=("${variants[@]:0:2}" "${tuned[@]}" "${variants[@]:2}")
+if [ -n "${ONLY:-}" ]; then
+    kept=()
+    for v in "${variants[@]}"; do [[ ${v%%|*} =~ $ONLY ]] && kept+=("$v"); done
+    variants=("${kept[@]}")
+fi
 out=$OUTDIR/runs
 [ "${RESUME:-0}" = 1 ] || rm -rf "$out"
 mkdir -p "$out"

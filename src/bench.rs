@@ -14,6 +14,9 @@
 //! 256-bit FMAs a cycle, as Haswell to Zen 4 issue, or one 512-bit FMA, as the Xeons with one
 //! AVX-512 unit: the issue's 2.1 GHz Xeon, 67 GFLOP/s), 16 with AVX and no FMA, 8 with SSE only.
 //! A core with two 512-bit FMA units peaks at twice that, so a fraction above 1 is possible there.
+//! Each rate is also given per second the thread ran on a CPU (/proc/thread-self/schedstat): on a
+//! shared machine the wall-clock rate falls with the load, the on-CPU one much less (svm at load
+//! 5.8: 0.58M examples/s of wall time, 1.20M per CPU second).
 
 use std::time::Instant;
 
@@ -23,6 +26,7 @@ use crate::config::FASHION_MNIST_DIR;
 use crate::data::{self, Dataset, Features, LoadOptions, Row};
 use crate::model::{self, ModelKind, ModelSpec};
 use crate::rng::Rng;
+use crate::train::jitter::Jitter;
 
 /// Options of `asap-train bench`.
 #[derive(Args, Debug, Clone)]
@@ -123,28 +127,54 @@ fn data_for(kind: ModelKind, train: &Dataset) -> Dataset {
     }
 }
 
+/// Nanoseconds this thread has run on a CPU (the first field of /proc/thread-self/schedstat), or
+/// None where the kernel does not say.
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// What [`measure`] found.
+struct Rate {
+    /// Examples per second of wall time.
+    wall: f64,
+    /// Examples per second this thread ran on a CPU: the same kernel less the time it waited for
+    /// one, so a shared machine's load moves it less (None where schedstat is missing).
+    on_cpu: Option<f64>,
+    params: usize,
+    /// Wall seconds of every step: their spread is the step-time jitter (`--emulate-jitter`).
+    steps: Vec<f64>,
+}
+
+/// The quantiles `bench` gives of the step times (each against the mean step): the tail in
+/// three decades, the median and both ends.
+const STEP_QUANTILES: [f64; 8] = [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0];
+
 /// Examples per second of SGD on `ds` with mini-batches of `batch` for about `seconds`, and the
 /// model's parameter count.
-fn measure(model: &dyn model::Model, ds: &Dataset, batch: usize, seconds: f64) -> (f64, usize) {
+fn measure(model: &dyn model::Model, ds: &Dataset, batch: usize, seconds: f64) -> Rate {
     let mut params = vec![0f32; model.num_params()];
     let mut rng = Rng::new(1);
     model.init(&mut params, &mut rng);
     let mut order: Vec<usize> = (0..ds.len()).collect();
     rng.shuffle(&mut order);
-    let (mut done, mut scratch, mut pos) = (0usize, Vec::new(), 0usize);
-    let start = Instant::now();
+    let (mut done, mut scratch, mut pos, mut steps) = (0usize, Vec::new(), 0usize, Vec::new());
+    let (start, cpu0) = (Instant::now(), thread_cpu_ns());
     while start.elapsed().as_secs_f64() < seconds {
         for _ in 0..10 {
             if pos + batch > order.len() {
                 pos = 0;
             }
             let b = &order[pos..pos + batch.min(order.len())];
+            let t = Instant::now();
             model.sgd_step(&mut params, ds, b, 0.01, &mut scratch);
+            steps.push(t.elapsed().as_secs_f64());
             pos += batch;
             done += b.len();
         }
     }
-    (done as f64 / start.elapsed().as_secs_f64(), params.len())
+    let wall = done as f64 / start.elapsed().as_secs_f64();
+    let on_cpu = cpu0.zip(thread_cpu_ns()).filter(|(a, b)| b > a).map(|(a, b)| done as f64 / ((b - a) as f64 * 1e-9));
+    Rate { wall, on_cpu, params: params.len(), steps }
 }
 
 /// The textbook f32 flops of one example's SGD step of `spec` on rows of `nonzeros` features
@@ -239,9 +269,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         None => eprintln!("one core's f32 peak: unknown here (no x86-64 vector flags or no cpu MHz in /proc/cpuinfo)"),
     }
     if !args.json {
-        println!("{:<8} {:>10} {:>14} {:>12} {:>9} {:>7}", "model", "params", "examples/s", "batch", "GFLOP/s", "% peak");
+        println!(
+            "{:<8} {:>10} {:>14} {:>12} {:>9} {:>7} {:>13}",
+            "model", "params", "examples/s", "batch", "GFLOP/s", "% peak", "on-CPU % peak"
+        );
     }
-    let mut profile: Vec<(String, f64)> = Vec::new();
+    let mut profile: Vec<(String, f64, Option<Jitter>)> = Vec::new();
     for (&kind, classes) in args.models.iter().zip(classes) {
         let ds = data_for(kind, &train);
         let (users, items) = match &ds.features {
@@ -251,12 +284,16 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let spec = ModelSpec { kind, lambda: 1e-5, features: dim, classes, hidden: vec![args.hidden], factors: 10, users, items };
         let model = model::build(&spec)?;
         for &batch_size in &args.batch_size {
-            let (rate, params) = measure(model.as_ref(), &ds, batch_size, args.seconds);
+            let Rate { wall: rate, on_cpu, params, steps } = measure(model.as_ref(), &ds, batch_size, args.seconds);
+            let jitter = Jitter::measured(&steps, &STEP_QUANTILES);
             let key = match kind {
                 ModelKind::Mlp => format!("mlp-{}:{batch_size}", args.hidden),
                 _ => format!("{}:{batch_size}", format!("{kind:?}").to_lowercase()),
             };
-            profile.push((key, 1e3 * batch_size as f64 / rate * args.dilation));
+            if let (Some(j), false) = (&jitter, args.json) {
+                eprintln!("{key}: step times against the mean step, at quantiles 0 to 1 (--emulate-jitter): {j}");
+            }
+            profile.push((key, 1e3 * batch_size as f64 / rate * args.dilation, jitter.clone()));
             let flops = flops_per_example(&spec, mean_nonzeros(&ds));
             let gflops = rate * flops / 1e9;
             let fraction = peak.as_ref().map(|(p, _)| gflops / p);
@@ -264,12 +301,14 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 println!(
                     "{}",
                     serde_json::json!({"model": kind, "params": params, "examples_per_second": rate, "batch_size": batch_size,
-                        "flops_per_example": flops, "gflops": gflops, "peak_gflops": peak.as_ref().map(|p| p.0), "peak_fraction": fraction})
+                        "examples_per_cpu_second": on_cpu, "step_jitter": jitter.as_ref().map(|j| j.to_string()), "flops_per_example": flops, "gflops": gflops, "peak_gflops": peak.as_ref().map(|p| p.0), "peak_fraction": fraction})
                 );
             } else {
                 let pct = fraction.map_or("?".to_string(), |f| format!("{:.1}", 100.0 * f));
+                let cpu_pct =
+                    on_cpu.zip(peak.as_ref()).map_or("?".to_string(), |(r, (p, _))| format!("{:.1}", 100.0 * r * flops / 1e9 / p));
                 println!(
-                    "{:<8} {:>10} {:>14.0} {:>12} {gflops:>9.2} {pct:>7}",
+                    "{:<8} {:>10} {:>14.0} {:>12} {gflops:>9.2} {pct:>7} {cpu_pct:>13}",
                     format!("{kind:?}").to_lowercase(),
                     params,
                     rate,
@@ -285,9 +324,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             args.seconds,
             args.dilation
         );
-        profile.iter().for_each(|(k, ms)| text.push_str(&format!("\"{k}\" = {ms:.3}\n")));
+        profile.iter().for_each(|(k, ms, _)| text.push_str(&format!("\"{k}\" = {ms:.3}\n")));
+        text.push_str("# Each step against the mean step, at quantiles 0 to 1 (--emulate-jitter's form).\n[jitter]\n");
+        profile.iter().filter_map(|(k, _, j)| j.as_ref().map(|j| (k, j))).for_each(|(k, j)| text.push_str(&format!("\"{k}\" = \"{j}\"\n")));
         std::fs::write(path, text).map_err(|e| anyhow::anyhow!("cannot write --write-profile {path}: {e}"))?;
-        eprintln!("step times written to {path} (paste its [compute] table into a cluster profile)");
+        eprintln!("step times written to {path} (paste its [compute] and [jitter] tables into a cluster profile)");
     }
     Ok(())
 }

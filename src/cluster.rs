@@ -5,10 +5,12 @@
 //!   --write-profile` measures on the machine it runs on;
 //! - `bandwidth_mbps` and `latency_ms`: every rank's link, either a number or the per-rank form of
 //!   `--emulate-bandwidth` (`"1000,0-1:100"`);
-//! - optionally `straggler`: a `--straggler` form (per-rank compute heterogeneity).
+//! - optionally `straggler`: a `--straggler` form (per-rank compute heterogeneity);
+//! - optionally `[jitter]`: each step time's variance by the same keys as `[compute]`, an
+//!   `--emulate-jitter` form (`bench --write-profile` measures it).
 //!
-//! The profile fills `--emulate-compute`, `--emulate-bandwidth`, `--emulate-latency` and
-//! `--straggler` where the command line and the config file left them unset; an explicit option
+//! The profile fills `--emulate-compute`, `--emulate-jitter`, `--emulate-bandwidth`,
+//! `--emulate-latency` and `--straggler` where the command line and the config file left them unset; an explicit option
 //! wins. The profiles kept in the repository are in `clusters/`.
 
 use std::collections::BTreeMap;
@@ -17,6 +19,7 @@ use anyhow::Context;
 
 use crate::comm::pace::LinkSpec;
 use crate::model::ModelKind;
+use crate::train::jitter::Jitter;
 
 /// A cluster profile as written in its TOML file.
 #[derive(Clone, Debug, Default, serde::Deserialize)]
@@ -41,6 +44,10 @@ pub struct Profile {
     /// Milliseconds per local step, by `"MODEL:BATCH"` (`"mlp-H:BATCH"`).
     #[serde(default)]
     pub compute: BTreeMap<String, f64>,
+    /// Each step time's variance, by the same keys: an `--emulate-jitter` form (P:FACTOR pairs,
+    /// each step against the median), as `asap-train bench --write-profile` measures it.
+    #[serde(default)]
+    pub jitter: BTreeMap<String, Jitter>,
 }
 
 impl Profile {
@@ -89,6 +96,8 @@ pub struct Emulation<'a> {
     pub latency: &'a mut LinkSpec,
     /// `--straggler`.
     pub straggler: &'a mut Option<String>,
+    /// `--emulate-jitter`.
+    pub jitter: &'a mut Option<Jitter>,
 }
 
 fn one() -> f64 {
@@ -102,8 +111,11 @@ pub fn apply(path: &str, e: Emulation) -> anyhow::Result<()> {
     if let Some(d) = e.dilation {
         p.dilation = d;
     }
+    let key = Profile::compute_key(e.model, e.hidden, e.batch_size);
+    if e.jitter.is_none() {
+        *e.jitter = p.jitter.get(&key).cloned();
+    }
     if e.compute_ms.is_none() {
-        let key = Profile::compute_key(e.model, e.hidden, e.batch_size);
         let ms = p.compute.get(&key).copied().ok_or_else(|| {
             anyhow::anyhow!(
                 "{path}: cluster {:?} declares no step time for {key:?} (--model and --batch-size); it has {:?}. Add the line `\"{key}\" = MS` to its [compute] table (asap-train bench --write-profile measures it), or give --emulate-compute MS",
@@ -170,6 +182,31 @@ mod tests {
         assert!(apply_to(&mut cfg.clone()).unwrap_err().to_string().contains("positive"));
         std::fs::write(&path, "name = \"t\"\nbandwith_mbps = 5\n").unwrap();
         assert!(apply_to(&mut cfg.clone()).unwrap_err().to_string().contains("not a cluster profile"));
+    }
+
+    /// A profile's [jitter] fills `--emulate-jitter` for the step time of the same key, unless the
+    /// command line gave one; a bad form names the file.
+    #[test]
+    fn a_profile_fills_the_jitter_of_its_step_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "name = \"t\"\n[compute]\n\"mlr:64\" = 1\n\"mlr:256\" = 4\n[jitter]\n\"mlr:64\" = \"0:0.9,0.5:1,1:2\"\n")
+            .unwrap();
+        let cluster = Some(path.to_string_lossy().into_owned());
+        let mut cfg = TrainConfig { cluster: cluster.clone(), batch_size: 64, ..TrainConfig::default() };
+        apply_to(&mut cfg).unwrap();
+        assert_eq!(cfg.emulate_jitter.as_ref().map(|j| j.to_string()).as_deref(), Some("0:0.9,0.5:1,1:2"));
+        let mut other = TrainConfig { cluster: cluster.clone(), batch_size: 256, ..TrainConfig::default() };
+        apply_to(&mut other).unwrap();
+        assert!(other.emulate_jitter.is_none(), "no [jitter] for mlr:256");
+        let given: Jitter = "0:1,1:3".parse().unwrap();
+        let mut explicit =
+            TrainConfig { cluster: cluster.clone(), batch_size: 64, emulate_jitter: Some(given.clone()), ..TrainConfig::default() };
+        apply_to(&mut explicit).unwrap();
+        assert_eq!(explicit.emulate_jitter, Some(given));
+        std::fs::write(&path, "name = \"t\"\n[jitter]\n\"mlr:64\" = \"0:1,1:0.5\"\n").unwrap();
+        let e = apply_to(&mut cfg.clone()).unwrap_err().to_string();
+        assert!(e.contains("c.toml") && e.contains("must not fall"), "{e}");
     }
 
     #[test]

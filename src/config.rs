@@ -300,6 +300,14 @@ pub struct TrainConfig {
     /// with more than 1 % of them says so and is marked invalid (docs/emulation.md).
     #[arg(long, value_name = "MS", value_parser = positive_ms, help_heading = "Emulated cluster")]
     pub emulate_compute: Option<f64>,
+    /// Step-time variance: each declared step (--emulate-compute) lasts its time times a factor
+    /// drawn per step and rank from the distribution with these quantiles, P:FACTOR pairs from
+    /// P = 0 to P = 1, linear between them (e.g. 0:0.97,0.5:1,0.9:1.06,0.99:1.5,1:3: the median
+    /// step takes the declared time, 1 in 100 half as long again or more). `asap-train bench`
+    /// measures them on this machine, and a --cluster profile's [jitter] table holds them
+    /// (docs/emulation.md). Seeded by --seed and the rank.
+    #[arg(long, value_name = "P:FACTOR,...", help_heading = "Emulated cluster")]
+    pub emulate_jitter: Option<crate::train::jitter::Jitter>,
     /// Work in proportion to speed (Hop's lever): a rank slowed FACTOR x (--straggler) takes
     /// mini-batches of --batch-size / FACTOR examples, so its steps take the nominal time, and
     /// steps of them of --lr / FACTOR (averages then weigh each rank by the examples it saw);
@@ -616,6 +624,7 @@ impl TrainConfig {
             bandwidth: &mut self.emulate_bandwidth,
             latency: &mut self.emulate_latency,
             straggler: &mut self.straggler,
+            jitter: &mut self.emulate_jitter,
         }
     }
 
@@ -833,6 +842,10 @@ impl TrainConfig {
                 "--emulate-compute must be a positive number of milliseconds, at most 1e6, got {ms:e}"
             );
         }
+        anyhow::ensure!(
+            self.emulate_jitter.is_none() || self.emulate_compute.is_some(),
+            "--emulate-jitter varies the declared step time: give --emulate-compute MS (or a --cluster profile)"
+        );
         anyhow::ensure!(!self.stop_at_target || self.target.is_some(), "--stop-at-target needs --target VALUE");
         anyhow::ensure!(self.dilation.is_none() || self.cluster.is_some(), "--dilation scales a --cluster profile: give --cluster FILE");
         anyhow::ensure!(
@@ -1284,33 +1297,37 @@ mod tests {
         }
     }
 
+    /// Which option groups each selecting option's values use: (group, the selecting option, the
+    /// values that use it).
+    const GROUP_USERS: &[(&str, &str, &[&str])] = &[
+        ("AsapOptions", "sync", &["asap"]),
+        ("graph_group", "sync", &["asap"]), // and gaia with --gaia-inner asap, below
+        ("AllreduceOptions", "sync", &["allreduce"]),
+        ("staleness_group", "sync", &["asap", "ssp", "bosen"]),
+        ("SspOptions", "sync", &["ssp", "bosen"]),
+        ("budget_group", "sync", &["asap", "bosen"]),
+        ("BosenOptions", "sync", &["bosen"]),
+        ("AsyncOptions", "sync", &["async"]),
+        ("GaiaOptions", "sync", &["gaia"]),
+        ("mlp_group", "model", &["mlp"]),
+        ("mf_group", "model", &["mf"]),
+        ("classes_group", "model", &["mlr", "mlp"]),
+        ("LdaOptions", "model", &["lda"]),
+        ("momentum_group", "inner_optimizer", &["momentum"]),
+        ("adamw_group", "inner_optimizer", &["adamw"]),
+        ("inner_state_group", "inner_optimizer", &["momentum", "adamw"]),
+        ("outer_group", "sync", &["allreduce", "asap", "gaia"]),
+        ("compress_group", "sync", &["allreduce", "asap", "bosen"]),
+        ("consensus_group", "sync", &["asap"]),
+        // Only with --outer-optimizer sgd or nesterov (checked below): refused at its default.
+        ("outer_step_group", "sync", &[]),
+        ("outer_momentum_group", "sync", &[]),
+        ("outer_form_group", "sync", &[]),
+    ];
+
     #[test]
     fn options_of_groups_a_run_does_not_use_are_refused() {
-        // (group, the selecting option, the values that use it)
-        let table: &[(&str, &str, &[&str])] = &[
-            ("AsapOptions", "sync", &["asap"]),
-            ("graph_group", "sync", &["asap"]), // and gaia with --gaia-inner asap, below
-            ("staleness_group", "sync", &["asap", "ssp", "bosen"]),
-            ("SspOptions", "sync", &["ssp", "bosen"]),
-            ("budget_group", "sync", &["asap", "bosen"]),
-            ("BosenOptions", "sync", &["bosen"]),
-            ("AsyncOptions", "sync", &["async"]),
-            ("GaiaOptions", "sync", &["gaia"]),
-            ("mlp_group", "model", &["mlp"]),
-            ("mf_group", "model", &["mf"]),
-            ("classes_group", "model", &["mlr", "mlp"]),
-            ("LdaOptions", "model", &["lda"]),
-            ("momentum_group", "inner_optimizer", &["momentum"]),
-            ("adamw_group", "inner_optimizer", &["adamw"]),
-            ("inner_state_group", "inner_optimizer", &["momentum", "adamw"]),
-            ("outer_group", "sync", &["allreduce", "asap", "gaia"]),
-            ("compress_group", "sync", &["allreduce", "asap", "bosen"]),
-            ("consensus_group", "sync", &["asap"]),
-            // Only with --outer-optimizer sgd or nesterov (checked below): refused at its default.
-            ("outer_step_group", "sync", &[]),
-            ("outer_momentum_group", "sync", &[]),
-            ("outer_form_group", "sync", &[]),
-        ];
+        let table = GROUP_USERS;
         let mut cmd = TrainConfig::augment_args(clap::Command::new("x"));
         cmd.build();
         let mut expect: Vec<(&str, &str, Vec<&str>)> = table.iter().map(|&(g, s, u)| (g, s, u.to_vec())).collect();

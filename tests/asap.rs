@@ -233,3 +233,76 @@ fn overlapped_rounds_are_all_reduced_and_train() {
     assert!(sm["final_metric"].as_f64().unwrap() > 0.75, "{sm}");
     asap(2, &["--overlap", "--notify", "none"], &m).expect_failure(&["--overlap runs with --notify notify-ack"]);
 }
+
+/// `--transport p2p` (issue 41): NOTIFY-ACK over two-sided messages reduces the same messages in
+/// the same order as the one-sided mailboxes, so a seeded run gives the same model bit for bit,
+/// on a static graph, with `--overlap`, on the one-peer graph, over emulated links and with
+/// CHOCO's compressed messages; every reduce is consistent and no read is torn. On one host `auto` keeps the one-sided transport and says why.
+#[test]
+fn p2p_and_rma_transports_give_the_same_models() {
+    let dir = scratch("asap-p2p");
+    let cases: &[(&str, &[&str])] = &[
+        ("static", &["--graph", "root-expander"]),
+        ("overlap", &["--graph", "root-expander", "--overlap"]),
+        ("one-peer", &["--graph", "one-peer-exponential"]),
+        // The emulated link holds p2p's messages in the sender's queue: the cut before the stop
+        // vote's collective must hand them to MPI (a run hung there before it did).
+        ("emulated", &["--graph", "root-expander", "--emulate-compute", "2", "--emulate-bandwidth", "100", "--emulate-latency", "1"]),
+        // CHOCO's compressed changes: encoded messages, delivered once and in order on both.
+        ("compressed", &["--graph", "root-expander", "--compress", "int8"]),
+    ];
+    for (name, extra) in cases {
+        let mut models = Vec::new();
+        for transport in ["rma", "p2p"] {
+            let (m, model) = (dir.join(format!("{name}-{transport}.jsonl")), dir.join(format!("{name}-{transport}.h5")));
+            let mut args = extra.to_vec();
+            args.extend(["--max-rounds", "60", "--lr", "0.05", "--transport", transport, "--save-model", s(&model)]);
+            asap(4, &args, &m).expect_ok();
+            let sm = summary(&m);
+            assert_eq!(sm["sync_metrics"]["torn"].as_f64(), Some(0.0), "{name} {transport}: {sm}");
+            let hist: Vec<f64> =
+                sm["sync_metrics"]["consistency_histogram"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            let full = if *name == "one-peer" { hist[1] } else { *hist.last().unwrap() };
+            assert_eq!(full, sm["rounds"].as_f64().unwrap() * 4.0, "{name} {transport}: every reduce used every in-neighbour: {hist:?}");
+            let start = metrics(&m).into_iter().find(|v| v["event"] == "start").unwrap();
+            assert_eq!(start["sync_info"]["transport"], transport, "{name}: {start}");
+            let f = hdf5::File::open(&model).unwrap();
+            models.push(f.dataset("params").unwrap().read_raw::<f32>().unwrap());
+        }
+        assert!(models[0] == models[1], "{name}: the two transports trained different models");
+    }
+    let m = dir.join("auto.jsonl");
+    let job = asap(2, &["--max-rounds", "3"], &m).expect_ok();
+    assert!(job.stderr.contains("sync asap by one-sided RMA (auto: every rank on one host, shared memory)"), "{}", job.stderr);
+}
+
+/// The variants p2p does not carry yet are refused with the fix, naming why; the budgeted edges
+/// (their rows depend on the token bucket's timing, so no two runs send the same) train on it
+/// with no torn read.
+#[test]
+fn p2p_refuses_the_variants_it_does_not_carry() {
+    let dir = scratch("asap-p2p-refused");
+    let m = dir.join("budget.jsonl");
+    asap(4, &["--graph", "root-expander", "--transport", "p2p", "--bandwidth-mbps", "20", "--max-rounds", "30"], &m).expect_ok();
+    let sm = summary(&m);
+    assert_eq!(sm["sync_metrics"]["torn"].as_f64(), Some(0.0), "{sm}");
+    assert!(sm["counters"]["bytes_sent"]["mean"].as_f64().unwrap() > 0.0, "{sm}");
+    let cases: &[(&[&str], &str)] = &[
+        (&["--notify", "barrier"], "--notify notify-ack is the variant it carries"),
+        (&["--staleness", "2"], "--staleness keeps several messages per edge"),
+    ];
+    for (extra, why) in cases {
+        let mut args = extra.to_vec();
+        args.extend(["--transport", "p2p", "--max-rounds", "2"]);
+        asap(2, &args, &dir.join("m.jsonl")).expect_failure(&[why, "give --transport rma (or auto)"]);
+    }
+}
+
+/// A rank that stops sending on p2p makes its receivers fail within `--wait-timeout`, naming it,
+/// as on the one-sided transport.
+#[test]
+fn a_rank_that_stops_sending_on_p2p_is_named() {
+    let dir = scratch("asap-p2p-stop");
+    let args = ["--graph", "ring", "--transport", "p2p", "--stop-sending-after", "2:20", "--wait-timeout", "3"];
+    asap(4, &args, &dir.join("m.jsonl")).expect_failure(&["never arrived", "rank(s) [2]", "--wait-timeout"]);
+}

@@ -32,3 +32,32 @@ fn bench_reports_flops_and_the_fraction_of_the_cores_peak() {
         }
     }
 }
+
+/// `bench --write-profile` writes each step time's spread beside it: a `[jitter]` table of
+/// quantiles against the mean step (issue 41 item 5), in the form `train --emulate-jitter` takes.
+/// The oracle: the form's own rules (P from 0 to 1, factors not falling), and a training run that
+/// takes the written value and draws from it.
+#[test]
+fn bench_writes_the_step_time_quantiles_a_run_takes() {
+    let dir = scratch("bench-jitter");
+    let profile = dir.join("p.toml");
+    run(&["bench", "--models", "mlr", "--batch-size", "32", "--seconds", "0.3", "--write-profile", s(&profile)], 120).expect_ok();
+    let text = std::fs::read_to_string(&profile).unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let form = table["jitter"]["mlr:32"].as_str().unwrap_or_else(|| panic!("no [jitter] \"mlr:32\" in\n{text}"));
+    let points: Vec<(f64, f64)> = form
+        .split(',')
+        .map(|p| {
+            let (q, f) = p.split_once(':').unwrap();
+            (q.parse().unwrap(), f.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(points.first().map(|p| p.0), Some(0.0), "{form}");
+    assert_eq!(points.last().map(|p| p.0), Some(1.0), "{form}");
+    assert!(points.windows(2).all(|w| w[1].0 > w[0].0 && w[1].1 >= w[0].1), "{form}");
+    // Against the mean step: the slowest step is at least the mean, the fastest at most.
+    assert!(points[0].1 <= 1.0 && points.last().unwrap().1 >= 1.0, "{form}");
+    let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
+    let args = ["train", "--data", &data, "--epochs", "1", "--max-rounds", "5", "--emulate-compute", "1", "--emulate-jitter", form];
+    mpirun(2, &args, 120).expect_ok();
+}

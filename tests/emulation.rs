@@ -321,6 +321,52 @@ fn a_cluster_profile_fills_the_emulation() {
     assert_eq!(emulation(&summary(&m))["steps"], 20.0);
 }
 
+/// `--emulate-jitter` (issue 41): each declared step lasts its time times a factor drawn from the
+/// declared quantiles. The draws are seeded, so the check is deterministic: every rank's fraction
+/// of draws at most each declared factor is within 0.1 of its P after 240 steps (about 3
+/// standard errors; the run prints it), the mean drawn near the declared mean, and no step ends
+/// before its own drawn time: training lasts at least the slowest rank's drawn steps, which are
+/// at least the smallest factor times the declared time each.
+#[test]
+fn jittered_steps_have_the_declared_quantiles() {
+    let dir = scratch("emulate-jitter");
+    let m = dir.join("m.jsonl");
+    let quantiles = "0:0.9,0.5:1,0.9:1.4,0.99:2,1:3";
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "allreduce",
+        "--epochs",
+        "1",
+        "--max-rounds",
+        "240",
+        "--batch-size",
+        "16",
+        "--emulate-compute",
+        "2",
+        "--emulate-jitter",
+        quantiles,
+        "--metrics",
+        s(&m),
+    ];
+    let job = mpirun(2, &args, 120).expect_ok();
+    let sm = summary(&m);
+    let j = &emulation(&sm)["jitter"];
+    assert_eq!(j["quantiles"], quantiles, "{j}");
+    // 0.5 x 0.95 + 0.4 x 1.2 + 0.09 x 1.7 + 0.01 x 2.5
+    let declared = j["mean_declared"].as_f64().unwrap();
+    assert!((declared - 1.133).abs() < 1e-9, "{j}");
+    let drawn = j["mean_drawn"].as_f64().unwrap();
+    assert!((drawn / declared - 1.0).abs() < 0.05, "{j}");
+    assert!(j["worst_rank_quantile_error"].as_f64().unwrap() < 0.1, "{j}");
+    let train = sm["train_seconds"].as_f64().unwrap();
+    assert!(train >= 240.0 * 0.9 * 0.002, "training {train} s is shorter than 240 steps of at least 1.8 ms");
+    let printed = format!("{}{}", job.stdout, job.stderr);
+    assert!(printed.contains(&format!("step-time jitter {quantiles}: mean factor 1.133 declared")), "{printed}");
+}
+
 /// Bad emulation options stop every rank with a message naming the option and the fix.
 #[test]
 fn bad_emulation_options_are_refused() {
@@ -337,6 +383,9 @@ fn bad_emulation_options_are_refused() {
         (&["--straggler", "transient:2:0"], "ROUNDS must be positive"),
         (&["--straggler", "0:2@9-3"], "A <= B"),
         (&["--notify", "deadline", "--checkpoint-dir", "/tmp"], "--notify deadline"),
+        (&["--emulate-jitter", "0:1,1:2"], "give --emulate-compute"),
+        (&["--emulate-compute", "5", "--emulate-jitter", "0:1,0.5:0.9,1:2"], "the factors must not fall"),
+        (&["--emulate-compute", "5", "--emulate-jitter", "0.5:1,1:2"], "must start at P = 0"),
     ];
     for (extra, needle) in cases {
         let mut args = vec!["train", "--data", data.as_str(), "--epochs", "1", "--max-rounds", "2"];

@@ -138,7 +138,7 @@ fn ssp_with_split_merge_recovers_a_hundred_planted_topics_and_counts_every_token
 }
 
 /// bosen (budget, relative-magnitude priority, early partial pushes) and allreduce (summed
-/// deltas) keep the counts exact too; so does bosen at a budget whose early pushes are still
+/// deltas, by MPI's allreduce and by the ring) keep the counts exact too; so does bosen at a budget whose early pushes are still
 /// queued at a clock's end, where they are taken back and their counts go out with the clock's
 /// own push (measured here: 59-61 of them at 2 Mbit/s, 14-17 at 20; and 23 and 16-17 of the servers'
 /// early messages of fresh rows).
@@ -150,6 +150,8 @@ fn bosen_and_allreduce_count_every_token_once() {
         &["--sync", "bosen", "--bandwidth-mbps", "20", "--queue-size", "10", "--batch-size", "8"][..],
         &["--sync", "bosen", "--bandwidth-mbps", "2", "--queue-size", "10", "--batch-size", "8"][..],
         &["--sync", "allreduce", "--test-fraction", "0.2"][..],
+        // The program's own ring sums the count deltas (integers: exact in any order).
+        &["--sync", "allreduce", "--allreduce-algorithm", "ring"][..],
     ] {
         let mut extra = vec!["--epochs", "10", "--clocks-per-sweep", "2"];
         extra.extend_from_slice(mode);

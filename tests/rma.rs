@@ -195,6 +195,19 @@ fn bounded_staleness_never_uses_a_message_older_than_s() {
     }
 }
 
+/// The program's ring allreduce (`--allreduce-algorithm ring`) at rank counts that do not divide
+/// its test vectors evenly: rma-check's self-test sums small integers with it, which f32 adds
+/// exactly in any order, and checks every value on every rank against the sums it computes
+/// itself, polled under a deadline and without one (the self-test runs in every rma-check job;
+/// the other tests here use 1, 2, 4 and 8 ranks).
+#[test]
+fn ring_allreduce_sums_exactly_at_uneven_rank_counts() {
+    for n in [3usize, 5] {
+        let out = expect_ok(n, &["--graph", "ring", "--rounds", "1"], 1);
+        assert!(out.contains(&format!("self-tests ok (n={n})")), "{out}");
+    }
+}
+
 /// One-peer exponential graph: each round one send per rank, and after every period of log2 N
 /// rounds every rank holds the exact global mean (checked bit for bit by rma-check against the
 /// mean it computes itself).

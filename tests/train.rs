@@ -680,3 +680,37 @@ fn help_explains_every_mode() {
     assert!(short.contains("--sync-every") && short.contains("--epochs") && !short.contains("--graph <"), "{short}");
     assert!(short.lines().count() < h.lines().count() / 2, "train -h is {} lines of --help's {}", short.lines().count(), h.lines().count());
 }
+
+/// `--allreduce-algorithm ring` (the program's ring of point-to-point messages) trains the same
+/// model as MPI's allreduce: bit for bit at 2 ranks, where both add the same two numbers, and
+/// up to f32 reassociation at 3 ranks, where the ring adds in another order. `auto` keeps MPI's on
+/// one host, and the start line says which ran and why.
+#[test]
+fn ring_allreduce_trains_the_model_mpis_allreduce_trains() {
+    let dir = scratch("ring-allreduce");
+    for n in [2usize, 3] {
+        let mut models = Vec::new();
+        for algo in ["mpi", "ring", "auto"] {
+            let model = dir.join(format!("{algo}-{n}.h5"));
+            let data = fashion("t10k-images-idx3-ubyte.gz");
+            let args = ["train", "--data", &data, "--epochs", "1", "--lr", "0.05", "--lr-schedule", "constant", "--sync", "allreduce"];
+            let job = mpirun(n, &[&args[..], &["--allreduce-algorithm", algo, "--save-model", s(&model)]].concat(), 120).expect_ok();
+            let said = match algo {
+                "mpi" => "sync allreduce by MPI's allreduce (asked)".to_string(),
+                "ring" => "sync allreduce by the ring allreduce (asked)".to_string(),
+                _ => format!("sync allreduce by MPI's allreduce (auto: a 0.03 MB model, {n} ranks on 1 host)"),
+            };
+            assert!(job.stderr.contains(&said), "{n} ranks, {algo}: the start line lacks \"{said}\":\n{}", job.stderr);
+            models.push(params(&model));
+        }
+        let (mpi, ring, auto) = (&models[0], &models[1], &models[2]);
+        assert_eq!(mpi, auto, "{n} ranks: auto on one host is MPI's allreduce");
+        let scale = mpi.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let worst = mpi.iter().zip(ring).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        if n == 2 {
+            assert_eq!(mpi, ring, "2 ranks: the ring adds the same two numbers as MPI (largest difference {worst})");
+        } else {
+            assert!(worst <= 1e-4 * scale, "{n} ranks: the ring's model differs from MPI's by {worst} (largest weight {scale})");
+        }
+    }
+}

@@ -216,6 +216,34 @@ fn collectives_selftest(world: &SimpleCommunicator) -> Result<(), String> {
         }
         Err(_) => {}
     }
+    ring_sum_selftest(world)
+}
+
+/// `ring_sum_f32` against sums computed here: small integers, which f32 adds exactly in any
+/// order, so every rank must hold exactly these values; lengths around the rank count (empty and
+/// uneven n-ths) and one of several MB; once as it is, once under an armed deadline (polled).
+fn ring_sum_selftest(world: &SimpleCommunicator) -> Result<(), String> {
+    use asap_train::comm::{collectives, deadline};
+    let (n, me) = (world.size() as usize, world.rank() as usize);
+    let value = |r: usize, i: usize| ((r * 7 + i * 3) % 11) as f32;
+    if collectives::host_count(world) != 1 {
+        return Err("host_count: the ranks of one mpirun on this machine span more than one host".into());
+    }
+    for armed in [false, true] {
+        if armed {
+            deadline::arm(world, Duration::from_secs(60)).map_err(|e| format!("deadline::arm: {e}"))?;
+        }
+        for len in [0, 1, n.saturating_sub(1), n + 1, 1001, (1 << 20) + 3] {
+            let mut v: Vec<f32> = (0..len).map(|i| value(me, i)).collect();
+            collectives::ring_sum_f32(world, &mut v, &mut Vec::new());
+            if let Some(i) = (0..len).find(|&i| v[i] != (0..n).map(|r| value(r, i)).sum::<f32>()) {
+                return Err(format!("ring_sum_f32 of {len} values over {n} ranks (deadline armed: {armed}): value {i} is {}", v[i]));
+            }
+        }
+        if armed {
+            deadline::disarm();
+        }
+    }
     Ok(())
 }
 

@@ -134,6 +134,11 @@ impl Postbox {
         self.in_flight.len()
     }
 
+    /// Paced messages not yet handed to MPI (the emulated link is still carrying earlier ones).
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
     /// The postbox's private communicator (for collectives of the same group of ranks).
     pub fn comm(&self) -> &SimpleCommunicator {
         &self.comm

@@ -18,9 +18,75 @@ use super::{average_replicas, ring_allreduce_bytes, CommStats, ModeState, SyncCo
 use crate::comm::collectives;
 use crate::comm::pace::Pacer;
 
+/// Options of `--sync allreduce`.
+#[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+#[command(next_help_heading = "All-reduce (--sync allreduce)")]
+pub struct AllreduceOptions {
+    /// How each sync sums the models: mpi (MPI_Allreduce; MPI_Iallreduce, polled, under
+    /// --wait-timeout), ring (the program's own ring of point-to-point messages: reduce-scatter,
+    /// then all-gather; every rank moves 2 (N-1)/N of the model each way), or auto: the ring when
+    /// the ranks span more than one host and either the model is at least 256 KiB or there are
+    /// at most 3 ranks; mpi otherwise. Over TCP, Open MPI's allreduce of a 3.3 MB model used 46 %
+    /// of a 100 Mbit/s link at 2 ranks, the ring 88 % (docs/sync-modes.md).
+    #[arg(long, value_enum, default_value_t = AllreduceAlgorithm::Auto)]
+    pub allreduce_algorithm: AllreduceAlgorithm,
+}
+
+impl Default for AllreduceOptions {
+    fn default() -> Self {
+        crate::values::option_defaults()
+    }
+}
+
+/// `--allreduce-algorithm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllreduceAlgorithm {
+    /// The ring across hosts for models of at least 256 KiB or up to 3 ranks, MPI otherwise.
+    Auto,
+    /// MPI's own allreduce.
+    Mpi,
+    /// The program's ring of point-to-point messages.
+    Ring,
+}
+
+/// `auto` takes the ring across hosts from this many bytes of model up, at any rank count.
+/// Measured over netlab's real links (100 Mbit/s per host, benches/allreduce-link.sh, median of
+/// 3, docs/sync-modes.md): the ring won at 0.2 MB on 2 hosts (30 ms against 47), at 0.81 MB on
+/// 4 (139 against 178) and at 3.3 MB on 2 and 4 (297 against 563, 472 against 652); MPI won a
+/// 25 KB model on 8 hosts (42 ms against 54: the ring's 2 (N-1) steps each pay a latency,
+/// libnbc's tree 2 log2 N).
+const RING_MIN_BYTES: usize = 256 << 10;
+
+/// Up to this many ranks `auto` takes the ring across hosts at any size: there Open MPI's
+/// non-blocking allreduce is a reduce to one rank then a broadcast, as many latencies as the
+/// ring's 2 (N-1) steps and twice the bytes on one link.
+const RING_ALWAYS_UP_TO: i32 = 3;
+
+impl AllreduceAlgorithm {
+    /// Whether a sum of `len` f32s over `comm` goes round the ring, and why (for the start line).
+    fn ring(self, comm: &SimpleCommunicator, len: usize) -> (bool, String) {
+        let bytes = 4 * len;
+        match self {
+            AllreduceAlgorithm::Mpi => (false, "MPI's allreduce (asked)".into()),
+            AllreduceAlgorithm::Ring => (comm.size() > 1, "the ring allreduce (asked)".into()),
+            AllreduceAlgorithm::Auto => {
+                let hosts = collectives::host_count(comm);
+                let ring = hosts > 1 && (bytes >= RING_MIN_BYTES || comm.size() <= RING_ALWAYS_UP_TO);
+                let what = if ring { "the ring allreduce" } else { "MPI's allreduce" };
+                let why = format!("auto: a {:.2} MB model, {} ranks on {hosts} host{}", bytes as f64 / 1e6, comm.size(), if hosts == 1 { "" } else { "s" });
+                (ring, format!("{what} ({why})"))
+            }
+        }
+    }
+}
+
 /// Averages all replicas every round.
 pub struct ModelAverage {
     comm: SimpleCommunicator,
+    /// `--allreduce-algorithm` resolved: sum round the program's own ring.
+    ring_sum: bool,
     scratch: Vec<f32>,
     stats: CommStats,
     /// `--emulate-bandwidth`: the link each round's bytes must go through.
@@ -53,7 +119,7 @@ impl ModelAverage {
     /// collectives.
     /// With `compression`, the syncs exchange compressed changes from `init`, the model every
     /// rank starts from.
-    pub fn new(ctx: &SyncContext, compression: Option<Compression>, init: &[f32]) -> anyhow::Result<Self> {
+    pub fn new(ctx: &SyncContext, compression: Option<Compression>, ring_sum: bool, init: &[f32]) -> anyhow::Result<Self> {
         let ring = ctx.links.as_ref().map(|l| l.slowest());
         let pacer = if ring.is_some() { None } else { ctx.pacer(None) };
         let comm = ctx.comm.duplicate();
@@ -61,14 +127,18 @@ impl ModelAverage {
             None => None,
             Some(c) => Some(CompressedChanges { mean: CompressedMean::new(c, init.len(), &comm)?, last: init.to_vec(), change: Vec::new() }),
         };
-        Ok(ModelAverage { comm, scratch: Vec::new(), stats: CommStats::default(), pacer, ring, link_overruns: 0, compressed })
+        Ok(ModelAverage { comm, ring_sum, scratch: Vec::new(), stats: CommStats::default(), pacer, ring, link_overruns: 0, compressed })
     }
 
     /// Replaces `params` by the average, exactly (MPI_Allreduce) or from compressed changes;
     /// returns the bytes this rank sent and received.
     fn average(&mut self, params: &mut [f32]) -> anyhow::Result<(u64, u64)> {
         let Some(c) = &mut self.compressed else {
-            collectives::sum_f32(&self.comm, params, &mut self.scratch);
+            if self.ring_sum {
+                collectives::ring_sum_f32(&self.comm, params, &mut self.scratch);
+            } else {
+                collectives::sum_f32(&self.comm, params, &mut self.scratch);
+            }
             let inv = 1.0 / self.comm.size() as f32;
             params.iter_mut().for_each(|w| *w *= inv);
             // MPI does not tell us what it sent; a bandwidth-optimal (ring) allreduce moves
@@ -198,25 +268,32 @@ pub const MODE: super::ModeSpec = super::ModeSpec {
     elastic: true,
     // Every round averages all replicas: they are equal, and the averaged model stands for them.
     replicas_agree: true,
-    uses: &[(&[], &["compress_group"]), OUTER_USES[0], OUTER_USES[1], OUTER_USES[2]],
+    uses: &[(&[], &["AllreduceOptions", "compress_group"]), OUTER_USES[0], OUTER_USES[1], OUTER_USES[2]],
     // Replicas of counts are summed as deltas, not averaged.
     build_counts: Some(sum_counts),
     ..super::ModeSpec::new(
         "allreduce",
-        "BSP model averaging with MPI_Allreduce every --sync-every mini-batches (the baseline)",
+        "BSP model averaging by allreduce (MPI's, or a ring of its own across hosts) every --sync-every mini-batches (the baseline)",
         build_allreduce,
     )
 };
 
 fn build_allreduce(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> super::Built {
     let compression = run.opts.compress.compression();
-    let info = match compression {
-        None => serde_json::Value::Null,
-        Some(_) => serde_json::json!({"compress": run.opts.compress.compress}),
+    // The compressed exchange is an all-to-all and an all-gather of encoded chunks, no sum.
+    let (ring_sum, why) = match compression {
+        None => run.opts.allreduce.allreduce_algorithm.ring(ctx.comm, init.len()),
+        Some(_) => (false, "an all-to-all and an all-gather of encoded changes (--compress)".into()),
     };
-    Ok((Box::new(ModelAverage::new(ctx, compression, init)?), info))
+    let algorithm = if compression.is_some() { "compressed" } else if ring_sum { "ring" } else { "mpi" };
+    let mut info = serde_json::json!({"allreduce_algorithm": algorithm, "chosen": why});
+    if compression.is_some() {
+        info["compress"] = serde_json::json!(run.opts.compress.compress);
+    }
+    Ok((Box::new(ModelAverage::new(ctx, compression, ring_sum, init)?), info))
 }
 
-fn sum_counts(ctx: &SyncContext, _: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
-    Ok(Box::new(super::delta_sum::DeltaSum::new(ctx, init)))
+fn sum_counts(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
+    let (ring_sum, _) = run.opts.allreduce.allreduce_algorithm.ring(ctx.comm, init.len());
+    Ok(Box::new(super::delta_sum::DeltaSum::new(ctx, init, ring_sum)))
 }

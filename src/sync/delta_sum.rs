@@ -15,6 +15,8 @@ use crate::comm::collectives;
 /// Sums every rank's update each round.
 pub struct DeltaSum {
     comm: SimpleCommunicator,
+    /// `--allreduce-algorithm` resolved: sum round the program's own ring.
+    ring_sum: bool,
     /// The common model after the last round.
     base: Vec<f32>,
     scratch: Vec<f32>,
@@ -24,15 +26,22 @@ pub struct DeltaSum {
 
 impl DeltaSum {
     /// Every rank starts from the same model `init`. Uses a private duplicate of the communicator.
-    pub fn new(ctx: &SyncContext, init: &[f32]) -> Self {
-        DeltaSum { comm: ctx.comm.duplicate(), base: init.to_vec(), scratch: Vec::new(), delta: Vec::new(), stats: CommStats::default() }
+    /// With `ring_sum`, the deltas are summed by [`collectives::ring_sum_f32`]: integer counts
+    /// add exactly in any order, so the sum is MPI's, bit for bit.
+    pub fn new(ctx: &SyncContext, init: &[f32], ring_sum: bool) -> Self {
+        let comm = ctx.comm.duplicate();
+        DeltaSum { comm, ring_sum, base: init.to_vec(), scratch: Vec::new(), delta: Vec::new(), stats: CommStats::default() }
     }
 
     fn exchange(&mut self, params: &mut [f32]) {
         let t = Instant::now();
         self.delta.clear();
         self.delta.extend(params.iter().zip(&self.base).map(|(p, b)| p - b));
-        collectives::sum_f32(&self.comm, &mut self.delta, &mut self.scratch);
+        if self.ring_sum {
+            collectives::ring_sum_f32(&self.comm, &mut self.delta, &mut self.scratch);
+        } else {
+            collectives::sum_f32(&self.comm, &mut self.delta, &mut self.scratch);
+        }
         for ((p, b), d) in params.iter_mut().zip(self.base.iter_mut()).zip(&self.delta) {
             *b += d;
             *p = *b;

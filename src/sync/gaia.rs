@@ -59,7 +59,7 @@ use anyhow::Context;
 use mpi::topology::{Color, Communicator, Key, SimpleCommunicator};
 
 use super::groups::OUTER_USES;
-use super::gossip::{GossipSettings, NotifyMode, StochasticReduce};
+use super::gossip::{GossipSettings, NotifyMode, StochasticReduce, Transport};
 use super::groups::GraphOptions;
 use super::codec::significance::Significance;
 use super::codec::{sparse, Sparsifier};
@@ -870,7 +870,9 @@ fn build_inner(
 ) -> anyhow::Result<(StochasticReduce, serde_json::Value)> {
     // NOTIFY-ACK without overlap: a clock's group update needs every in-neighbour's model of it
     // (asap's --notify and --overlap do not apply to gaia: its declaration does not list them).
-    let settings = GossipSettings { graph: &graph.graph, notify: NotifyMode::NotifyAck, overlap: false, deadline_ms: 0.0 };
+    // Inside a group (a data centre's LAN): the one-sided transport.
+    let settings =
+        GossipSettings { graph: &graph.graph, notify: NotifyMode::NotifyAck, overlap: false, deadline_ms: 0.0, transport: Transport::Rma };
     let inner_ctx = ctx.on_group(local);
     // Every rank of a group builds the same graph, so the group fails or succeeds as one (and
     // drops the mailboxes together when the check below refuses the graph).

@@ -40,7 +40,7 @@ pub mod ps;
 // order of `--help` and of the modes listed in messages. The last line, `@shared`, lists the
 // option groups several modes read (groups.rs), each a field of [`ModeOptions`] too.
 modes! {
-    Allreduce: allreduce;
+    Allreduce: allreduce { allreduce: AllreduceOptions };
     Asap: asap { asap: AsapOptions };
     Ssp: ssp { ssp: SspOptions };
     Async: async_mode { async_mode: AsyncOptions };

@@ -20,6 +20,7 @@
 use std::time::{Duration, Instant};
 
 use crate::config::StragglerWait;
+use crate::train::jitter::{Jitter, JitterDraws};
 use crate::train::schedule::StragglerPlan;
 
 /// Largest share of a rank's steps that may break before its run is invalid.
@@ -64,6 +65,8 @@ pub struct StepPacer {
     pub stats: EmulationStats,
     /// Seconds slept or spun to slow this rank down (the `straggler_sleep_seconds` counter).
     pub straggle_seconds: f64,
+    /// `--emulate-jitter`: each declared step's factor, drawn.
+    pub jitter: Option<JitterDraws>,
 }
 
 impl StepPacer {
@@ -77,7 +80,15 @@ impl StepPacer {
             carry: 0.0,
             stats: EmulationStats::default(),
             straggle_seconds: 0.0,
+            jitter: None,
         }
+    }
+
+    /// With `--emulate-jitter`: every declared step's time is multiplied by a factor drawn from
+    /// `jitter` (this rank's stream of `seed`).
+    pub fn with_jitter(mut self, jitter: Option<&Jitter>, seed: u64) -> Self {
+        self.jitter = jitter.map(|j| JitterDraws::new(j.clone(), seed, self.rank));
+        self
     }
 
     /// True when steps have a declared time.
@@ -110,7 +121,10 @@ impl StepPacer {
     pub fn after_step_idle(&mut self, t0: Instant, compute: f64, round: u64, share: f64, idle: &mut dyn FnMut(Duration)) {
         let factor = self.factor(round);
         match self.declared {
-            Some(d) => self.fill_declared(t0, compute, d * factor * share, idle),
+            Some(d) => {
+                let jitter = self.jitter.as_mut().map_or(1.0, JitterDraws::draw);
+                self.fill_declared(t0, compute, d * factor * share * jitter, idle)
+            }
             None if factor > 1.0 => self.slow_measured(compute, factor, idle),
             None => {}
         }

@@ -212,7 +212,8 @@ pub fn run(plan: &super::plan::RunPlan, comm: &SimpleCommunicator, t_start: Inst
     // --emulate-compute: every mini-batch of --batch-size documents lasts the declared time (the
     // sampling is real, the rest is slept), so a rank's clock costs what it would on a node of its
     // own whatever the load here (docs/emulation.md).
-    let mut pacer = super::emulate::StepPacer::new(cfg.emulate_compute, super::schedule::StragglerPlan::none(n), rank, cfg.straggler_wait);
+    let mut pacer = super::emulate::StepPacer::new(cfg.emulate_compute, super::schedule::StragglerPlan::none(n), rank, cfg.straggler_wait)
+        .with_jitter(cfg.emulate_jitter.as_ref(), cfg.seed);
     if let (Some(ms), 0) = (cfg.emulate_compute, rank) {
         eprintln!("asap-train lda: emulated cluster: every mini-batch of {} documents takes {ms} ms", cfg.batch_size.max(1));
     }

@@ -6,6 +6,7 @@ pub mod early_stop;
 pub mod elastic;
 pub mod emulate;
 pub mod eval;
+pub mod jitter;
 pub mod lda;
 pub mod model_file;
 pub mod optimizer;
@@ -99,7 +100,7 @@ struct PendingEval {
 const PENDING_EVAL_BYTES: usize = 256 << 20;
 
 /// Names of the per-rank counters, in the order [`Run::local_counters`] returns them.
-const COUNTER_NAMES: [&str; 16] = [
+const COUNTER_NAMES: [&str; 18] = [
     "compute_seconds",
     "comm_seconds",
     "wait_seconds",
@@ -115,6 +116,8 @@ const COUNTER_NAMES: [&str; 16] = [
     "emulation_broken_fraction",
     "emulation_late_wakeups",
     "emulation_drift",
+    "emulation_jitter_mean",
+    "emulation_jitter_quantile_error",
     "cpu_seconds",
 ];
 
@@ -269,6 +272,8 @@ impl Run<'_> {
             self.step_pacer.stats.broken as f64 / self.step_pacer.stats.steps.max(1) as f64,
             self.step_pacer.stats.late_wakeups as f64,
             self.step_pacer.drift(),
+            self.step_pacer.jitter.as_ref().map_or(1.0, |j| j.mean_drawn()),
+            self.step_pacer.jitter.as_ref().map_or(0.0, |j| j.quantile_error()),
             comm::process_cpu_seconds().map_or(0.0, |c| c - self.cpu_start),
         ]
     }
@@ -583,10 +588,15 @@ fn step_pacer(cfg: &TrainConfig, n: usize, rank: usize) -> anyhow::Result<emulat
         }
         None => schedule::StragglerPlan::none(n),
     };
-    let pacer = emulate::StepPacer::new(cfg.emulate_compute, plan, rank, cfg.straggler_wait);
+    let pacer =
+        emulate::StepPacer::new(cfg.emulate_compute, plan, rank, cfg.straggler_wait).with_jitter(cfg.emulate_jitter.as_ref(), cfg.seed);
     if let (Some(ms), true) = (cfg.emulate_compute, rank == 0) {
         eprintln!(
-            "asap-train: emulated cluster: every step takes {ms} ms at nominal speed{}",
+            "asap-train: emulated cluster: every step takes {ms} ms at nominal speed{}{}",
+            match &cfg.emulate_jitter {
+                Some(j) => format!(" times a factor drawn per step from the quantiles {j} (mean {:.3})", j.mean()),
+                None => String::new(),
+            },
             if cfg.balance { "; --balance: slowed ranks take smaller mini-batches" } else { "" }
         );
     }
@@ -885,15 +895,17 @@ impl Run<'_> {
             "steps_per_epoch": self.steps_per_epoch,
             "load_seconds": self.load_seconds,
             "step_search_seconds": self.search_seconds,
-            "sync_info": sync_info,
+            "sync_info": &sync_info,
             "resumed": self.resumed,
         });
         self.write_metrics(&start);
         if self.comm.rank() == 0 {
             eprintln!(
-                "asap-train: {n} rank{}, sync {}, {} training examples ({}), {} parameters, {} steps/epoch/rank{}, data loaded in {:.2}s{}",
+                "asap-train: {n} rank{}, sync {}{}, {} training examples ({}), {} parameters, {} steps/epoch/rank{}, data loaded in {:.2}s{}",
                 if n == 1 { "" } else { "s" },
                 self.sync.name(),
+                // What the mode chose for itself, and why (sync_info's "chosen").
+                sync_info["chosen"].as_str().map_or(String::new(), |c| format!(" by {c}")),
                 self.shards.total_train,
                 if self.shards.total_test > 0 { format!("{} held out", self.shards.total_test) } else { "no held-out set".into() },
                 p,
@@ -1235,6 +1247,7 @@ impl Run<'_> {
                 self.cpu_wall_start.elapsed().as_secs_f64().max(train_seconds),
                 &r.metrics,
             )
+            .with_jitter(cfg.emulate_jitter.as_ref(), &r.counters_mean, &r.counters_max)
         });
         summary::Summary {
             event: "summary",

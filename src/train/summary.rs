@@ -58,6 +58,20 @@ pub struct EmulationSummary {
     pub cores: f64,
     pub cpu_utilisation: f64,
     pub valid: bool,
+    /// `--emulate-jitter`: what was declared and what was drawn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<JitterSummary>,
+}
+
+/// `--emulate-jitter`'s check: the quantiles declared, the mean factor they imply and the mean
+/// drawn over the ranks, and the worst rank's largest distance between a declared quantile P and
+/// the fraction of its draws at most that quantile's factor.
+#[derive(Clone, Debug, Serialize)]
+pub struct JitterSummary {
+    pub quantiles: String,
+    pub mean_declared: f64,
+    pub mean_drawn: f64,
+    pub worst_rank_quantile_error: f64,
 }
 
 impl EmulationSummary {
@@ -96,7 +110,20 @@ impl EmulationSummary {
             cores,
             cpu_utilisation: cpu / (cores * cpu_wall_seconds.max(1e-9)),
             valid,
+            jitter: None,
         }
+    }
+
+    /// With `--emulate-jitter`: its check, from the same counters' means and maxima.
+    pub fn with_jitter(mut self, jitter: Option<&crate::train::jitter::Jitter>, mean: &[f64], max: &[f64]) -> Self {
+        let at = |k: &str| COUNTER_NAMES.iter().position(|n| *n == k).expect("a counter name");
+        self.jitter = jitter.map(|j| JitterSummary {
+            quantiles: j.to_string(),
+            mean_declared: j.mean(),
+            mean_drawn: mean[at("emulation_jitter_mean")],
+            worst_rank_quantile_error: max[at("emulation_jitter_quantile_error")],
+        });
+        self
     }
 }
 
@@ -265,6 +292,15 @@ impl Summary {
             100.0 * e.cpu_utilisation,
             e.cores
         );
+        if let Some(j) = &e.jitter {
+            println!(
+                "step-time jitter {}: mean factor {:.3} declared, {:.3} drawn; the worst rank's draws {:.1} % from the declared quantiles",
+                j.quantiles,
+                j.mean_declared,
+                j.mean_drawn,
+                100.0 * j.worst_rank_quantile_error
+            );
+        }
     }
 
     /// Whether and when `--target` was reached.

@@ -152,13 +152,15 @@ impl Choco {
         o: &ChocoOptions,
         init: &[f32],
         one_peer: bool,
+        p2p: bool,
     ) -> anyhow::Result<(Mailboxes, Self)> {
         o.compression.check()?;
         ensure!(o.step > 0.0 && o.step <= 1.0, "--consensus-step must be in (0, 1], got {}", o.step);
         let n = ctx.n_params();
         ensure!(init.len() == n, "--compress under --sync asap: a starting model of {} values for a model of {n}", init.len());
-        let mail = Mailboxes::for_bytes(ctx.comm, in_neighbours, o.compression.encoded_len(n))
-            .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
+        // With `p2p` the messages go two-sided: the window holds no slots.
+        let body = if p2p { 0 } else { o.compression.encoded_len(n) };
+        let mail = Mailboxes::for_bytes(ctx.comm, in_neighbours, body).context("setting up the ASAP mailboxes (one-sided MPI window)")?;
         let hash = init.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| (h ^ x.to_bits() as u64).wrapping_mul(0x0100_0000_01b3));
         let shared = collectives::max_u64(ctx.comm, hash) == collectives::min_u64(ctx.comm, hash);
         let start = if shared { init.to_vec() } else { vec![0.0; n] };

@@ -311,15 +311,17 @@ pub(in crate::sync) struct BudgetedEdges {
 
 impl BudgetedEdges {
     /// Collectively sets up the mailboxes for `in_neighbours` (each slot holds a message of every
-    /// row) and this rank's edges, every mirror and cache at `init`.
+    /// row; none with `p2p`, whose messages go two-sided) and this rank's edges, every mirror and
+    /// cache at `init`.
     pub(in crate::sync) fn build(
         ctx: &SyncContext,
         in_neighbours: &[Vec<usize>],
         init: &[f32],
         b: &EdgeBudgetOptions,
+        p2p: bool,
     ) -> anyhow::Result<(Mailboxes, Self)> {
-        let mail = Mailboxes::for_bytes(ctx.comm, in_neighbours, EdgeBudget::max_body_bytes(&ctx.layout))
-            .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
+        let body = if p2p { 0 } else { EdgeBudget::max_body_bytes(&ctx.layout) };
+        let mail = Mailboxes::for_bytes(ctx.comm, in_neighbours, body).context("setting up the ASAP mailboxes (one-sided MPI window)")?;
         let (d_out, d_in) = (mail.out_neighbours().len(), mail.in_neighbours().len());
         let edges = EdgeBudget::new(ctx.layout.clone(), init, d_out, d_in, b, ctx.seed ^ ctx.comm.rank() as u64);
         let rate = b.mbps * 1e6 / 8.0;

@@ -1,4 +1,5 @@
-//! The gossip engine: ASAP stochastic reduce (ASAP §3-4) over one-sided MPI mailboxes, which
+//! The gossip engine: ASAP stochastic reduce (ASAP §3-4) over one-sided MPI mailboxes (or, for
+//! NOTIFY-ACK across hosts on TCP, two-sided messages: `--transport`, gossip/p2p.rs), which
 //! `--sync asap` runs (sync/asap.rs: its options and declaration) and `--sync gaia --gaia-inner
 //! asap` runs inside each data centre. Like [`super::ps`] for the parameter-server modes, it reads
 //! no mode's options: a mode hands it [`GossipSettings`].
@@ -43,6 +44,12 @@
 //! | push-sum | `PushSumGossip` | gossip/push_sum.rs |
 //! | deadline | `Deadline` | gossip/deadline.rs |
 //!
+//! `--transport p2p` puts the NOTIFY-ACK steps of `Neighbourhood` on two-sided links
+//! (gossip/p2p.rs) instead of the window's slots: notify-ack, `--overlap` and the one-peer graph
+//! and the budgeted and compressed edges run on it unchanged; the variants that read the slots
+//! themselves (barrier, none, push-sum, deadline, bounded staleness) are refused there
+//! (`Transport::resolve`).
+//!
 //! [`StochasticReduce`] is the engine as a [`SyncMode`]: it picks the variant from the settings
 //! (`gossip_for`), and does what is the same for all of them (argument checks, byte and round
 //! counts, the end's flush and barrier).
@@ -53,6 +60,7 @@ mod deadline;
 pub mod edge_budget;
 mod neighbourhood;
 mod notify_ack;
+mod p2p;
 pub mod push_sum;
 mod unacked;
 mod variant;
@@ -64,9 +72,11 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::{Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::mailbox::Mailboxes;
+use crate::comm::postbox::Postbox;
 use choco::{Choco, ChocoOptions};
 use edge_budget::{BudgetedEdges, EdgeBudgetOptions};
 use neighbourhood::Neighbourhood;
+use p2p::P2pLinks;
 use push_sum::PushSumGossip;
 use variant::Gossip;
 
@@ -88,6 +98,48 @@ pub enum NotifyMode {
     Deadline,
 }
 
+/// How the NOTIFY-ACK messages travel (`--transport`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// p2p where the ranks span hosts without an RDMA device (TCP) and the variant runs on it,
+    /// rma otherwise.
+    Auto,
+    /// One-sided puts into the receivers' windows (MPI RMA).
+    Rma,
+    /// Two-sided non-blocking messages (notify-ack, also with --overlap, the one-peer graph, the
+    /// budgeted edges and --compress).
+    P2p,
+}
+
+impl Transport {
+    /// Whether the messages go point to point, and why (for the start line: "asked", or auto's
+    /// reason). `supported`: the
+    /// variant runs on p2p (else the reason it does not). Collective (counts the hosts).
+    fn resolve(self, comm: &SimpleCommunicator, supported: Result<(), &str>) -> anyhow::Result<(bool, String)> {
+        match (self, supported) {
+            (Transport::Rma, _) => Ok((false, "asked".into())),
+            (Transport::P2p, Ok(())) => Ok((true, "asked".into())),
+            (Transport::P2p, Err(why)) => {
+                bail!("--transport p2p runs NOTIFY-ACK's models only so far; {why}: give --transport rma (or auto)")
+            }
+            (Transport::Auto, Err(why)) => Ok((false, format!("auto: {why}"))),
+            (Transport::Auto, Ok(())) => {
+                let hosts = crate::comm::collectives::host_count(comm);
+                // An RDMA-capable device (InfiniBand, RoCE, iWARP) shows under this directory.
+                let rdma = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+                Ok(match (hosts > 1, rdma) {
+                    (true, false) => {
+                        (true, format!("auto: ranks on {hosts} hosts and no RDMA device, so TCP, where one-sided puts cost round trips"))
+                    }
+                    (true, true) => (false, format!("auto: ranks on {hosts} hosts with an RDMA device")),
+                    (false, _) => (false, "auto: every rank on one host, shared memory".into()),
+                })
+            }
+        }
+    }
+}
+
 /// What a mode asks of the engine: the graph and how receivers decide what to reduce (from
 /// `--graph`, `--notify`, `--overlap` and `--deadline` under `--sync asap`; gaia's groups use
 /// NOTIFY-ACK without overlap).
@@ -100,6 +152,8 @@ pub struct GossipSettings<'a> {
     pub overlap: bool,
     /// `--notify deadline`: milliseconds a rank waits for new messages after its sends.
     pub deadline_ms: f64,
+    /// `--transport`.
+    pub transport: Transport,
 }
 
 /// Configuration of [`StochasticReduce`].
@@ -200,16 +254,24 @@ impl StochasticReduce {
         if choco.is_some() && (opts.notify != NotifyMode::NotifyAck || budget.is_some() || staleness > 0 || opts.overlap) {
             bail!("--compress on --sync asap needs every message delivered once, in order: --notify notify-ack, without --overlap, --bandwidth-mbps and --staleness");
         }
-        let mut info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "staleness": staleness, "report": report});
+        let supported = match () {
+            _ if opts.notify != NotifyMode::NotifyAck => Err("--notify notify-ack is the variant it carries"),
+            _ if staleness > 0 => Err("--staleness keeps several messages per edge, in one-sided slots"),
+            _ => Ok(()),
+        };
+        let (p2p, transport) = opts.transport.resolve(ctx.comm, supported)?;
+        let mut info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "staleness": staleness, "report": report,
+            "transport": if p2p { "p2p" } else { "rma" },
+            "chosen": format!("{} ({transport})", if p2p { "point-to-point messages" } else { "one-sided RMA" })});
         let fixed_size = budget.is_none() && choco.is_none();
         let mut mode = match (budget, choco) {
             (None, Some(c)) => {
-                let (mail, choco) = Choco::build(ctx, &cfg.in_neighbours, &c, init, one_peer)?;
+                let (mail, choco) = Choco::build(ctx, &cfg.in_neighbours, &c, init, one_peer, p2p)?;
                 info["consensus_step"] = serde_json::json!(c.step);
                 let net = Neighbourhood::new(ctx.comm, cfg.wait_timeout, cfg.stop_sending_after, ctx.n_params(), mail)?;
                 StochasticReduce { net, gossip: Box::new(choco) }
             }
-            (None, None) => StochasticReduce::new(ctx.comm, cfg, ctx.n_params())?,
+            (None, None) => StochasticReduce::with_transport(ctx.comm, cfg, ctx.n_params(), p2p)?,
             (Some(b), _) => {
                 if opts.notify != NotifyMode::NotifyAck {
                     bail!(
@@ -217,12 +279,20 @@ impl StochasticReduce {
                          sends each row once, and barrier/none can overwrite a message before it is read"
                     );
                 }
-                let (mail, edges) = BudgetedEdges::build(ctx, &cfg.in_neighbours, init, &b)?;
+                let (mail, edges) = BudgetedEdges::build(ctx, &cfg.in_neighbours, init, &b, p2p)?;
                 info["budget"] = edges.info(&b);
                 let net = Neighbourhood::new(ctx.comm, cfg.wait_timeout, cfg.stop_sending_after, ctx.n_params(), mail)?;
                 StochasticReduce { net, gossip: Box::new(edges) }
             }
         };
+        if p2p {
+            // As on rma, byte messages (budgeted, compressed) do not model the receiver's link.
+            let ingress = if fixed_size { ctx.ingress() } else { None };
+            let post = Postbox::new(ctx.comm).with_pacer(ctx.pacer(None)).with_ingress(ingress);
+            let links = P2pLinks::new(post, mode.net.mail.in_neighbours(), mode.net.mail.out_neighbours());
+            mode.net.p2p = Some(links);
+            return Ok((mode, info));
+        }
         mode.net.mail.set_pacer(ctx.pacer(None));
         // The receiver's link: several in-neighbours share it (fixed-size models carry the
         // stamp it needs; byte messages, budgeted or compressed, do not model it).
@@ -235,10 +305,20 @@ impl StochasticReduce {
     /// Collectively sets up the mailboxes for `cfg.in_neighbours` over `comm` for a model of
     /// `n_params` f32s, and the variant `cfg` asks for (never the budgeted one: see `build`).
     pub fn new(comm: &SimpleCommunicator, cfg: AsapConfig, n_params: usize) -> anyhow::Result<Self> {
+        Self::with_transport(comm, cfg, n_params, false)
+    }
+
+    /// [`StochasticReduce::new`]; with `p2p`, the window holds no model slots (the caller hands
+    /// the neighbourhood its two-sided links).
+    fn with_transport(comm: &SimpleCommunicator, cfg: AsapConfig, n_params: usize, p2p: bool) -> anyhow::Result<Self> {
         // Each variant's slots: bounded staleness keeps several per edge, push-sum's hold f64
         // running totals (see their files).
         let depth = bounded::slot_depth(cfg.staleness);
-        let slot_len = if cfg.notify == NotifyMode::PushSum { PushSumGossip::slot_len(n_params) } else { n_params };
+        let slot_len = match cfg.notify {
+            _ if p2p => 0,
+            NotifyMode::PushSum => PushSumGossip::slot_len(n_params),
+            _ => n_params,
+        };
         let mail = Mailboxes::with_depth(comm, &cfg.in_neighbours, slot_len, depth)
             .context("setting up the ASAP mailboxes (one-sided MPI window)")?;
         let net = Neighbourhood::new(comm, cfg.wait_timeout, cfg.stop_sending_after, n_params, mail)?;
@@ -288,6 +368,28 @@ impl SyncMode for StochasticReduce {
         self.gossip.round_lead()
     }
 
+    /// Two-sided messages move only while their owner calls into MPI: polled between steps.
+    fn before_step(&mut self, _params: &mut [f32], _clock: u64) -> anyhow::Result<()> {
+        self.net.between_steps()
+    }
+
+    /// An emulated step's rest: polled every millisecond on the two-sided transport.
+    fn idle(&mut self, d: Duration) -> anyhow::Result<()> {
+        if self.net.p2p.is_none() {
+            std::thread::sleep(d);
+            return Ok(());
+        }
+        let end = Instant::now() + d;
+        loop {
+            self.net.between_steps()?;
+            let now = Instant::now();
+            if now >= end {
+                return Ok(());
+            }
+            std::thread::sleep((end - now).min(Duration::from_millis(1)));
+        }
+    }
+
     fn sync(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {
         let net = &mut self.net;
         if params.len() != net.n_params {
@@ -325,6 +427,13 @@ impl SyncMode for StochasticReduce {
         // What the cut sends and receives is training traffic too (push-sum's last folds).
         let counted = self.net.byte_counts();
         self.gossip.quiesce(&mut self.net, params)?;
+        // A collective follows the cut: two-sided messages the emulated link still holds must
+        // reach MPI first (found with --emulate-bandwidth: the last round's message, held, left
+        // its receiver waiting while the sender sat in the stop vote's collective).
+        let timeout = self.net.wait_timeout;
+        if let Some(p) = &mut self.net.p2p {
+            p.release_held(timeout)?;
+        }
         self.net.count_since(counted);
         Ok(())
     }

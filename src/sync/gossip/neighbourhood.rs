@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
+use super::p2p::P2pLinks;
 use crate::comm::mailbox::{Mailboxes, SlotRead};
 use crate::sync::CommStats;
 
@@ -94,6 +95,9 @@ pub(in crate::sync) struct Neighbourhood {
     /// Seconds from each ACK to the end of the put that follows it (the message's composing,
     /// data, flush and NOTIFY; see `StochasticReduce::transfer_seconds`).
     pub(in crate::sync) transfer_seconds: f64,
+    /// `--transport p2p`: the NOTIFY-ACK steps go over two-sided messages ([`P2pLinks`]); the
+    /// mailboxes then hold no model slots and serve only the graph and the final barrier.
+    pub(in crate::sync) p2p: Option<P2pLinks>,
 }
 
 impl Neighbourhood {
@@ -122,6 +126,7 @@ impl Neighbourhood {
             last_round: 0,
             transfer_seconds: 0.0,
             mail,
+            p2p: None,
         })
     }
 
@@ -131,14 +136,16 @@ impl Neighbourhood {
 
     /// The mailboxes' byte counters now, for [`Neighbourhood::count_since`].
     pub(in crate::sync) fn byte_counts(&self) -> (u64, u64) {
-        (self.mail.bytes_sent(), self.mail.bytes_received())
+        let (s, r) = self.p2p.as_ref().map_or((0, 0), |p| (p.bytes_sent(), p.bytes_received()));
+        (self.mail.bytes_sent() + s, self.mail.bytes_received() + r)
     }
 
     /// Adds what the mailboxes sent and received since `byte_counts` returned `(sent, received)`
     /// to the training traffic.
     pub(in crate::sync) fn count_since(&mut self, (sent, received): (u64, u64)) {
-        self.stats.bytes_sent += self.mail.bytes_sent() - sent;
-        self.stats.bytes_received += self.mail.bytes_received() - received;
+        let (s, r) = self.byte_counts();
+        self.stats.bytes_sent += s - sent;
+        self.stats.bytes_received += r - received;
     }
 
     /// Whether this rank still sends at `round` (not stopped by `--stop-sending-after`).
@@ -150,7 +157,8 @@ impl Neighbourhood {
     /// go on, so instead of delaying every put (which would charge the latency once per
     /// neighbour) each direction of a round (data + NOTIFY, then ACK) waits it once.
     pub(in crate::sync) fn emulated_latency(&self) {
-        if let Some(p) = self.mail.pacer() {
+        // Two-sided messages carry their latency in the postbox's pacing.
+        if let (Some(p), None) = (self.mail.pacer(), &self.p2p) {
             std::thread::sleep(p.latency());
         }
     }
@@ -192,6 +200,17 @@ impl Neighbourhood {
     /// NOTIFY-ACK's send on out-edge `j`: waits for the ACK of the previous message, then puts
     /// `out`'s message and NOTIFY. Returns when the ACK came.
     fn put_when_acked(&mut self, j: usize, round: u64, out: &mut impl Outbox) -> anyhow::Result<Instant> {
+        if let Some(p) = &mut self.p2p {
+            p.wait_ack(j, round, self.wait_timeout)?;
+            let acked = Instant::now();
+            let before = p.bytes_sent();
+            match out.message(j, round, acked) {
+                Message::Model(values) => p.send_to(j, round, values)?,
+                Message::Bytes(body) => p.send_bytes_to(j, round, body)?,
+            }
+            out.sent(p.bytes_sent() - before, Instant::now());
+            return Ok(acked);
+        }
         self.mail.wait_ack(j, round, self.wait_timeout)?;
         let acked = Instant::now();
         let before = self.mail.bytes_sent();
@@ -233,7 +252,10 @@ impl Neighbourhood {
     pub(in crate::sync) fn receive_round(&mut self, round: u64, inbox: &mut (impl Inbox + ?Sized)) -> anyhow::Result<Instant> {
         let t = Instant::now();
         self.emulated_latency();
-        self.mail.wait_notifications(round, self.wait_timeout)?;
+        match &mut self.p2p {
+            Some(p) => p.wait_notifications(round, self.wait_timeout)?,
+            None => self.mail.wait_notifications(round, self.wait_timeout)?,
+        }
         let t2 = Instant::now();
         self.stats.wait_seconds += (t2 - t).as_secs_f64();
         self.read_notified(round, inbox)?;
@@ -251,9 +273,11 @@ impl Neighbourhood {
     /// Reads in-neighbour `i`'s notified message of `round` into `inbox`; an inconsistent one is
     /// an error (and counted as torn).
     fn read_one(&mut self, i: usize, round: u64, inbox: &mut (impl Inbox + ?Sized)) -> anyhow::Result<()> {
-        let read = match inbox.slot() {
-            Slot::Sum(acc) => self.mail.add_notified_slot(i, acc)?,
-            Slot::Bytes(body) => self.mail.read_bytes(i, body)?,
+        let read = match (inbox.slot(), &mut self.p2p) {
+            (Slot::Sum(acc), Some(p)) => p.add_next(i, acc),
+            (Slot::Sum(acc), None) => self.mail.add_notified_slot(i, acc)?,
+            (Slot::Bytes(body), Some(p)) => p.read_bytes(i, body),
+            (Slot::Bytes(body), None) => self.mail.read_bytes(i, body)?,
         };
         if read != SlotRead::Consistent(round) {
             self.torn += 1;
@@ -283,7 +307,10 @@ impl Neighbourhood {
     pub(in crate::sync) fn receive_one(&mut self, i: usize, round: u64, inbox: &mut (impl Inbox + ?Sized)) -> anyhow::Result<Instant> {
         let t = Instant::now();
         self.emulated_latency();
-        self.mail.wait_one(i, round, self.wait_timeout)?;
+        match &mut self.p2p {
+            Some(p) => p.wait_one(i, round, self.wait_timeout)?,
+            None => self.mail.wait_one(i, round, self.wait_timeout)?,
+        }
         let t2 = Instant::now();
         self.stats.wait_seconds += (t2 - t).as_secs_f64();
         self.read_one(i, round, inbox)?;
@@ -310,7 +337,10 @@ impl Neighbourhood {
     /// time since `t2` counts as communication.
     fn ack(&mut self, ins: std::ops::Range<usize>, t2: Instant, mut after_ack: impl FnMut(Instant)) -> anyhow::Result<()> {
         for i in ins {
-            self.mail.ack(i)?;
+            match &mut self.p2p {
+                Some(p) => p.ack(i)?,
+                None => self.mail.ack(i)?,
+            }
             after_ack(Instant::now());
         }
         self.emulated_latency();
@@ -325,10 +355,16 @@ impl Neighbourhood {
         for j in 0..self.mail.out_neighbours().len() {
             self.put_when_acked(j, round, exchange)?;
         }
-        self.mail.wait_notifications(round, self.wait_timeout)?;
+        match &mut self.p2p {
+            Some(p) => p.wait_notifications(round, self.wait_timeout)?,
+            None => self.mail.wait_notifications(round, self.wait_timeout)?,
+        }
         self.read_notified(round, exchange)?;
         for i in 0..self.in_degree() {
-            self.mail.ack(i)?;
+            match &mut self.p2p {
+                Some(p) => p.ack(i)?,
+                None => self.mail.ack(i)?,
+            }
         }
         Ok(())
     }
@@ -336,9 +372,21 @@ impl Neighbourhood {
     /// NOTIFY-ACK's end: every message must be consumed before the window goes away, so wait for
     /// the ACK of every message this rank sent (counted as received training traffic).
     pub(in crate::sync) fn drain_acks(&mut self) -> anyhow::Result<()> {
-        let r0 = self.mail.bytes_received();
-        self.mail.wait_acks(self.last_round, self.wait_timeout)?;
-        self.stats.bytes_received += self.mail.bytes_received() - r0;
+        let r0 = self.byte_counts().1;
+        match &mut self.p2p {
+            Some(p) => {
+                p.wait_acks(self.last_round, self.wait_timeout)?;
+                p.flush(self.wait_timeout)?;
+            }
+            None => self.mail.wait_acks(self.last_round, self.wait_timeout)?,
+        }
+        self.stats.bytes_received += self.byte_counts().1 - r0;
         Ok(())
+    }
+
+    /// Between local steps: two-sided messages move only while their owner calls into MPI, so
+    /// a rank polls its links after every step (a no-op on the one-sided transport).
+    pub(in crate::sync) fn between_steps(&mut self) -> anyhow::Result<()> {
+        self.p2p.as_mut().map_or(Ok(()), P2pLinks::poll)
     }
 }
