@@ -397,8 +397,14 @@ pub fn threshold_labels(mut d: Dataset, t: f32) -> Dataset {
 /// source) falls below `fraction`. Deterministic for a given seed.
 pub fn split_holdout(d: Dataset, fraction: f64, seed: u64) -> (Dataset, Dataset) {
     let base = if d.first_row == usize::MAX { (d.len() as u64) << 32 } else { d.first_row as u64 };
-    let held = |i: usize| crate::rng::Rng::new(seed ^ (base + i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_f64() < fraction;
+    let held = |i: usize| held_out(base + i as u64, fraction, seed);
     (select_rows(&d, |i| !held(i)), select_rows(&d, held))
+}
+
+/// Whether [`split_holdout`] holds out the example of global row `row` (of a shard that is a
+/// contiguous range of the file): a rule of the row alone, the same at every rank count.
+pub fn held_out(row: u64, fraction: f64, seed: u64) -> bool {
+    crate::rng::Rng::new(seed ^ row.wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_f64() < fraction
 }
 
 /// Largest absolute value of each column (dense or sparse); empty for data 0 columns wide.

@@ -72,6 +72,7 @@ impl Default for AsapOptions {
 /// `--bandwidth-mbps`/`--priority` (budget each edge) and `--compress`/`--consensus-step`
 /// (CHOCO's compressed messages).
 pub const MODE: super::ModeSpec = super::ModeSpec {
+    elastic: true,
     uses: &[
         (&[], &["AsapOptions", "graph_group", "staleness_group", "budget_group", "compress_group", "consensus_group"]),
         OUTER_USES[0],

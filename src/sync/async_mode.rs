@@ -851,6 +851,14 @@ impl SyncMode for CoordinatedAsync {
         st
     }
 
+    /// At a checkpoint's cut every worker has been released with the coordinator's newest model
+    /// at one clock: the coordinator's model, stamps, version and history, and the workers'
+    /// uniform clocks, release versions and bases carry over to another worker count; `seen` starts
+    /// afresh (the first release then sends every row changed since the start).
+    fn averaged_on_resize(&self, name: &str) -> bool {
+        name != "seen" && name != "awaiting"
+    }
+
     fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
         let get = |name: &str| -> anyhow::Result<&Vec<f64>> {
             state.iter().find(|(k, _)| k == name).map(|(_, v)| v).ok_or_else(|| anyhow::anyhow!("the checkpoint lacks async state {name:?}"))
@@ -969,6 +977,7 @@ impl SyncMode for CoordinatedAsync {
 
 /// `--sync async`'s declaration (see [`super::ModeSpec`]).
 pub const MODE: super::ModeSpec = super::ModeSpec {
+    elastic: true,
     uses: &[(&[], &["AsyncOptions"])],
     keeps_history: |o| o.async_mode.optimizer == OptimizerKind::Saga,
     validate: validate_async,

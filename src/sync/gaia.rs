@@ -1044,6 +1044,11 @@ impl SyncMode for Gaia {
         st
     }
 
+    fn averaged_on_resize(&self, name: &str) -> bool {
+        // The clock is the round, the same on every rank.
+        name == "clock"
+    }
+
     fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
         let get = |name: &str| -> anyhow::Result<&Vec<f64>> {
             state.iter().find(|(k, _)| k == name).map(|(_, v)| v).ok_or_else(|| anyhow::anyhow!("the checkpoint lacks gaia state {name:?}"))
@@ -1122,6 +1127,7 @@ impl SyncMode for Gaia {
 /// `--sync gaia`'s declaration (see [`super::ModeSpec`]). With `--gaia-inner asap` it also reads
 /// `--graph` (the shared graph group, [`super::groups::GraphOptions`]).
 pub const MODE: super::ModeSpec = super::ModeSpec {
+    elastic: true,
     build_counts: Some(gaia_counts),
     uses: &[(&[], &["GaiaOptions"]), (&[("gaia_inner", "asap")], &["graph_group"]), OUTER_USES[0], OUTER_USES[1], OUTER_USES[2]],
     validate: validate_gaia,

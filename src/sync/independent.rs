@@ -43,8 +43,11 @@ impl SyncMode for Independent {
 }
 
 /// `--sync none`'s declaration (see [`super::ModeSpec`]).
-pub const MODE: super::ModeSpec = super::ModeSpec::new(
-    "none",
-    "No exchange: independent replicas, averaged once at the end (with one rank, plain SGD)",
-    |ctx, _, _| Ok((Box::new(Independent::new(ctx)), serde_json::Value::Null)),
-);
+pub const MODE: super::ModeSpec = super::ModeSpec {
+    elastic: true,
+    ..super::ModeSpec::new(
+        "none",
+        "No exchange: independent replicas, averaged once at the end (with one rank, plain SGD)",
+        |ctx, _, _| Ok((Box::new(Independent::new(ctx)), serde_json::Value::Null)),
+    )
+};

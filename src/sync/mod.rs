@@ -247,6 +247,12 @@ pub trait SyncMode {
     fn save_state(&self) -> ModeState {
         Vec::new()
     }
+    /// Whether the entry `name` of [`SyncMode::save_state`] is averaged over the old ranks when a
+    /// checkpoint resumes at another rank count (state of the model's motion, e.g. an outer
+    /// velocity); the rest starts as a fresh run's would (`train::elastic`).
+    fn averaged_on_resize(&self, _name: &str) -> bool {
+        false
+    }
     /// Restores what `save_state` returned (on `--resume`).
     fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
         anyhow::ensure!(state.is_empty(), "the checkpoint holds sync-mode state that {} does not use", self.name());

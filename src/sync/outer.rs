@@ -186,6 +186,10 @@ impl SyncMode for Outer {
         state
     }
 
+    fn averaged_on_resize(&self, name: &str) -> bool {
+        name == ANCHOR || name == VELOCITY || self.inner.averaged_on_resize(name)
+    }
+
     fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
         let (outer, inner): (ModeState, ModeState) = state.into_iter().partition(|(name, _)| name == ANCHOR || name == VELOCITY);
         let n = self.anchor.len();

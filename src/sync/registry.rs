@@ -60,6 +60,9 @@ pub struct ModeSpec {
     pub replicas_agree: bool,
     /// Its shard servers compute per-coordinate steps (`--lr-schedule adarevision` needs one).
     pub server_steps: bool,
+    /// Its checkpoints resume at another rank count (`train::elastic`): every rank holds a whole
+    /// replica, and its state is rebuilt from their average ([`SyncMode::averaged_on_resize`]).
+    pub elastic: bool,
     /// The mode paces its own sends with these options (a bandwidth budget): `--send-log` has
     /// something to record without `--emulate-bandwidth`.
     pub paces_sends: fn(&ModeOptions) -> bool,
@@ -91,6 +94,7 @@ impl ModeSpec {
             uses: &[],
             replicas_agree: false,
             server_steps: false,
+            elastic: false,
             paces_sends: never,
             keeps_history: never,
             validate: no_rules,

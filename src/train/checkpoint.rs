@@ -7,6 +7,11 @@
 //! (`epoch`, `step_in_epoch`, `global_step`, `round`, `train_seconds`, `ranks`) and the effective
 //! configuration and model spec as JSON string attributes. Rank 0 writes it to a temporary file
 //! and renames it, so a crash never leaves a half-written checkpoint under the real name.
+//!
+//! For resumes at another rank count ([`super::elastic`]) it also holds each rank's file rows
+//! (`example_rows`, ranks x 2, `u64::MAX` where the shard is no range of the file) and, inside an
+//! epoch dealt at an earlier resize, the examples dealt (`dealt_ids`) and the steps they take
+//! (attribute `dealt_steps`); `step_in_epoch` then counts the steps into them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +21,7 @@ use hdf5::types::VarLenUnicode;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use ndarray::{Array1, Array2};
 
+use super::elastic::{self, Dealt, Walk};
 use crate::comm::collectives::{self, agree};
 use crate::config::{TrainConfig, TRAJECTORY_FREE};
 use crate::sync::ModeState;
@@ -39,6 +45,34 @@ pub struct Restored {
     pub params: Vec<f32>,
     pub epoch_rng: [u64; 4],
     pub path: PathBuf,
+    /// The current epoch's examples dealt at a resize, all of them: the checkpoint's own (same
+    /// rank count), or those left of its epoch to be dealt now (`resized`; their steps are this
+    /// run's to count).
+    pub dealt: Option<Dealt>,
+    /// Written by another rank count: `params` is the replicas' average, `epoch_rng` unset.
+    pub resized: Option<Resized>,
+}
+
+/// What a resume at another rank count takes from the checkpoint besides the average.
+pub struct Resized {
+    /// The rank count that wrote it.
+    pub from: usize,
+    /// Every old rank's mode state (on rank 0; empty elsewhere), for [`super::elastic::carried_state`].
+    pub old_states: Vec<ModeState>,
+    /// SAGA's per-example history of every old rank by example id (on every rank; empty
+    /// without it): [`super::elastic::per_example`].
+    pub per_example: (Vec<u64>, Vec<f64>),
+}
+
+/// What a resume needs to know of this run to continue a checkpoint of another rank count.
+pub struct ResizePlan {
+    /// Ok when the run may resume at another rank count, else why not (said in the refusal).
+    pub allowed: Result<(), String>,
+    /// `--batch-size`.
+    pub batch: usize,
+    /// The held-out split's fraction and seed, when it applies (`--test-fraction` without
+    /// `--test-data`).
+    pub holdout: Option<(f64, u64)>,
 }
 
 /// Which run a checkpoint belongs to: a hash of the whole resolved configuration
@@ -142,6 +176,10 @@ pub struct Contents<'a> {
     pub mode_state: &'a ModeState,
     pub config_json: &'a str,
     pub spec_json: &'a str,
+    /// This rank's file rows (`setup::Shards::rows`).
+    pub rows: Option<(u64, u64)>,
+    /// This rank's share of the current epoch's examples dealt at a resize, while it lasts.
+    pub dealt: Option<&'a Dealt>,
 }
 
 /// Collective: gathers every replica, RNG state and sync-mode state at rank 0, which writes the
@@ -150,6 +188,13 @@ pub fn save(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, pos: &Positi
     let (params, epoch_rng, config_json, spec_json) = (c.params, c.epoch_rng, c.config_json, c.spec_json);
     let all = collectives::gather(comm, 0, params);
     let rngs = collectives::gather(comm, 0, &epoch_rng);
+    let rows = collectives::gather(comm, 0, &c.rows.map_or([u64::MAX; 2], |(a, b)| [a, b]));
+    // Every rank keeps its share of a dealt epoch; the checkpoint holds them all.
+    let dealt = c.dealt.map(|d| {
+        let mut ids: Vec<u64> = collectives::gather_varcount(comm, 0, &d.ids).into_iter().flatten().collect();
+        ids.sort_unstable();
+        (ids, d.steps)
+    });
     // Mode state of every rank: names (one per line), lengths, values.
     let names: Vec<u8> = c.mode_state.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join("\n").into_bytes();
     let lens: Vec<u64> = c.mode_state.iter().map(|(_, v)| v.len() as u64).collect();
@@ -165,6 +210,11 @@ pub fn save(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, pos: &Positi
         let res = write_atomic(&path, |f| {
             f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, params.len()), all).unwrap()).create("params")?;
             f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, 4), rngs).unwrap()).create("rng")?;
+            f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, 2), rows).unwrap()).create("example_rows")?;
+            if let Some((ids, steps)) = &dealt {
+                f.new_dataset_builder().with_data(&Array1::from_vec(ids.clone())).create("dealt_ids")?;
+                f.new_attr::<u64>().create("dealt_steps")?.write_scalar(&(*steps as u64))?;
+            }
             for (k, v) in [
                 ("epoch", pos.epoch as u64),
                 ("step_in_epoch", pos.step_in_epoch as u64),
@@ -235,47 +285,141 @@ fn read_u64(f: &hdf5::File, name: &str) -> hdf5::Result<u64> {
     f.attr(name)?.read_scalar::<u64>()
 }
 
-/// Collective: rank 0 reads the newest checkpoint in `dir` and scatters each rank's replica and
-/// RNG state. Errors (no checkpoint, other rank count or model size) reach every rank.
-pub fn restore(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, n_params: usize) -> anyhow::Result<Restored> {
+/// The checkpoint a resume continues and the rank count that wrote it (rank 0): the newest of
+/// this run's or, when `elastic`, the one furthest on of this run's options (its config id) at
+/// any rank count, this run's own on a tie.
+fn resumable(dir: &Path, id: &RunIdentity, elastic: bool) -> Option<(PathBuf, usize)> {
+    let mut best: Option<(u64, bool, PathBuf, usize)> = None;
+    for (run, round, path) in list_checkpoints(dir) {
+        let own = run == id.run_id;
+        let ranks = if own {
+            Some(id.ranks)
+        } else if elastic {
+            (|| {
+                let f = hdf5::File::open(&path).ok()?;
+                let cid: VarLenUnicode = f.attr("config_id").ok()?.read_scalar().ok()?;
+                (cid.as_str() == id.config_id).then_some(())?;
+                read_u64(&f, "ranks").ok().map(|r| r as usize)
+            })()
+        } else {
+            None
+        };
+        if let Some(ranks) = ranks {
+            if best.as_ref().is_none_or(|b| (round, own) >= (b.0, b.1)) {
+                best = Some((round, own, path, ranks));
+            }
+        }
+    }
+    best.map(|b| (b.2, b.3))
+}
+
+/// A list of numbers from rank 0 to every rank.
+fn broadcast_u64s(comm: &SimpleCommunicator, v: Vec<u64>) -> Vec<u64> {
+    let mut len = [v.len() as u64];
+    collectives::broadcast(comm, 0, &mut len);
+    let mut out = if comm.rank() == 0 { v } else { vec![0; len[0] as usize] };
+    // Open MPI refuses the dangling pointer of an empty buffer.
+    if !out.is_empty() {
+        collectives::broadcast(comm, 0, &mut out[..]);
+    }
+    out
+}
+
+fn read_position(f: &hdf5::File) -> hdf5::Result<[u64; 5]> {
+    Ok([
+        read_u64(f, "epoch")?,
+        read_u64(f, "step_in_epoch")?,
+        read_u64(f, "global_step")?,
+        read_u64(f, "round")?,
+        f.attr("train_seconds").and_then(|a| a.read_scalar::<f64>())?.to_bits(),
+    ])
+}
+
+fn position_of(pos: &[u64]) -> Position {
+    Position {
+        epoch: pos[0] as usize,
+        step_in_epoch: pos[1] as usize,
+        global_step: pos[2],
+        round: pos[3],
+        train_seconds: f64::from_bits(pos[4]),
+    }
+}
+
+/// The examples dealt in the checkpoint's epoch, if it is one dealt at a resize.
+fn read_dealt(f: &hdf5::File) -> hdf5::Result<Option<Dealt>> {
+    if !f.link_exists("dealt_ids") {
+        return Ok(None);
+    }
+    let ids = f.dataset("dealt_ids")?.read_1d::<u64>()?.into_raw_vec_and_offset().0;
+    Ok(Some(Dealt { total: ids.len() as u64, ids, steps: read_u64(f, "dealt_steps")? as usize }))
+}
+
+/// The replicas (ranks x `n_params`) of checkpoint `f` at `path`, checked.
+fn read_params(f: &hdf5::File, path: &Path, ranks: usize, n_params: usize) -> anyhow::Result<Vec<f32>> {
+    let params: Array2<f32> = f.dataset("params").and_then(|d| d.read_2d()).with_context(|| damaged(path))?;
+    if params.ncols() != n_params {
+        bail!(
+            "checkpoint {} holds a model of {} parameters, this run builds {n_params}: same model options and data are needed",
+            path.display(),
+            params.ncols()
+        );
+    }
+    if params.nrows() != ranks {
+        bail!("checkpoint {} is damaged: it says {ranks} ranks but holds {} replicas", path.display(), params.nrows());
+    }
+    Ok(params.into_raw_vec_and_offset().0)
+}
+
+/// The RNG states (ranks x 4) of checkpoint `f` at `path`, checked.
+fn read_rngs(f: &hdf5::File, path: &Path, ranks: usize) -> anyhow::Result<Vec<u64>> {
+    let rng: Array2<u64> = f.dataset("rng").and_then(|d| d.read_2d()).with_context(|| damaged(path))?;
+    if rng.dim() != (ranks, 4) {
+        bail!("checkpoint {} is damaged: its RNG states have shape {:?}, not ({ranks}, 4)", path.display(), rng.dim());
+    }
+    Ok(rng.into_raw_vec_and_offset().0)
+}
+
+fn damaged(path: &Path) -> String {
+    format!("checkpoint {} is damaged or not ours", path.display())
+}
+
+/// Collective: rank 0 finds the checkpoint to continue ([`resumable`]) and reads it. At the rank
+/// count that wrote it each rank gets its own replica and RNG state; at another, where `plan`
+/// allows it, every rank gets the replicas' average and the examples left of the epoch
+/// ([`super::elastic`]). Errors (no checkpoint, another model size) reach every rank.
+pub fn restore(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, n_params: usize, plan: &ResizePlan) -> anyhow::Result<Restored> {
+    let n = comm.size() as usize;
+    let found = if comm.rank() == 0 {
+        resumable(Path::new(dir), id, plan.allowed.is_ok()).ok_or_else(|| anyhow::anyhow!("{}", no_own_checkpoint(dir, id, plan)))
+    } else {
+        Ok((PathBuf::new(), 0))
+    };
+    let (path, ranks) = agree(comm, found)?;
+    let mut from = [ranks as u64];
+    collectives::broadcast(comm, 0, &mut from);
+    if from[0] as usize == n {
+        restore_same(comm, &path, n_params)
+    } else {
+        restore_resized(comm, &path, n_params, plan, from[0] as usize)
+    }
+}
+
+/// [`restore`] at the rank count that wrote the checkpoint `path` (known on rank 0).
+fn restore_same(comm: &SimpleCommunicator, path: &Path, n_params: usize) -> anyhow::Result<Restored> {
     let n = comm.size() as usize;
     let loaded = if comm.rank() == 0 {
         (|| -> anyhow::Result<_> {
-            let Some((_, path)) = own_checkpoints(Path::new(dir), id).pop() else { bail!("{}", no_own_checkpoint(dir, id)) };
-            let f = hdf5::File::open(&path).with_context(|| format!("cannot open checkpoint {}", path.display()))?;
-            let ctx = || format!("checkpoint {} is damaged or not ours", path.display());
-            let ranks = read_u64(&f, "ranks").with_context(ctx)? as usize;
-            if ranks != n {
-                bail!("checkpoint {} was written by {ranks} ranks; resume it with {ranks} ranks, not {n}", path.display());
-            }
-            let params: Array2<f32> = f.dataset("params").and_then(|d| d.read_2d()).with_context(ctx)?;
-            if params.ncols() != n_params {
-                bail!(
-                    "checkpoint {} holds a model of {} parameters, this run builds {n_params}: same model options and data are needed",
-                    path.display(),
-                    params.ncols()
-                );
-            }
-            if params.nrows() != n {
-                bail!("checkpoint {} is damaged: it says {n} ranks but holds {} replicas", path.display(), params.nrows());
-            }
-            let rng: Array2<u64> = f.dataset("rng").and_then(|d| d.read_2d()).with_context(ctx)?;
-            if rng.dim() != (n, 4) {
-                bail!("checkpoint {} is damaged: its RNG states have shape {:?}, not ({n}, 4)", path.display(), rng.dim());
-            }
-            let pos = [
-                read_u64(&f, "epoch").with_context(ctx)?,
-                read_u64(&f, "step_in_epoch").with_context(ctx)?,
-                read_u64(&f, "global_step").with_context(ctx)?,
-                read_u64(&f, "round").with_context(ctx)?,
-                f.attr("train_seconds").and_then(|a| a.read_scalar::<f64>()).with_context(ctx)?.to_bits(),
-            ];
-            Ok((params.into_raw_vec_and_offset().0, rng.into_raw_vec_and_offset().0, pos, path))
+            let f = hdf5::File::open(path).with_context(|| format!("cannot open checkpoint {}", path.display()))?;
+            let params = read_params(&f, path, n, n_params)?;
+            let rngs = read_rngs(&f, path, n)?;
+            let pos = read_position(&f).with_context(|| damaged(path))?;
+            let dealt = read_dealt(&f).with_context(|| damaged(path))?;
+            Ok((params, rngs, pos, dealt))
         })()
     } else {
-        Ok((Vec::new(), Vec::new(), [0; 5], PathBuf::new()))
+        Ok((Vec::new(), Vec::new(), [0; 5], None))
     };
-    let (all, rngs, pos0, path) = agree(comm, loaded)?;
+    let (all, rngs, pos0, dealt) = agree(comm, loaded)?;
     let mut params = vec![0f32; n_params];
     collectives::scatter(comm, 0, &all, &mut params);
     let mut rng = [0u64; 4];
@@ -283,28 +427,94 @@ pub fn restore(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, n_params:
     let mut pos = pos0.to_vec();
     collectives::broadcast(comm, 0, &mut pos[..]);
     let path = PathBuf::from(collectives::broadcast_string(comm, 0, &path.to_string_lossy()));
+    // The dealt epoch: its steps (u64::MAX: none), then its examples.
+    let mut steps = [dealt.as_ref().map_or(u64::MAX, |d| d.steps as u64)];
+    collectives::broadcast(comm, 0, &mut steps);
+    let ids = broadcast_u64s(comm, dealt.map_or(Vec::new(), |d| d.ids));
+    let dealt = (steps[0] != u64::MAX).then(|| Dealt { total: ids.len() as u64, ids, steps: steps[0] as usize });
+    Ok(Restored { position: position_of(&pos), params, epoch_rng: rng, path, dealt, resized: None })
+}
+
+/// The replicas' average, the position, the examples left of the epoch and every old rank's
+/// mode state ([`read_resized`]).
+type ReadResized = (Vec<f32>, [u64; 5], Vec<u64>, Vec<ModeState>, (Vec<u64>, Vec<f64>));
+
+/// What rank 0 reads of a checkpoint written by `from` ranks for a resume at another count: the
+/// replicas' average, the position, the examples left of the epoch and every rank's mode state.
+fn read_resized(path: &Path, from: usize, n_params: usize, plan: &ResizePlan) -> anyhow::Result<ReadResized> {
+    let f = hdf5::File::open(path).with_context(|| format!("cannot open checkpoint {}", path.display()))?;
+    let average = elastic::average_replicas(&read_params(&f, path, from, n_params)?, n_params);
+    let rngs = read_rngs(&f, path, from)?;
+    let pos = read_position(&f).with_context(|| damaged(path))?;
+    let dealt = read_dealt(&f).with_context(|| damaged(path))?;
+    let Ok(rows) = f.dataset("example_rows").and_then(|d| d.read_2d::<u64>()) else {
+        bail!(
+            "checkpoint {} records no example rows (an older asap-train wrote it), so the examples its epoch has left are unknown: \
+             resume it with {from} ranks",
+            path.display()
+        );
+    };
+    anyhow::ensure!(rows.dim() == (from, 2), "checkpoint {} is damaged: its example rows have shape {:?}", path.display(), rows.dim());
+    let ids: Vec<Vec<u64>> = rows.rows().into_iter().map(|r| elastic::training_ids((r[0], r[1]), plan.holdout)).collect();
+    if rows.iter().any(|&x| x == u64::MAX) {
+        bail!("checkpoint {}: the shards of the run that wrote it are no ranges of the file: resume it with {from} ranks", path.display());
+    }
+    let shard_steps = ids.iter().map(|v| v.len().div_ceil(plan.batch)).min().unwrap_or(0);
+    let walks: Vec<(Vec<u64>, Walk)> = ids
+        .iter()
+        .cloned()
+        .zip(rngs.chunks(4))
+        .map(|(ids, r)| {
+            let rng = [r[0], r[1], r[2], r[3]];
+            let walk = match &dealt {
+                Some(d) => Walk::Dealt { rng, dealt: d },
+                None => Walk::Shard { rng, batch: plan.batch, steps: shard_steps },
+            };
+            (ids, walk)
+        })
+        .collect();
+    let left = elastic::left_of_epoch(&walks, pos[1] as usize);
+    let states = (0..from).map(|r| read_rank_state(&f, r)).collect::<anyhow::Result<Vec<_>>>()?;
+    let per_example = elastic::per_example(&states, &ids, super::optimizer::Optimizer::PER_EXAMPLE);
+    Ok((average, pos, left, states, per_example))
+}
+
+/// [`restore`] at another rank count than the `from` that wrote checkpoint `path`.
+fn restore_resized(comm: &SimpleCommunicator, path: &Path, n_params: usize, plan: &ResizePlan, from: usize) -> anyhow::Result<Restored> {
+    let read = if comm.rank() == 0 {
+        read_resized(path, from, n_params, plan)
+    } else {
+        Ok((Vec::new(), [0; 5], Vec::new(), Vec::new(), (Vec::new(), Vec::new())))
+    };
+    let (mut params, pos0, left, old_states, (example_ids, example_values)) = agree(comm, read)?;
+    let example_ids = broadcast_u64s(comm, example_ids);
+    let example_values =
+        broadcast_u64s(comm, example_values.iter().map(|x| x.to_bits()).collect()).into_iter().map(f64::from_bits).collect();
+    params.resize(n_params, 0.0);
+    collectives::broadcast_f32(comm, 0, &mut params);
+    let mut pos = pos0.to_vec();
+    collectives::broadcast(comm, 0, &mut pos[..]);
+    let path = PathBuf::from(collectives::broadcast_string(comm, 0, &path.to_string_lossy()));
+    let ids = broadcast_u64s(comm, left);
     Ok(Restored {
-        position: Position {
-            epoch: pos[0] as usize,
-            step_in_epoch: pos[1] as usize,
-            global_step: pos[2],
-            round: pos[3],
-            train_seconds: f64::from_bits(pos[4]),
-        },
+        position: position_of(&pos),
         params,
-        epoch_rng: rng,
+        epoch_rng: [0; 4],
         path,
+        dealt: Some(Dealt { total: ids.len() as u64, ids, steps: 0 }),
+        resized: Some(Resized { from, old_states, per_example: (example_ids, example_values) }),
     })
 }
 
-/// Collective: whether `dir` holds a checkpoint of this run (rank 0 looks; all learn it).
-pub fn has_own(comm: &SimpleCommunicator, dir: Option<&str>, id: &RunIdentity) -> bool {
-    let mine = comm.rank() == 0 && dir.is_some_and(|d| !own_checkpoints(Path::new(d), id).is_empty());
+/// Collective: whether `dir` holds a checkpoint this run can continue (rank 0 looks; all learn
+/// it): its own, or with `elastic` one of its options at another rank count.
+pub fn has_resumable(comm: &SimpleCommunicator, dir: Option<&str>, id: &RunIdentity, elastic: bool) -> bool {
+    let mine = comm.rank() == 0 && dir.is_some_and(|d| resumable(Path::new(d), id, elastic).is_some());
     collectives::max_u64(comm, mine as u64) == 1
 }
 
 /// Why `--resume` found nothing of this run in `dir`, saying what is there instead.
-fn no_own_checkpoint(dir: &str, id: &RunIdentity) -> String {
+fn no_own_checkpoint(dir: &str, id: &RunIdentity, plan: &ResizePlan) -> String {
     let others = list_checkpoints(Path::new(dir));
     let same_options = others.iter().rev().find_map(|(_, _, p)| {
         let f = hdf5::File::open(p).ok()?;
@@ -313,7 +523,8 @@ fn no_own_checkpoint(dir: &str, id: &RunIdentity) -> String {
     });
     match (same_options, others.len()) {
         (Some((p, Some(ranks))), _) => {
-            format!("checkpoint {} was written by {ranks} ranks; resume it with {ranks} ranks", p.display())
+            let why = plan.allowed.as_ref().err().map_or(String::new(), |why| format!(" ({why})"));
+            format!("checkpoint {} was written by {ranks} ranks; resume it with {ranks} ranks{why}", p.display())
         }
         (_, 0) => format!("--resume: no checkpoint (ckpt-*.h5) in {dir}; run without --resume first"),
         (_, k) => format!(
@@ -359,9 +570,15 @@ fn how_it_differs(path: &Path, id: &RunIdentity) -> String {
 /// Collective: every rank reads its own sync-mode state from the checkpoint `path` (the one
 /// [`restore`] returned), in the order the datasets are stored.
 pub fn restore_mode_state(comm: &SimpleCommunicator, path: &Path) -> anyhow::Result<ModeState> {
-    let r = comm.rank();
-    let read = (|| -> anyhow::Result<ModeState> {
-        let f = hdf5::File::open(path).with_context(|| format!("cannot open checkpoint {}", path.display()))?;
+    let r = comm.rank() as usize;
+    let read =
+        hdf5::File::open(path).with_context(|| format!("cannot open checkpoint {}", path.display())).and_then(|f| read_rank_state(&f, r));
+    agree(comm, read)
+}
+
+/// Rank `r`'s sync-mode state in checkpoint `f`, in the order the datasets are stored.
+fn read_rank_state(f: &hdf5::File, r: usize) -> anyhow::Result<ModeState> {
+    (|| -> hdf5::Result<ModeState> {
         let Ok(g) = f.group(&format!("sync/rank{r}")) else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for name in g.member_names()? {
@@ -370,8 +587,27 @@ pub fn restore_mode_state(comm: &SimpleCommunicator, path: &Path) -> anyhow::Res
         }
         Ok(out)
     })()
-    .with_context(|| format!("checkpoint {}: cannot read the sync-mode state of rank {r}", path.display()));
-    agree(comm, read)
+    .with_context(|| format!("checkpoint {}: cannot read the sync-mode state of rank {r}", f.filename()))
+}
+
+/// Collective: the state a resize carries (`carried`, known on rank 0) to every rank.
+pub fn broadcast_state(comm: &SimpleCommunicator, carried: ModeState) -> ModeState {
+    let names = carried.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join("\n");
+    let names = broadcast_u64s(comm, names.bytes().map(u64::from).collect());
+    let names = String::from_utf8_lossy(&names.into_iter().map(|b| b as u8).collect::<Vec<u8>>()).into_owned();
+    let lens = broadcast_u64s(comm, carried.iter().map(|(_, v)| v.len() as u64).collect());
+    let bits = broadcast_u64s(comm, carried.iter().flat_map(|(_, v)| v.iter().map(|x| x.to_bits())).collect());
+    let mut rest = &bits[..];
+    names
+        .split('\n')
+        .filter(|n| !n.is_empty())
+        .zip(lens)
+        .map(|(name, len)| {
+            let (head, tail) = rest.split_at(len as usize);
+            rest = tail;
+            (name.to_owned(), head.iter().map(|&b| f64::from_bits(b)).collect())
+        })
+        .collect()
 }
 
 #[cfg(test)]

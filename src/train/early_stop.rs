@@ -84,6 +84,12 @@ impl EarlyStop {
         vec![(STATE_KEY.into(), vec![b.metric, b.round as f64, b.epoch, self.since_best as f64])]
     }
 
+    /// Whether the checkpoint entry `name` is the early-stopping count (the same on every rank,
+    /// carried as it is at a resume on another rank count).
+    pub fn averaged_on_resize(name: &str) -> bool {
+        name == STATE_KEY
+    }
+
     /// Takes the early-stopping entry out of a checkpoint's state (`this`: the run's count, None
     /// without --patience, which drops the entry). A checkpoint without one (written without
     /// --patience) starts the count afresh.

@@ -3,6 +3,7 @@
 
 pub mod checkpoint;
 pub mod early_stop;
+pub mod elastic;
 pub mod emulate;
 pub mod eval;
 pub mod jitter;
@@ -18,6 +19,7 @@ pub mod setup;
 pub mod step_search;
 pub mod summary;
 
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -154,6 +156,15 @@ struct Run<'a> {
     cpu_wall_start: Instant,
     /// `--fault-panic`: the (rank, round) that panics.
     fault_panic: Option<(usize, u64)>,
+    /// This rank's training examples as global row ids (None: the shard is no range of the file).
+    ids: Option<Vec<u64>>,
+    /// This rank's share of the current epoch's examples dealt at a resize to another rank count
+    /// (train::elastic).
+    dealt: Option<elastic::Dealt>,
+    /// How this run resumed, for the start line.
+    resumed: Option<serde_json::Value>,
+    /// The example trace ([`TRACE_ENV`]).
+    trace: Option<std::io::BufWriter<std::fs::File>>,
     /// When `run` was called, and the seconds its loading, step search and set-up took.
     started: Instant,
     load_seconds: f64,
@@ -168,6 +179,8 @@ struct Replica {
     rng: Rng,
     /// This pass's order of the shard's examples.
     perm: Vec<usize>,
+    /// In a dealt epoch, this rank's share of it in its order (local indices).
+    dealt_order: Vec<usize>,
     batch: Vec<usize>,
     scratch: Vec<f32>,
 }
@@ -210,7 +223,34 @@ impl Run<'_> {
     }
 
     fn epoch_fraction(&self) -> f64 {
-        self.pos.epoch as f64 + self.pos.step_in_epoch as f64 / self.steps_per_epoch as f64
+        match &self.dealt {
+            None => self.pos.epoch as f64 + self.pos.step_in_epoch as f64 / self.steps_per_epoch as f64,
+            // The share of the epoch left when it was dealt, done in proportion to the steps.
+            Some(d) => {
+                let left = d.total as f64 / self.shards.total_train.max(1) as f64;
+                let done = self.pos.step_in_epoch as f64 / d.steps.max(1) as f64;
+                self.pos.epoch as f64 + (1.0 - left * (1.0 - done)).clamp(0.0, 1.0)
+            }
+        }
+    }
+
+    /// The step the step-size schedule is at: `global_step` in a run never resized (epochs of
+    /// `steps_per_epoch` steps), and after a resize the step this rank count's run would be at,
+    /// so the schedule ends with the run's last mini-batch at any count (a dealt epoch's steps
+    /// end where the epoch does).
+    fn schedule_step(&self) -> u64 {
+        let s = self.steps_per_epoch;
+        let within = match &self.dealt {
+            None => self.pos.step_in_epoch,
+            Some(d) if d.steps <= s => s - d.steps + self.pos.step_in_epoch,
+            Some(d) => self.pos.step_in_epoch * s / d.steps,
+        };
+        (self.pos.epoch * s + within) as u64
+    }
+
+    /// The steps of the current epoch: a pass over the shard, or those of a dealt epoch.
+    fn epoch_steps(&self) -> usize {
+        self.dealt.as_ref().map_or(self.steps_per_epoch, |d| d.steps)
     }
 
     /// This rank's counters, named by [`COUNTER_NAMES`].
@@ -437,7 +477,7 @@ impl Run<'_> {
         let cut = t0.elapsed();
         // The epoch's last round, before its end-of-epoch evaluation: run it now, so that the
         // early-stopping count a resumed run starts from holds it (a resume starts the next epoch).
-        let at_epoch_end = self.pos.step_in_epoch >= self.steps_per_epoch;
+        let at_epoch_end = self.pos.step_in_epoch >= self.epoch_steps();
         if self.early_stop.is_some() && self.cfg.eval_every == 0 && at_epoch_end && self.epoch_end_evaluated != Some(self.pos.round) {
             // Its epoch (epoch_fraction) and round are the ones the epoch's end would record.
             self.epoch_end_evaluated = Some(self.pos.round);
@@ -448,7 +488,7 @@ impl Run<'_> {
         let mut pos = self.pos.clone();
         pos.train_seconds = self.train_seconds();
         // At the end of an epoch the next epoch starts from the current RNG state.
-        let rng_state = if pos.step_in_epoch >= self.steps_per_epoch {
+        let rng_state = if at_epoch_end {
             pos.epoch += 1;
             pos.step_in_epoch = 0;
             rng_now
@@ -466,6 +506,8 @@ impl Run<'_> {
             .concat(),
             config_json: &serde_json::to_string(self.cfg)?,
             spec_json: &serde_json::to_string(self.model.spec())?,
+            rows: self.shards.rows,
+            dealt: self.dealt.as_ref().filter(|_| !at_epoch_end),
         };
         checkpoint::save(self.comm, &dir, &self.run_id, &pos, &contents)?;
         self.clock.excluded += cut + t0.elapsed();
@@ -561,27 +603,158 @@ fn step_pacer(cfg: &TrainConfig, n: usize, rank: usize) -> anyhow::Result<emulat
     Ok(pacer)
 }
 
-/// The checkpoint this run continues from (`--resume`, or `--auto-resume` finding one of this
-/// run's), after removing the temporaries a killed run left; None for a fresh start.
+/// The checkpoint this run continues from (`--resume`, or `--auto-resume` finding one it can
+/// continue: its own, or one of its options at another rank count where `resize` allows it),
+/// after removing the temporaries a killed run left; None for a fresh start.
 fn resume_point(
     cfg: &TrainConfig,
     comm: &SimpleCommunicator,
     run_id: &checkpoint::RunIdentity,
     n_params: usize,
+    resize: &checkpoint::ResizePlan,
 ) -> anyhow::Result<Option<checkpoint::Restored>> {
     if let (Some(dir), true) = (&cfg.checkpoint_dir, comm.rank() == 0) {
         checkpoint::remove_stale_temporaries(std::path::Path::new(dir), run_id);
     }
-    let resume = cfg.resume || (cfg.auto_resume && checkpoint::has_own(comm, cfg.checkpoint_dir.as_deref(), run_id));
+    let elastic = resize.allowed.is_ok();
+    let resume = cfg.resume || (cfg.auto_resume && checkpoint::has_resumable(comm, cfg.checkpoint_dir.as_deref(), run_id, elastic));
     if !resume {
         return Ok(None);
     }
     let dir = cfg.checkpoint_dir.as_deref().expect("validated: --resume needs --checkpoint-dir");
-    let r = checkpoint::restore(comm, dir, run_id, n_params)?;
+    let r = checkpoint::restore(comm, dir, run_id, n_params, resize)?;
     if comm.rank() == 0 {
         eprintln!("asap-train: resuming from {} (epoch {}, round {})", r.path.display(), r.position.epoch, r.position.round);
     }
     Ok(Some(r))
+}
+
+/// The rounds the run will have done at its end (for the progress line): in a dealt epoch, the
+/// rounds so far and those its steps left and the later epochs take.
+fn total_rounds(cfg: &TrainConfig, steps_per_epoch: usize, pos: &Position, dealt: Option<&elastic::Dealt>) -> u64 {
+    let all = match dealt {
+        None => (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64,
+        Some(d) => {
+            let later = cfg.epochs.saturating_sub(pos.epoch + 1) * steps_per_epoch;
+            pos.round + ((d.steps.saturating_sub(pos.step_in_epoch) + later) / cfg.sync_every) as u64
+        }
+    };
+    cfg.max_rounds.map_or(all, |m| m.min(all))
+}
+
+/// Whether and how a checkpoint of another rank count can be continued (train::elastic): in the
+/// modes that declare it, with shards that are ranges of the file.
+fn resize_plan(cfg: &TrainConfig) -> checkpoint::ResizePlan {
+    let mode = cfg.sync.spec();
+    let allowed = if !mode.elastic {
+        Err(format!(
+            "--sync {} cannot change its rank count at a resume; --sync {} can",
+            mode.name,
+            crate::sync::SyncKind::names_where(|m| m.elastic)
+        ))
+    } else if cfg.partition.parse() != Ok(crate::data::partition::Partition::Iid) {
+        Err(format!(
+            "--partition {} deals the examples by class, so its checkpoints resume only at the rank count that wrote them",
+            cfg.partition
+        ))
+    } else {
+        Ok(())
+    };
+    let holdout = (cfg.test_data.is_none() && cfg.test_fraction > 0.0).then_some((cfg.test_fraction, cfg.seed));
+    checkpoint::ResizePlan { allowed, batch: cfg.batch_size, holdout }
+}
+
+/// At a resume on another rank count: this rank's share of the examples left of the interrupted
+/// epoch (`left`, all of them) with the steps every rank takes over its share (the largest
+/// share's mini-batches), or None when none are left (then the next epoch starts). `ids`: this
+/// rank's training examples.
+fn deal_rest(
+    comm: &SimpleCommunicator,
+    left: Vec<u64>,
+    ids: Option<&[u64]>,
+    batch: usize,
+    pos: &mut Position,
+) -> anyhow::Result<Option<elastic::Dealt>> {
+    let count = left.len() as u64;
+    let share = ids.map(|ids| elastic::Dealt { ids: left, steps: 0, total: count }.share(ids)).ok_or_else(|| {
+        anyhow::anyhow!(
+            "rank {}: its training shard is no range of the file, so the examples left of the epoch cannot be dealt",
+            comm.rank()
+        )
+    });
+    let share = collectives::agree(comm, share)?;
+    let total = collectives::sum_u64(comm, share.ids.len() as u64);
+    anyhow::ensure!(
+        total == count,
+        "the checkpoint's epoch has {count} examples left, and this run's shards hold {total} of them: resume with the data and \
+         --test-fraction of the run that wrote it"
+    );
+    let steps = collectives::max_u64(comm, share.ids.len().div_ceil(batch) as u64) as usize;
+    pos.step_in_epoch = 0;
+    if steps == 0 {
+        pos.epoch += 1;
+        return Ok(None);
+    }
+    Ok(Some(elastic::Dealt { steps, ..share }))
+}
+
+/// At a resume on another rank count: this rank's mode, optimizer and early-stopping state, as
+/// fresh ones built from the replicas' average with what the resize carries (train::elastic).
+fn resized_state(
+    comm: &SimpleCommunicator,
+    resized: &checkpoint::Resized,
+    sync: &dyn SyncMode,
+    optimizer: &optimizer::Optimizer,
+    early: Option<&early_stop::EarlyStop>,
+    ids: Option<&[u64]>,
+) -> crate::sync::ModeState {
+    let carried = elastic::carried_state(&resized.old_states, |name| {
+        sync.averaged_on_resize(name) || optimizer::Optimizer::averaged_on_resize(name) || early_stop::EarlyStop::averaged_on_resize(name)
+    });
+    let carried = checkpoint::broadcast_state(comm, carried);
+    let fresh = [sync.save_state(), optimizer.save_state(), early.map_or(Vec::new(), |e| e.save_state())].concat();
+    let mut state = elastic::overlay(fresh, &carried);
+    // SAGA's stored slopes follow their examples (the coordinator's mean of them is carried).
+    let (all_ids, all_values) = &resized.per_example;
+    if let (Some((_, slopes)), Some(ids), false) =
+        (state.iter_mut().find(|(n, _)| n == optimizer::Optimizer::PER_EXAMPLE), ids, all_ids.is_empty())
+    {
+        *slopes = elastic::own_per_example(all_ids, all_values, ids);
+    }
+    state
+}
+
+/// The start line's record of a resume (`from`: the rank count that wrote the checkpoint, when
+/// it is not this run's): the checkpoint, the rank counts and at a resize the rule applied and
+/// the examples dealt (train::elastic).
+fn resume_record(
+    path: &std::path::Path,
+    from: Option<usize>,
+    n: usize,
+    dealt: Option<&elastic::Dealt>,
+    pos: &Position,
+) -> serde_json::Value {
+    let mut v = json!({"checkpoint": path, "epoch": pos.epoch, "round": pos.round, "ranks_before": from.unwrap_or(n), "ranks": n});
+    if from.is_some() {
+        v["rule"] = json!(elastic::RULE);
+        v["examples_dealt"] = json!(dealt.map_or(0, |d| d.total));
+        v["dealt_steps"] = json!(dealt.map_or(0, |d| d.steps));
+    }
+    v
+}
+
+/// The environment variable that makes every rank write the global row of each example it steps
+/// on, after the epoch, one a line, to `$ASAP_TRAIN_TRACE_EXAMPLES.rank{r}` (appended): the
+/// record the elastic tests count examples by (tests/elastic.rs).
+pub const TRACE_ENV: &str = "ASAP_TRAIN_TRACE_EXAMPLES";
+
+/// The example trace of this rank ([`TRACE_ENV`]), when asked for.
+fn open_trace(comm: &SimpleCommunicator) -> anyhow::Result<Option<std::io::BufWriter<std::fs::File>>> {
+    let Ok(prefix) = std::env::var(TRACE_ENV) else { return Ok(None) };
+    let path = format!("{prefix}.rank{}", comm.rank());
+    let file =
+        std::fs::OpenOptions::new().create(true).append(true).open(&path).with_context(|| format!("{TRACE_ENV}: cannot open {path}"));
+    Ok(Some(std::io::BufWriter::new(collectives::agree(comm, file)?)))
 }
 
 /// Set-up (collective): the model and its first replica, the optimizer, the resume point, the
@@ -614,8 +787,6 @@ fn set_up<'a>(
         p,
     )?;
     let steps_per_epoch = plan::steps_per_epoch(cfg, &shards, comm);
-    let total_rounds_all = (cfg.epochs * steps_per_epoch / cfg.sync_every) as u64;
-    let total_rounds = cfg.max_rounds.map_or(total_rounds_all, |m| m.min(total_rounds_all));
 
     anyhow::ensure!(
         cfg.patience.is_none() || shards.test.is_some(),
@@ -625,22 +796,38 @@ fn set_up<'a>(
     let mut early = cfg.patience.map(|p| early_stop::EarlyStop::new(p, model.metric_kind()));
     let mut pos = Position { epoch: 0, step_in_epoch: 0, global_step: 0, round: 0, train_seconds: 0.0 };
     let run_id = checkpoint::RunIdentity::new(&plan.resolved, n).with_chosen(&plan.chosen);
-    let restored = resume_point(cfg, comm, &run_id, p)?;
-    let resumed_from = restored.map(|r| {
-        params = r.params;
-        rng = Rng::from_state(r.epoch_rng);
-        pos = r.position;
-        r.path
-    });
+    let resize = resize_plan(cfg);
+    let ids = shards.rows.map(|rows| elastic::training_ids(rows, resize.holdout)).filter(|ids| ids.len() == local_n);
+    let mut dealt = None;
+    let resumed = match resume_point(cfg, comm, &run_id, p, &resize)? {
+        Some(r) => {
+            (params, pos) = (r.params, r.position);
+            rng = match r.resized {
+                Some(_) => elastic::resized_stream(cfg.seed, pos.epoch, rank),
+                None => Rng::from_state(r.epoch_rng),
+            };
+            dealt = match (&r.resized, r.dealt) {
+                (Some(_), Some(left)) => deal_rest(comm, left.ids, ids.as_deref(), cfg.batch_size, &mut pos)?,
+                (_, d) => d.map(|d| d.share(ids.as_deref().unwrap_or(&[]))),
+            };
+            Some((r.path, r.resized))
+        }
+        None => None,
+    };
     let ctx = plan.sync_context(comm, model.layout(), ((steps_per_epoch / cfg.sync_every) as u64).max(1))?;
     let (mut sync, sync_info) = build_sync(cfg, &ctx, &params)?;
-    if let Some(path) = &resumed_from {
-        let mut state = checkpoint::restore_mode_state(comm, path)?;
+    if let Some((path, resized)) = &resumed {
+        let mut state = match resized {
+            None => checkpoint::restore_mode_state(comm, path)?,
+            Some(rz) => resized_state(comm, rz, sync.as_ref(), &optimizer, early.as_ref(), ids.as_deref()),
+        };
         collectives::agree(comm, optimizer.restore_state(&mut state))?;
         collectives::agree(comm, early_stop::EarlyStop::restore_state(early.as_mut(), &mut state))?;
         collectives::agree(comm, sync.restore_state(state))?;
     }
-    let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank == 0, resumed_from.is_some()))?;
+    let resumed = resumed.map(|(path, rz)| resume_record(&path, rz.as_ref().map(|r| r.from), n, dealt.as_ref(), &pos));
+    let trace = open_trace(comm)?;
+    let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank == 0, resumed.is_some()))?;
     // Training time starts where set-up ends (`train_start` below).
     let setup_seconds = setup_start.elapsed().as_secs_f64();
     let mut run = Run {
@@ -650,7 +837,7 @@ fn set_up<'a>(
         steps_per_epoch,
         schedule: schedule::StepSchedule::new(cfg, steps_per_epoch),
         metrics,
-        progress: Progress::new(rank == 0, total_rounds),
+        progress: Progress::new(rank == 0, total_rounds(cfg, steps_per_epoch, &pos, dealt.as_ref())),
         clock: Clock::default(),
         train_start: Instant::now(),
         pos,
@@ -668,13 +855,24 @@ fn set_up<'a>(
         cpu_start: comm::process_cpu_seconds().unwrap_or(0.0),
         cpu_wall_start: Instant::now(),
         fault_panic,
+        ids,
+        dealt,
+        resumed,
+        trace,
         started,
         load_seconds,
         search_seconds: plan.search_seconds,
         setup_seconds,
     };
     run.write_start(sync_info)?;
-    let replica = Replica { params, rng, perm: (0..local_n).collect(), batch: Vec::with_capacity(cfg.batch_size), scratch: Vec::new() };
+    let replica = Replica {
+        params,
+        rng,
+        perm: (0..local_n).collect(),
+        dealt_order: Vec::new(),
+        batch: Vec::with_capacity(cfg.batch_size),
+        scratch: Vec::new(),
+    };
     Ok((run, replica))
 }
 
@@ -698,6 +896,7 @@ impl Run<'_> {
             "load_seconds": self.load_seconds,
             "step_search_seconds": self.search_seconds,
             "sync_info": &sync_info,
+            "resumed": self.resumed,
         });
         self.write_metrics(&start);
         if self.comm.rank() == 0 {
@@ -716,6 +915,18 @@ impl Run<'_> {
                 self.load_seconds,
                 if self.search_seconds > 0.0 { format!(", step search {:.2}s", self.search_seconds) } else { String::new() }
             );
+            if let Some(r) = self.resumed.as_ref().filter(|r| r["ranks_before"] != json!(n)) {
+                let ranks = if n == 1 { "1 rank".to_owned() } else { format!("{n} ranks") };
+                eprintln!(
+                    "asap-train: resumed a {}-rank checkpoint on {ranks}: {}; {} examples were left of epoch {}, dealt over the \
+                     {ranks} in {} steps",
+                    r["ranks_before"],
+                    elastic::RULE,
+                    r["examples_dealt"],
+                    r["epoch"],
+                    r["dealt_steps"]
+                );
+            }
         }
         Ok(())
     }
@@ -731,7 +942,13 @@ impl Run<'_> {
         let vote_period = cfg.stop_check_every.max(self.sync.round_lead() + 1);
         let mut stop_vote = comm::preempt::StopVote::new(self.comm, vote_period, Duration::from_secs_f64(cfg.wait_timeout));
         let mut ending = Ending::default();
-        'epochs: while self.pos.epoch < cfg.epochs {
+        // A resume at or past --max-rounds trains nothing: it writes its checkpoint and ends (a
+        // resume at another rank count then leaves that count's checkpoint).
+        if cfg.max_rounds.is_some_and(|m| self.pos.round >= m) && self.pos.epoch < cfg.epochs {
+            self.checkpoint(&mut r.params, r.rng.state(), r.rng.state())?;
+            ending = Ending { stopped_early: true, ..Ending::default() };
+        }
+        'epochs: while self.pos.epoch < cfg.epochs && !ending.stopped_early {
             // --patience at an epoch's end (or a resumed run whose checkpoint already ran out).
             if self.early_stop.as_ref().is_some_and(|e| e.exhausted()) {
                 self.checkpoint(&mut r.params, r.rng.state(), r.rng.state())?;
@@ -742,9 +959,14 @@ impl Run<'_> {
             // shuffles of the passes begun before it stopped, and goes on as the uninterrupted run.
             let epoch_rng = r.rng.state();
             let steps_per_pass = r.steps_per_pass(cfg.batch_size);
-            (0..self.pos.step_in_epoch.div_ceil(steps_per_pass)).for_each(|_| r.new_pass());
-            while self.pos.step_in_epoch < self.steps_per_epoch {
-                if self.pos.step_in_epoch.is_multiple_of(steps_per_pass) {
+            if let Some(d) = &self.dealt {
+                // An epoch dealt at a resize: this rank's share, in an order of its stream.
+                r.dealt_order = elastic::dealt_order(&d.ids, self.ids.as_deref().unwrap_or(&[]), &mut r.rng);
+            } else {
+                (0..self.pos.step_in_epoch.div_ceil(steps_per_pass)).for_each(|_| r.new_pass());
+            }
+            while self.pos.step_in_epoch < self.epoch_steps() {
+                if self.dealt.is_none() && self.pos.step_in_epoch.is_multiple_of(steps_per_pass) {
                     r.new_pass();
                 }
                 self.step(r);
@@ -758,6 +980,7 @@ impl Run<'_> {
             }
             self.pos.epoch += 1;
             self.pos.step_in_epoch = 0;
+            self.dealt = None;
             if cfg.eval_every == 0 && self.epoch_end_evaluated != Some(self.pos.round) {
                 self.mark_evaluation(&mut r.params)?;
             }
@@ -773,32 +996,21 @@ impl Run<'_> {
     /// One mini-batch step of this rank (with the mode's `before_step` and the emulated compute).
     fn step(&mut self, r: &mut Replica) {
         let cfg = self.cfg;
-        let (b, local_n) = (cfg.batch_size, r.perm.len());
-        // The step's place in the current pass over the shard (Replica::new_pass).
-        let s = self.pos.step_in_epoch % r.steps_per_pass(b);
-        // --balance: a slowed rank takes the first examples of its full mini-batch's share.
+        let b = cfg.batch_size;
         let this_round = self.pos.round + 1;
-        let bk = if cfg.balance { self.step_pacer.balanced_batch(b, this_round) } else { b };
-        // The last mini-batch of an epoch takes the examples left (fewer than b), as a data
-        // loader without drop_last does. It used to wrap around to the epoch's first examples,
-        // visiting them twice in the epoch and the rest once, and SAGA's last step of every
-        // epoch jumped (8 ranks, Fashion-MNIST t10k lsq, batch 100, lr 0.01: objective 0.171 ->
-        // 0.297). An independent NumPy SAGA gave 0.171 -> 0.295 with the wrap and 0.170 without
-        // it; there the last step's estimate was 4.2 from the true gradient against 0.6 a step
-        // before. A shard smaller than b also repeated examples inside one batch.
-        r.batch.clear();
-        let start = s * b;
-        r.batch.extend_from_slice(&r.perm[start..(start + bk).min(local_n)]);
+        let bk = self.take_batch(r);
+        self.trace_batch(&r.batch);
         if let Err(e) = self.sync.before_step(&mut r.params, self.pos.round) {
             comm::abort_job(&format!("{e:#}"), 4);
         }
-        let lr = self.schedule.at(self.pos.global_step, self.pos.epoch);
+        let lr = self.schedule.at(self.schedule_step(), self.pos.epoch);
         // --balance: a smaller mini-batch takes a proportionally smaller step (the linear
         // scaling rule), so averaging the replicas weighs each rank's step by the examples it
-        // saw, as Hop does, and a slowed rank's noisier gradient moves it less.
+        // saw, as Hop does, and a slowed rank's noisier gradient moves it less. A dealt epoch's
+        // smaller mini-batches (train::elastic) are scaled the same way.
         let lr = lr * bk as f32 / b as f32;
         let t0 = Instant::now();
-        let loss = if cfg.consensus_only {
+        let loss = if cfg.consensus_only || (r.batch.is_empty() && self.dealt.is_some()) {
             0.0
         } else {
             self.optimizer.step(self.model.as_ref(), &mut r.params, &self.shards.train, &r.batch, lr, &mut r.scratch)
@@ -825,6 +1037,44 @@ impl Run<'_> {
         self.step_pacer.after_step_idle(t0, dt, this_round, bk as f64 / b as f64, &mut idle);
         self.pos.step_in_epoch += 1;
         self.pos.global_step += 1;
+    }
+
+    /// Puts this step's mini-batch into `r.batch`: the next of the pass over the shard, or of the
+    /// rank's share of a dealt epoch (train::elastic). Returns the size its step is scaled to.
+    fn take_batch(&mut self, r: &mut Replica) -> usize {
+        let b = self.cfg.batch_size;
+        if let Some(d) = &self.dealt {
+            r.batch.clear();
+            r.batch.extend_from_slice(&r.dealt_order[elastic::dealt_batch(r.dealt_order.len(), d.steps, self.pos.step_in_epoch)]);
+            return r.batch.len();
+        }
+        let local_n = r.perm.len();
+        // The step's place in the current pass over the shard (Replica::new_pass).
+        let s = self.pos.step_in_epoch % r.steps_per_pass(b);
+        // --balance: a slowed rank takes the first examples of its full mini-batch's share.
+        let bk = if self.cfg.balance { self.step_pacer.balanced_batch(b, self.pos.round + 1) } else { b };
+        // The last mini-batch of an epoch takes the examples left (fewer than b), as a data
+        // loader without drop_last does. It used to wrap around to the epoch's first examples,
+        // visiting them twice in the epoch and the rest once, and SAGA's last step of every
+        // epoch jumped (8 ranks, Fashion-MNIST t10k lsq, batch 100, lr 0.01: objective 0.171 ->
+        // 0.297). An independent NumPy SAGA gave 0.171 -> 0.295 with the wrap and 0.170 without
+        // it; there the last step's estimate was 4.2 from the true gradient against 0.6 a step
+        // before. A shard smaller than b also repeated examples inside one batch.
+        r.batch.clear();
+        let start = s * b;
+        r.batch.extend_from_slice(&r.perm[start..(start + bk).min(local_n)]);
+        bk
+    }
+
+    /// The example trace's record of a mini-batch ([`TRACE_ENV`]): its examples' global rows,
+    /// each after its epoch.
+    fn trace_batch(&mut self, batch: &[usize]) {
+        let (Some(t), Some(ids)) = (self.trace.as_mut(), self.ids.as_ref()) else { return };
+        let epoch = self.pos.epoch;
+        let written = batch.iter().try_for_each(|&i| writeln!(t, "{epoch} {}", ids[i]));
+        if let Err(e) = written {
+            comm::abort_job(&format!("cannot write the example trace ({TRACE_ENV}): {e}"), 5);
+        }
     }
 
     /// The end of a round: the mode's sync, the evaluation and checkpoint cadences and the stop

@@ -268,7 +268,7 @@ impl Optimizer {
         let wide = |x: &[f32]| x.iter().map(|&x| x as f64).collect::<Vec<f64>>();
         match self {
             Optimizer::Sgd => Vec::new(),
-            Optimizer::Saga(s) => vec![("saga_slope".into(), wide(&s.slope))],
+            Optimizer::Saga(s) => vec![(Self::PER_EXAMPLE.into(), wide(&s.slope))],
             Optimizer::Dense { state: DenseState::Momentum(m), .. } => vec![("momentum_velocity".into(), wide(&m.velocity))],
             Optimizer::Dense { state: DenseState::AdamW(a), .. } => vec![
                 ("adamw_first".into(), wide(&a.first)),
@@ -286,6 +286,17 @@ impl Optimizer {
             Optimizer::Dense { state: DenseState::Momentum(_), .. } => "momentum",
             Optimizer::Dense { state: DenseState::AdamW(_), .. } => "adamw",
         }
+    }
+
+    /// The checkpoint entry of SAGA's history: one value per example of the rank's shard, which
+    /// follows its examples at a resume on another rank count (`train::elastic::per_example`).
+    pub const PER_EXAMPLE: &'static str = "saga_slope";
+
+    /// Whether the checkpoint entry `name` is this optimizer's and averaged over the old ranks at
+    /// a resume on another rank count (`train::elastic`): momentum and AdamW's moments follow
+    /// the averaged model; SAGA's history follows its examples instead ([`Self::PER_EXAMPLE`]).
+    pub fn averaged_on_resize(name: &str) -> bool {
+        name.starts_with("momentum_") || name.starts_with("adamw_")
     }
 
     /// Takes this optimizer's entries out of a checkpoint's state (the rest is the mode's).
@@ -319,7 +330,7 @@ impl Optimizer {
             Optimizer::Saga(s) => {
                 let slope = mine
                     .iter()
-                    .find(|(k, _)| k == "saga_slope")
+                    .find(|(k, _)| k == Self::PER_EXAMPLE)
                     .map(|(_, v)| v)
                     .ok_or_else(|| anyhow::anyhow!("the checkpoint holds no SAGA history (it was written with --optimizer sgd)"))?;
                 anyhow::ensure!(

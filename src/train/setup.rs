@@ -24,6 +24,10 @@ pub struct Shards {
     /// How the LIBSVM training file was numbered (true: 0-based, `--zero-based auto` resolved);
     /// None for other formats. Saved with the model, for `predict`.
     pub zero_based: Option<bool>,
+    /// The file rows `[first, end)` this rank read for training, before the held-out split
+    /// (its examples are those rows less the held-out ones: `train::elastic::training_ids`); None
+    /// when the shard is no contiguous range of the file (`--partition` other than iid).
+    pub rows: Option<(u64, u64)>,
 }
 
 fn load(cfg: &TrainConfig, path: &str, shown: &str, format: Format, rank: usize, n: usize) -> anyhow::Result<Dataset> {
@@ -177,6 +181,7 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
         None => None,
     };
     let zero_based = resolve_zero_based(cfg, &mut train, test.as_mut(), comm);
+    let read_rows = (train.first_row != usize::MAX).then(|| (train.first_row as u64, (train.first_row + train.len()) as u64));
     let (train, test) = match (test, cfg.test_fraction > 0.0) {
         (None, true) => {
             let (tr, te) = data::split_holdout(train, cfg.test_fraction, cfg.seed);
@@ -188,7 +193,9 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
         Some(t) => (data::threshold_labels(train, t), test.map(|d| data::threshold_labels(d, t))),
         None => (train, test),
     };
+    let iid = cfg.partition.parse() == Ok(data::partition::Partition::Iid);
     let train = partition(cfg, train, comm)?;
+    let rows = read_rows.filter(|_| iid);
     let total_train = collectives::sum_u64(comm, train.len() as u64);
     let total_test = collectives::sum_u64(comm, test.as_ref().map_or(0, |t| t.len() as u64));
     let empty = collectives::sum_u64(comm, train.is_empty() as u64);
@@ -203,7 +210,7 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
             total_train.max(1)
         );
     }
-    Ok(Shards { train, test, total_train, total_test, scaling: None, zero_based })
+    Ok(Shards { train, test, total_train, total_test, scaling: None, zero_based, rows })
 }
 
 /// `--zero-based`, and under `auto` the LIBSVM files were read with indices as written; unless some rank saw

@@ -159,6 +159,11 @@ impl PushSum {
             }
         }
         let (x, w) = x.zip(w).ok_or_else(|| anyhow::anyhow!("the checkpoint has no push-sum state: resume with --notify push-sum"))?;
+        if x.is_empty() {
+            // Saved before the first round (a fresh mode's state, which a resize at another rank
+            // count restores): the numerator starts from the model at the first round, as fresh.
+            return Ok(());
+        }
         ensure!(x.len() == params_len, "the checkpoint's push-sum numerator has {} values, the model {params_len}", x.len());
         self.z_prev = x.iter().map(|&v| (v / w) as f32).collect();
         self.sent = vec![0.0; x.len() + 2];
