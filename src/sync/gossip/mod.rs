@@ -126,8 +126,10 @@ impl Transport {
             (Transport::Auto, Err(why)) => Ok((false, format!("auto: {why}"))),
             (Transport::Auto, Ok(())) => {
                 let hosts = crate::comm::collectives::host_count(comm);
-                // An RDMA-capable device (InfiniBand, RoCE, iWARP) shows under this directory.
-                let rdma = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+                // An RDMA-capable device (InfiniBand, RoCE, iWARP) shows under this directory. Every
+                // rank must choose alike (p2p's set-up is collective): RDMA only where all have it.
+                let here = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+                let rdma = crate::comm::collectives::min_u64(comm, u64::from(here)) == 1;
                 Ok(match (hosts > 1, rdma) {
                     (true, false) => {
                         (true, format!("auto: ranks on {hosts} hosts and no RDMA device, so TCP, where one-sided puts cost round trips"))
