@@ -252,14 +252,27 @@ impl Neighbourhood {
     pub(in crate::sync) fn receive_round(&mut self, round: u64, inbox: &mut (impl Inbox + ?Sized)) -> anyhow::Result<Instant> {
         let t = Instant::now();
         self.emulated_latency();
-        match &mut self.p2p {
-            Some(p) => p.wait_notifications(round, self.wait_timeout)?,
-            None => self.mail.wait_notifications(round, self.wait_timeout)?,
-        }
+        self.wait_all_notified(round)?;
         let t2 = Instant::now();
         self.stats.wait_seconds += (t2 - t).as_secs_f64();
         self.read_notified(round, inbox)?;
         Ok(t2)
+    }
+
+    /// Waits for every in-neighbour's NOTIFY of `round`, on whichever transport carries them.
+    fn wait_all_notified(&mut self, round: u64) -> anyhow::Result<()> {
+        match &mut self.p2p {
+            Some(p) => p.wait_notifications(round, self.wait_timeout),
+            None => Ok(self.mail.wait_notifications(round, self.wait_timeout)?),
+        }
+    }
+
+    /// ACKs in-neighbour `i`'s message just read, on whichever transport carried it.
+    fn ack_message(&mut self, i: usize) -> anyhow::Result<()> {
+        match &mut self.p2p {
+            Some(p) => p.ack(i),
+            None => Ok(self.mail.ack(i)?),
+        }
     }
 
     /// Reads every in-neighbour's notified message of `round` into `inbox`, in order.
@@ -337,10 +350,7 @@ impl Neighbourhood {
     /// time since `t2` counts as communication.
     fn ack(&mut self, ins: std::ops::Range<usize>, t2: Instant, mut after_ack: impl FnMut(Instant)) -> anyhow::Result<()> {
         for i in ins {
-            match &mut self.p2p {
-                Some(p) => p.ack(i)?,
-                None => self.mail.ack(i)?,
-            }
+            self.ack_message(i)?;
             after_ack(Instant::now());
         }
         self.emulated_latency();
@@ -355,16 +365,10 @@ impl Neighbourhood {
         for j in 0..self.mail.out_neighbours().len() {
             self.put_when_acked(j, round, exchange)?;
         }
-        match &mut self.p2p {
-            Some(p) => p.wait_notifications(round, self.wait_timeout)?,
-            None => self.mail.wait_notifications(round, self.wait_timeout)?,
-        }
+        self.wait_all_notified(round)?;
         self.read_notified(round, exchange)?;
         for i in 0..self.in_degree() {
-            match &mut self.p2p {
-                Some(p) => p.ack(i)?,
-                None => self.mail.ack(i)?,
-            }
+            self.ack_message(i)?;
         }
         Ok(())
     }
