@@ -5,6 +5,7 @@
 #   make torch  opt-in: torch and asap_train into .venv-torch; make test-torch runs its example
 SHELL := /bin/bash
 NP ?= 4
+TEST_JOBS ?= 3
 ARGS ?=
 CARGO ?= cargo
 BIN := target/release/asap-train
@@ -89,8 +90,11 @@ test-charlm: torch
 	mpirun -n $(NP) --oversubscribe $(TORCH_VENV)/bin/python examples/torch_charlm.py --steps 64 --print-every 64 \
 		--ways ddp,local:16,diloco:16:0.7,noloco:16:0.7 --check
 
-# A failing Open MPI target does not skip the MPICH subset: both run, and the target fails at
-# the end if either did (naming which).
+# tests/suite.py builds every test binary (and the MPICH subset's) once, then runs TEST_JOBS
+# binaries side by side, longest first, each binary's tests one at a time: most of a test's wall
+# time is waiting (launchers, emulated links, timeouts being waited out), so one binary at a time
+# left a core idle (docs/testing.md has the numbers). Every binary runs, and the target fails at
+# the end naming the ones that failed, the MPICH subset included.
 # tests/python.rs runs the Python package under mpirun: `make python` builds it first.
 # The gates run first and every one is reported (issue 39): the format (rustfmt.toml), clippy with
 # warnings as errors over both crates and their tests, functions of at most 120 lines, layers that
@@ -102,9 +106,8 @@ test: deps python
 	python3 .ci/fn-lengths.py || rc=1; \
 	python3 .ci/layers.py || rc=1; \
 	python3 .ci/cycles.py || rc=1; \
-	$(CARGO) test --release --locked --no-fail-fast -- --test-threads=1 || rc=$$?; \
-	$(MAKE) --no-print-directory test-mpich-subset || { echo "make test: the MPICH subset failed"; rc=1; }; \
-	if [ $$rc != 0 ]; then echo "make test: the Open MPI suite failed (cargo test exit status $$rc)" >&2; exit 1; fi
+	MPICH_ENV='$(MPICH_ENV)' MPICH_SUBSET='$(MPICH_SUBSET)' CARGO=$(CARGO) python3 tests/suite.py --mpich --jobs $(TEST_JOBS) || rc=$$?; \
+	if [ $$rc != 0 ]; then echo "make test: the suite failed (tests/suite.py names the binaries above)" >&2; exit 1; fi
 
 # Real public data sets from Debian packages into datasets/out/ (MovieLens needs r-cran-dslabs,
 # which the script installs; R is used once here, never at training time).

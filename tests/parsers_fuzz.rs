@@ -614,8 +614,9 @@ fn config_files_planted_defects_are_named_at_their_key() {
             let r = timed("config", || TrainConfig::from_file(&path));
             match (r, bad) {
                 (Ok(cfg), None) => {
+                    let cfg = serde_json::to_value(&cfg).unwrap();
                     for (k, v) in &entries {
-                        let got = serde_json::to_value(&cfg).unwrap()[k.as_str()].clone();
+                        let got = cfg[k.as_str()].clone();
                         let want: serde_json::Value = serde_json::from_str(v).unwrap();
                         prop_assert!(
                             got == want || got.as_f64().zip(want.as_f64()).is_some_and(|(a, b)| (a - b).abs() < 1e-6),

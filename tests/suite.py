@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""`make test`'s runner: builds every test binary once, then runs the binaries side by side,
+longest first, and prints each one's output whole when it ends (cargo's "Running ..." and
+"test result:" lines, so .ci/run's total still reads them).
+
+    tests/suite.py                  # every binary, --jobs 3
+    tests/suite.py --jobs 1         # one at a time, as `cargo test -- --test-threads=1` did
+    tests/suite.py asap train       # only these binaries (names of tests/*.rs, or "lib")
+    tests/suite.py --mpich          # also the MPICH subset (the Makefile's MPICH_* variables)
+
+Why side by side: most of a test's wall time is spent waiting, not computing: launchers
+starting, ranks sleeping out an emulated link or a declared step, a stopped rank waited for
+until --wait-timeout names it. One binary at a time left one of the two cores idle for much of
+the 20 minutes the suite took on a quiet machine (the numbers are in docs/testing.md). Every
+test already passes beside two CPU burners (its limits are hang guards, never speed claims), so
+the other binaries are just more load of the same kind.
+
+Each binary still runs its own tests one at a time (--test-threads=1) unless it is listed in
+THREADS: some tests count the processes of their own jobs, or measure a rate in 1 s windows,
+and were written for a binary that is alone in its own process.
+
+Exit status: 0 when every binary passed, 1 otherwise (all binaries run: --no-fail-fast).
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+# Wall seconds of each binary alone on a quiet 2-core machine (2026-11-29, main at 6565901,
+# RUSTC_BOOTSTRAP=1 ... -Z unstable-options --report-time), used only to start the longest first:
+# the suite's length is at least its longest binary, so that one must not start last. A binary
+# missing here (a new test file) counts as DEFAULT_SECONDS.
+SECONDS = {
+    "report": 200,
+    "parsers_fuzz": 193,
+    "async_mode": 124,
+    "bad_input_table": 114,
+    "bosen": 84,
+    "slurm": 71,
+    "preempt": 68,
+    "asap": 64,
+    "mpich": 120,
+}
+DEFAULT_SECONDS = 30
+
+# Binaries whose tests may run on several threads of the one process: pure functions of their
+# inputs (no MPI, no shared files).
+THREADS = {"parsers_fuzz": 2}
+
+
+def build(cargo, env, extra):
+    """`cargo test --no-run` with JSON messages: [(name, source, executable)] of every test
+    binary. Compiler messages go to stderr as cargo renders them."""
+    cmd = [cargo, "test", "--release", "--locked", "--no-run", "--message-format=json-render-diagnostics"] + extra
+    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, check=False)
+    if out.returncode != 0:
+        sys.exit(f"tests/suite.py: `{shlex.join(cmd)}` failed (exit {out.returncode}); the compiler's messages are above")
+    found = []
+    for line in out.stdout.decode().splitlines():
+        msg = json.loads(line)
+        if msg.get("reason") != "compiler-artifact" or not msg.get("executable") or not msg["profile"]["test"]:
+            continue
+        target = msg["target"]
+        src = os.path.relpath(target["src_path"])
+        name = target["name"] if "test" in target["kind"] else "lib" if "lib" in target["kind"] else f"bin-{target['name']}"
+        found.append((name, src, msg["executable"]))
+    return found
+
+
+class Job:
+    def __init__(self, name, title, argv, env):
+        self.name, self.title, self.argv, self.env = name, title, argv, env
+        self.seconds = None
+        self.status = None
+
+    def run(self, log):
+        t = time.monotonic()
+        # A session of its own: the kernel shares the CPU between sessions (autogroups), so each
+        # binary gets an equal share whatever its number of ranks, and a bench script that raises
+        # its session's priority (benches/priority.sh) raises only its own binary's.
+        self.status = subprocess.run(
+            self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        ).returncode
+        self.seconds = time.monotonic() - t
+
+
+def jobs_of(binaries, env, only):
+    jobs = []
+    for name, src, exe in binaries:
+        if only and name not in only:
+            continue
+        title = src if src.startswith("tests/") else f"unittests {src}"
+        argv = [exe, f"--test-threads={THREADS.get(name, 1)}"]
+        jobs.append(Job(name, f"{title} ({os.path.relpath(exe)})", argv, env))
+    return jobs
+
+
+def mpich_job(cargo, mpich_env, subset):
+    """The MPICH subset: its binaries built against MPICH (a target directory of their own), run
+    with the subset's test names, in one job (the Makefile's MPICH_SUBSET)."""
+    env = dict(os.environ, **mpich_env)
+    split = subset.index("--")
+    built = build(cargo, env, subset[:split])
+    names = subset[split + 1 :]
+    script = "rc=0; " + " ".join(shlex.join([exe] + names) + " || rc=1;" for _, _, exe in built) + " exit $rc"
+    return Job("mpich", "the MPICH subset (" + ", ".join(src for _, src, _ in built) + ")", ["bash", "-c", script], env)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=3, help="binaries at a time (default 3)")
+    ap.add_argument("--cargo", default=os.environ.get("CARGO", "cargo"))
+    ap.add_argument("--mpich", action="store_true", help="also the MPICH subset (MPICH_ENV and MPICH_SUBSET from the environment)")
+    ap.add_argument("only", nargs="*", help="binaries to run (default: all)")
+    args = ap.parse_args()
+
+    env = dict(os.environ)
+    jobs = jobs_of(build(args.cargo, env, []), env, set(args.only))
+    if args.mpich:
+        mpich_env = dict(kv.split("=", 1) for kv in shlex.split(os.environ["MPICH_ENV"]))
+        jobs.append(mpich_job(args.cargo, mpich_env, shlex.split(os.environ["MPICH_SUBSET"])))
+    jobs.sort(key=lambda j: -SECONDS.get(j.name, DEFAULT_SECONDS))
+
+    start = time.monotonic()
+    lock = threading.Lock()
+    queue = list(jobs)
+
+    def worker():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                job = queue.pop(0)
+            with tempfile.TemporaryFile() as log:
+                job.run(log)
+                log.seek(0)
+                text = log.read().decode(errors="replace")
+            with lock:
+                print(f"     Running {job.title}", flush=True)
+                sys.stdout.write(text)
+                print(f"     ({job.name}: {job.seconds:.0f} s, exit {job.status}, at {time.monotonic() - start:.0f} s)\n", flush=True)
+
+    threads = [threading.Thread(target=worker) for _ in range(max(1, args.jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    failed = [j for j in jobs if j.status != 0]
+    total = time.monotonic() - start
+    print(f"tests/suite.py: {len(jobs)} binaries, {args.jobs} at a time, in {total:.0f} s")
+    for j in sorted(jobs, key=lambda j: -j.seconds)[:8]:
+        print(f"  {j.name:20} {j.seconds:6.0f} s")
+    if failed:
+        print("tests/suite.py: FAILED: " + ", ".join(j.name for j in failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
