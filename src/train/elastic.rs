@@ -42,6 +42,22 @@ pub const RULE: &str = "every replica starts from the average of the old ones; t
                         AdamW's moments are averaged, per-edge and residual state starts afresh; the examples left of the \
                         interrupted epoch are each seen once, later epochs shard over the new ranks";
 
+/// The rule for the parameter-server modes (ssp, bosen; `crate::sync::ps::resize`).
+pub const SERVER_RULE: &str = "every rank starts from the parameter servers' model, its shards re-partitioned by row with their \
+                               per-row state (AdaRevision's) and every client's cache re-read; every worker at the cut's \
+                               clock, DynSGD's open versions closed; momentum and AdamW's moments are averaged; the \
+                               examples left of the interrupted epoch are each seen once, later epochs shard over the new ranks";
+
+/// The rule of a resize: [`SERVER_RULE`] where the model is the servers' (`server_model`), else
+/// [`RULE`].
+pub fn rule(server_model: bool) -> &'static str {
+    if server_model {
+        SERVER_RULE
+    } else {
+        RULE
+    }
+}
+
 use crate::rng::Rng;
 use crate::sync::ModeState;
 
@@ -169,6 +185,21 @@ pub fn carried_state(old: &[ModeState], averaged: impl Fn(&str) -> bool) -> Mode
     out
 }
 
+/// The entries `laid` names, each as the old ranks' values laid end to end in rank order (ranks
+/// that hold none add nothing): a parameter server's shards of the model and its per-row state,
+/// split over the old ranks by contiguous rows, are so the whole model's, for the new ranks to
+/// take their own rows of ([`crate::sync::SyncMode::repartition`]).
+pub fn laid_end_to_end(old: &[ModeState], laid: impl Fn(&str) -> bool) -> ModeState {
+    let mut out: ModeState = Vec::new();
+    for (name, v) in old.iter().flatten().filter(|(name, _)| laid(name)) {
+        match out.iter_mut().find(|(n, _)| n == name) {
+            Some((_, all)) => all.extend_from_slice(v),
+            None => out.push((name.clone(), v.clone())),
+        }
+    }
+    out
+}
+
 /// Per-example state of the old ranks (the entry `name`, one value per example of each rank's
 /// shard, in its order: SAGA's stored slopes) by the examples' global ids (`ids`, each old rank's),
 /// ascending: the state follows its examples to their new ranks ([`own_per_example`]).
@@ -267,6 +298,18 @@ mod tests {
         planned.sort_unstable();
         assert_eq!(seen, planned, "the examples seen across the resizes are the epoch's, each once");
         assert!(planned.len() > 850, "the held-out split leaves most of the 1000: {}", planned.len());
+    }
+
+    /// Parts laid end to end in rank order; a rank without the entry adds nothing; entries not
+    /// named stay out.
+    #[test]
+    fn laid_end_to_end_joins_the_ranks_parts_in_rank_order() {
+        let old = vec![
+            vec![("rows".to_owned(), vec![1.0, 2.0]), ("other".to_owned(), vec![9.0])],
+            vec![("other".to_owned(), vec![8.0])],
+            vec![("rows".to_owned(), vec![3.0])],
+        ];
+        assert_eq!(laid_end_to_end(&old, |n| n == "rows"), vec![("rows".to_owned(), vec![1.0, 2.0, 3.0])]);
     }
 
     #[test]
