@@ -1,12 +1,17 @@
 //! Elastic resumes (issue 42): a checkpoint written by N ranks continued on M != N ranks, in the
 //! modes whose ranks each hold a whole replica (allreduce, asap and its variants, none, gaia, and
-//! async, whose workers all hold the coordinator's model at a checkpoint's cut:
-//! [`crate::sync::ModeSpec::elastic`]). The rule (docs/training.md, "Resuming at another rank
-//! count"):
+//! async, whose workers all hold the coordinator's model at a checkpoint's cut) and in the
+//! parameter-server modes (ssp, bosen) ([`crate::sync::ModeSpec::elastic`]). The rule
+//! (docs/training.md, "Resuming at another rank count"):
 //!
 //! - **Replicas**: every new rank starts from the consensus average of the N replicas (the mean
 //!   in f64, rounded to f32 once), so each rank's deviation from the consensus is reset. The
 //!   average is what every mode converges to and what `finish` would have saved.
+//! - **Parameter servers** (ssp, bosen: [`crate::sync::ModeSpec::resize_model`]): every new rank
+//!   starts from the servers' model instead, the old shards laid end to end
+//!   ([`laid_end_to_end`]); the new servers take their rows of it with the per-row state that
+//!   follows them, every client's cache re-read, every worker at the cut's clock
+//!   (`crate::sync::ps::resize`, through [`crate::sync::SyncMode::repartition`]).
 //! - **Mode and optimizer state** is what a fresh run on M ranks builds from that average, except
 //!   the state that describes the model's motion and not a rank's place in the graph: the outer
 //!   optimizer's anchor and Nesterov velocity, momentum, AdamW's moments and step count, gaia's
