@@ -406,3 +406,26 @@ fn bosen_adarevision_state_follows_its_rows_from_4_ranks_to_2() {
     job(2, &args(&sync, &ck, &["--resume"]), &trace.join("b"));
     assert_every_example_once(&trace, 3, "bosen 4 -> 2 ranks");
 }
+
+/// ssp at S = 0 (deterministic: a shard applies each clock in worker order): 4 ranks to round 70,
+/// 6 ranks for 10 clocks of the dealt rest, then 6 ranks again to the end; the model is
+/// bit-identical to a 6-rank resume of the same 4-rank checkpoint run to the end without the
+/// stop: a same-count resume of a re-partitioned checkpoint continues it exactly.
+#[test]
+fn ssp_same_count_resume_after_a_resize_is_bit_identical() {
+    let (dir, ck, trace) = scratch_with_trace("elastic-ssp-same");
+    let sync = ["--sync", "ssp", "--staleness", "0"];
+    job(4, &args(&sync, &ck, &["--max-rounds", "70"]), &trace.join("a"));
+    let ck_direct = dir.join("ck-direct");
+    copy_dir(&ck, &ck_direct);
+    job(6, &args(&sync, &ck, &["--resume", "--max-rounds", "80"]), &trace.join("b"));
+    let stopped = dir.join("stopped.h5");
+    let c = job(6, &args(&sync, &ck, &["--resume", "--save-model", s(&stopped)]), &trace.join("c"));
+    assert!(!c.stderr.contains("resumed a"), "a same-count resume is no resize: {}", c.stderr);
+    assert_every_example_once(&trace, 3, "ssp 4 -> 6 -> 6 ranks");
+    let direct = dir.join("direct.h5");
+    let trace_direct = dir.join("trace-direct");
+    std::fs::create_dir_all(&trace_direct).unwrap();
+    job(6, &args(&sync, &ck_direct, &["--resume", "--save-model", s(&direct)]), &trace_direct.join("d"));
+    assert!(read_model(&stopped) == read_model(&direct), "a same-count resume after the resize changed the model");
+}
