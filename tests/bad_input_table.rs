@@ -427,55 +427,79 @@ fn leftover_ranks(marker: &str) -> usize {
         .count()
 }
 
+/// Cases run at a time by the table test.
+const CASE_THREADS: usize = 3;
+
+/// What case `c` did wrong, run with `marker` in its ranks' environment; None if it failed
+/// cleanly as it should.
+fn misbehaviour(c: &Case, marker: &str) -> Option<String> {
+    let start = std::time::Instant::now();
+    // One-rank cases run as singleton MPI jobs (no launcher): the same program, 5x faster.
+    let mut cmd = if c.ranks == 1 {
+        let mut c = std::process::Command::new("timeout");
+        c.args(["-k", "5", "60", bin()]);
+        c
+    } else {
+        launch(c.ranks, 60)
+    };
+    let out = cmd.args(&c.args).env("ASAP_TABLE_CASE", marker).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let code = out.status.code();
+    let mut why = Vec::new();
+    if code == Some(0) {
+        why.push("exit 0".to_string());
+    }
+    if matches!(code, Some(124) | Some(137) | None) {
+        why.push(format!("hung or killed ({code:?})"));
+    }
+    for n in &c.needles {
+        if !text.contains(n.as_str()) {
+            why.push(format!("no {n:?} in the output"));
+        }
+    }
+    if text.contains("panicked") {
+        why.push("a panic".into());
+    }
+    if settled_count(|| leftover_ranks(marker)) > 0 {
+        why.push("processes left behind".into());
+    }
+    if why.is_empty() {
+        return None;
+    }
+    let tail: String = text
+        .lines()
+        .filter(|l| !l.starts_with("  ") && !l.starts_with('{') && !l.starts_with('}'))
+        .take(8)
+        .collect::<Vec<_>>()
+        .join("\n    ");
+    Some(format!("{} ({:.1} s): {}\n    {tail}", c.name, start.elapsed().as_secs_f64(), why.join(", ")))
+}
+
 #[test]
 fn malformed_inputs_and_options_fail_cleanly() {
     let f = Files::new();
     let cases: Vec<Case> = option_cases(&f).into_iter().chain(file_cases(&f)).chain(output_cases(&f)).chain(tool_cases(&f)).collect();
     assert!(cases.len() >= 100, "the table has {} cases", cases.len());
     let before = snapshot(&f.dir);
-    let mut failures = Vec::new();
-    for (i, c) in cases.iter().enumerate() {
-        let marker = format!("{}-{i}", std::process::id());
-        let start = std::time::Instant::now();
-        // One-rank cases run as singleton MPI jobs (no launcher): the same program, 5x faster.
-        let mut cmd = if c.ranks == 1 {
-            let mut c = std::process::Command::new("timeout");
-            c.args(["-k", "5", "60", bin()]);
-            c
-        } else {
-            launch(c.ranks, 60)
-        };
-        let out = cmd.args(&c.args).env("ASAP_TABLE_CASE", &marker).output().unwrap();
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        let code = out.status.code();
-        let mut why = Vec::new();
-        if code == Some(0) {
-            why.push("exit 0".to_string());
+    // The cases are independent processes (each its own marker, none writes an input), so
+    // CASE_THREADS of them run at a time: most of a case's wall time is the launcher starting and
+    // the ranks agreeing to stop, not CPU.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let found = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..CASE_THREADS {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(c) = cases.get(i) else { break };
+                if let Some(why) = misbehaviour(c, &format!("{}-{i}", std::process::id())) {
+                    found.lock().unwrap().push((i, why));
+                }
+            });
         }
-        if matches!(code, Some(124) | Some(137) | None) {
-            why.push(format!("hung or killed ({code:?})"));
-        }
-        for n in &c.needles {
-            if !text.contains(n.as_str()) {
-                why.push(format!("no {n:?} in the output"));
-            }
-        }
-        if text.contains("panicked") {
-            why.push("a panic".into());
-        }
-        if settled_count(|| leftover_ranks(&marker)) > 0 {
-            why.push("processes left behind".into());
-        }
-        if !why.is_empty() {
-            let tail: String = text
-                .lines()
-                .filter(|l| !l.starts_with("  ") && !l.starts_with('{') && !l.starts_with('}'))
-                .take(8)
-                .collect::<Vec<_>>()
-                .join("\n    ");
-            failures.push(format!("{} ({:.1} s): {}\n    {tail}", c.name, start.elapsed().as_secs_f64(), why.join(", ")));
-        }
-    }
+    });
+    let mut found = found.into_inner().unwrap();
+    found.sort();
+    let failures: Vec<String> = found.into_iter().map(|(_, why)| why).collect();
     let after = snapshot(&f.dir);
     let changed: Vec<_> = before
         .iter()

@@ -13,7 +13,6 @@
 mod common;
 use common::*;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The options every job of a test shares: 3 epochs of 50-example mini-batches, a fixed step
@@ -53,32 +52,9 @@ fn job(n: usize, args: &[&str], trace: &Path) -> Job {
     mpirun_env(n, args, &[("ASAP_TRAIN_TRACE_EXAMPLES", s(trace))], 180).expect_ok()
 }
 
-/// How often each example id was seen in each epoch, over the traces of every job under `dir`
-/// (files `*.rank*`).
-fn seen_per_epoch(dir: &Path) -> BTreeMap<u64, BTreeMap<u64, u32>> {
-    let mut seen: BTreeMap<u64, BTreeMap<u64, u32>> = BTreeMap::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        if !e.file_name().to_string_lossy().contains(".rank") {
-            continue;
-        }
-        for line in std::fs::read_to_string(e.path()).unwrap().lines() {
-            let (epoch, id) = line.split_once(' ').unwrap();
-            *seen.entry(epoch.parse().unwrap()).or_default().entry(id.parse().unwrap()).or_default() += 1;
-        }
-    }
-    seen
-}
-
-/// Every example seen exactly once in each of the `epochs` epochs.
+/// Every example seen exactly once in each of the `epochs` epochs (tests/common).
 fn assert_every_example_once(dir: &Path, epochs: u64, what: &str) {
-    let seen = seen_per_epoch(dir);
-    assert_eq!(seen.keys().copied().collect::<Vec<_>>(), (0..epochs).collect::<Vec<_>>(), "{what}: epochs traced");
-    for (epoch, ids) in &seen {
-        let twice: Vec<_> = ids.iter().filter(|(_, &c)| c != 1).take(5).collect();
-        assert!(twice.is_empty(), "{what}: epoch {epoch}: examples seen more than once (id, times): {twice:?}");
-        assert_eq!(ids.len() as u64, EXAMPLES, "{what}: epoch {epoch}: {} of {EXAMPLES} examples seen", ids.len());
-        assert_eq!(*ids.keys().last().unwrap(), EXAMPLES - 1, "{what}: epoch {epoch}: ids beyond the file");
-    }
+    assert_each_example_once_per_epoch(dir, EXAMPLES, epochs, what);
 }
 
 /// The start line of a job's metrics file.

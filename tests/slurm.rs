@@ -217,11 +217,88 @@ fn job_fields(cluster: &Cluster, id: &str) -> std::collections::HashMap<String, 
         .collect()
 }
 
+/// Submits slurm/asap-train.sbatch with `n` tasks (its output appended to `job_out`, as a
+/// requeued job's runs append theirs) and `args` for `asap-train train`; returns the job id.
+fn submit(cluster: &Cluster, n: usize, job_out: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
+    let out = cluster
+        .client(30, "sbatch")
+        .args(["--parsable", "-n", &n.to_string(), "-o", s(job_out), "--open-mode=append", "slurm/asap-train.sbatch"])
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "sbatch: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().split(';').next().unwrap().to_owned()
+}
+
+/// Preempts job `id` while its run number `run` (1 for the first, 2 after one requeue...)
+/// trains: waits for that run's start line in the metrics file (a requeued run continues the
+/// file), lets it work half a second, and sends SIGUSR1 to the batch shell, what
+/// `--signal=B:USR1@120` sends before the time limit.
+fn preempt_while_training(cluster: &Cluster, id: &str, run: usize, metrics: &Path, job_out: &Path) {
+    let starts = || std::fs::read_to_string(metrics).unwrap_or_default().matches("\"event\":\"start\"").count();
+    let t = std::time::Instant::now();
+    while starts() < run {
+        let log = std::fs::read_to_string(job_out).unwrap_or_default();
+        assert!(t.elapsed().as_secs() < 120, "run {run} of job {id} never started training:\n{log}\n{:?}", job_fields(cluster, id));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let sig = cluster.client(20, "scancel").args(["--batch", "--signal=USR1", id]).status().unwrap();
+    assert!(sig.success(), "scancel --signal failed");
+}
+
+/// Waits for job `id` to be pending after its requeue number `restarts`, then updates it with
+/// `fields` (e.g. `NumTasks=2`, what a user does to continue it on another count) and makes it
+/// eligible now, as an operator could: Slurm holds a requeued job back (here ~3 min, Reason=
+/// BeginTime). Not within the same second as the requeue: slurmd revoked the job's credential
+/// when its run was killed and refuses any credential whose creation time (whole seconds) is <=
+/// the revocation time (slurm_cred.c: `cred->ctime <= j->revoked`). A nudge in that second made
+/// the requeued run "non-startable ... Job credential revoked" and the job FAILED (slurmctld.log
+/// of one failed suite run: requeue at 10:55:02.304, new allocation at 10:55:02.935). Two
+/// seconds clear it whatever the rounding.
+fn release_requeued(cluster: &Cluster, id: &str, restarts: u32, fields: &[&str], job_out: &Path) {
+    let t = std::time::Instant::now();
+    loop {
+        let f = job_fields(cluster, id);
+        let state = f.get("JobState").cloned().unwrap_or_default();
+        if state == "PENDING" && f.get("Restarts").is_some_and(|r| *r == restarts.to_string()) {
+            break;
+        }
+        let log = std::fs::read_to_string(job_out).unwrap_or_default();
+        assert!(
+            !matches!(state.as_str(), "COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT" | "NODE_FAIL" | "OUT_OF_MEMORY"),
+            "job {id} ended {state} instead of being requeued a {restarts}. time:\n{log}\n{f:?}"
+        );
+        assert!(t.elapsed().as_secs() < 120, "job {id} not pending after requeue {restarts} within 120 s ({state}):\n{log}\n{f:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    eprintln!("requeued job {id} pending; scontrol update {} StartTime=now", fields.join(" "));
+    let job = format!("JobId={id}");
+    let ok = cluster.client(20, "scontrol").arg("update").arg(&job).args(fields).arg("StartTime=now").status().unwrap();
+    assert!(ok.success(), "scontrol update {job} {fields:?} StartTime=now failed");
+}
+
+/// Waits for job `id` to end; returns its `scontrol show job` fields.
+fn wait_for_end(cluster: &Cluster, id: &str, job_out: &Path) -> std::collections::HashMap<String, String> {
+    let t = std::time::Instant::now();
+    loop {
+        let f = job_fields(cluster, id);
+        let state = f.get("JobState").cloned().unwrap_or_default();
+        if matches!(state.as_str(), "COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT" | "NODE_FAIL" | "OUT_OF_MEMORY") {
+            return f;
+        }
+        let log = std::fs::read_to_string(job_out).unwrap_or_default();
+        assert!(t.elapsed().as_secs() < 400, "job still {state} after 400 s:\n{log}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 /// Preemption under Slurm: a 2-task job of slurm/asap-train.sbatch with --checkpoint-dir gets
-/// SIGUSR1 in its batch shell mid-run (what `--signal=B:USR1@120` sends before the time limit),
-/// the ranks checkpoint and exit 75, the script requeues the job, and the requeued job resumes by
-/// itself. Its final model is bit-identical to an uninterrupted mpirun run with the same seed,
-/// and its final metrics are equal.
+/// SIGUSR1 in its batch shell mid-run, the ranks checkpoint and exit 75, the script requeues the
+/// job, and the requeued job resumes by itself. Its final model is bit-identical to an
+/// uninterrupted mpirun run with the same seed, and its final metrics are equal.
 fn preempted_job_requeues_and_resumes(name: &str, launcher: &str) {
     let dir = scratch(name);
     let _keep = KeepOnFailure { name: name.into(), dir: dir.clone() };
@@ -237,52 +314,14 @@ fn preempted_job_requeues_and_resumes(name: &str, launcher: &str) {
     // drifted), which changes no value, so the model stays bit-identical to the oracle's.
     let common = ["--data", &data, "--sync", "allreduce", "--epochs", "10", "--emulate-compute", "3", "--seed", "5"];
     let (ck, model, metrics, job_out) = (dir.join("ck"), dir.join("model.h5"), dir.join("m.jsonl"), dir.join("job.out"));
-    let out = cluster
-        .client(30, "sbatch")
-        .args(["--parsable", "-n", "2", "-o", s(&job_out), "--open-mode=append", "slurm/asap-train.sbatch"])
-        .args(common)
-        .args(["--checkpoint-dir", s(&ck), "--save-model", s(&model), "--metrics", s(&metrics)])
-        .env("ASAP_TRAIN_LAUNCHER", launcher)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "sbatch: {}", String::from_utf8_lossy(&out.stderr));
-    let id = String::from_utf8_lossy(&out.stdout).trim().split(';').next().unwrap().to_owned();
-    let log = || std::fs::read_to_string(&job_out).unwrap_or_default();
-    // Wait until training runs (the metrics file has its start line), then let it work a little.
-    let t = std::time::Instant::now();
-    while !std::fs::read_to_string(&metrics).unwrap_or_default().contains("\"start\"") {
-        assert!(t.elapsed().as_secs() < 120, "the job never started training:\n{}\n{:?}", log(), job_fields(&cluster, &id));
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let sig = cluster.client(20, "scancel").args(["--batch", "--signal=USR1", &id]).status().unwrap();
-    assert!(sig.success(), "scancel --signal failed");
+    let mut args = common.to_vec();
+    args.extend(["--checkpoint-dir", s(&ck), "--save-model", s(&model), "--metrics", s(&metrics)]);
+    let id = submit(&cluster, 2, &job_out, &[("ASAP_TRAIN_LAUNCHER", launcher)], &args);
     // The job ends once (exit 75, requeued), runs again and completes.
-    let t = std::time::Instant::now();
-    let mut nudged = false;
-    let fields = loop {
-        let f = job_fields(&cluster, &id);
-        let state = f.get("JobState").cloned().unwrap_or_default();
-        // Slurm holds a requeued job back before it is eligible again (here ~3 min, Reason=
-        // BeginTime); the test makes it eligible early, as an operator could, but not within
-        // the same second as the requeue: slurmd revoked the job's credential when its first
-        // run was killed and refuses any credential whose creation time (whole seconds) is <=
-        // the revocation time (slurm_cred.c: `cred->ctime <= j->revoked`). A nudge in that
-        // second made the requeued run "non-startable ... Job credential revoked" and the job
-        // FAILED (slurmctld.log of one failed suite run: requeue at 10:55:02.304, new
-        // allocation at 10:55:02.935). Two seconds clear it whatever the rounding.
-        if state == "PENDING" && f.get("Restarts").is_some_and(|r| r != "0") && !nudged {
-            std::thread::sleep(std::time::Duration::from_secs(2));
-            eprintln!("requeued job {id} pending ({}); making it eligible now", f.get("Reason").map_or("", String::as_str));
-            nudged = cluster.client(20, "scontrol").args(["update", &format!("JobId={id}"), "StartTime=now"]).status().unwrap().success();
-        }
-        if matches!(state.as_str(), "COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT" | "NODE_FAIL" | "OUT_OF_MEMORY") {
-            break f;
-        }
-        assert!(t.elapsed().as_secs() < 400, "job still {state} after 400 s:\n{}", log());
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    };
-    let log = log();
+    preempt_while_training(&cluster, &id, 1, &metrics, &job_out);
+    release_requeued(&cluster, &id, 1, &[], &job_out);
+    let fields = wait_for_end(&cluster, &id, &job_out);
+    let log = std::fs::read_to_string(&job_out).unwrap_or_default();
     assert_eq!(fields["JobState"], "COMPLETED", "{log}\n{fields:?}");
     assert_eq!(fields["Restarts"], "1", "the job ran once more after its requeue:\n{log}");
     assert!(log.contains("stopping at round"), "no preemption stop in the log:\n{log}");
@@ -316,4 +355,88 @@ fn preempted_job_requeues_and_resumes_bit_identical_with_mpirun() {
 #[test]
 fn preempted_job_requeues_and_resumes_bit_identical_with_srun() {
     preempted_job_requeues_and_resumes("slurm-preempt-srun", "srun");
+}
+
+/// A requeued job continues on another task count (issue 42): a 4-task job is preempted, its
+/// pending requeue set to 2 tasks (`scontrol update JobId=ID NumTasks=2`), preempted again and
+/// set to 6, and `--auto-resume` (added by the script) resizes the checkpoint each time. The
+/// script must start the count the job has now: Slurm keeps the submission's SLURM_NTASKS=4
+/// in a requeued job's environment. Checked: the job completes after two requeues; each run
+/// starts the new count and its start line records the resize (4 -> 2, 2 -> 6); and by the
+/// ranks' example traces (an oracle independent of the program's own bookkeeping) every one of
+/// the 10,000 examples is seen exactly once in every epoch, across both resizes. Fashion-MNIST
+/// t10k in mini-batches of 50 covers an epoch exactly at 2, 4 and 6 ranks (tests/elastic.rs).
+#[test]
+fn requeued_job_resumes_on_2_then_6_tasks_with_every_example_once() {
+    let name = "slurm-resize";
+    let dir = scratch(name);
+    let _keep = KeepOnFailure { name: name.into(), dir: dir.clone() };
+    let Some(cluster) = Cluster::start(&dir.join("cluster")) else { return };
+    let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
+    let (ck, metrics, job_out, trace) = (dir.join("ck"), dir.join("m.jsonl"), dir.join("job.out"), dir.join("trace"));
+    std::fs::create_dir_all(&trace).unwrap();
+    let prefix = trace.join("t");
+    // 3 epochs of 20 ms steps (--emulate-compute sleeps what the real step leaves): the first
+    // run is 150 rounds, at least 3 s, however fast the machine, so it still trains when it is
+    // signalled half a second after its start line, and stops with most of the run left for the
+    // second (measured here: stops at rounds 42 and 60, then 42 and 60 rounds later). The stop
+    // votes, every 7 rounds, never fall on a 4-rank epoch's end (rounds 50, 100, 150), so the
+    // first resize deals the rest of an interrupted epoch; the second may or may not. A fixed
+    // --lr: a step search could choose another at 2 or 6 ranks, and the options would then no
+    // longer match the checkpoint's.
+    let mut args = vec!["--data", &data, "--sync", "allreduce", "--epochs", "3", "--batch-size", "50", "--sync-every", "1"];
+    args.extend(["--lr", "0.05", "--seed", "11", "--eval-every", "1000000", "--emulate-compute", "20", "--stop-check-every", "7"]);
+    args.extend(["--checkpoint-dir", s(&ck), "--metrics", s(&metrics)]);
+    // The script's default launcher: mpirun for Open MPI, srun for MPICH (whose mpiexec can lose
+    // the status 75 after forwarding SIGUSR1, slurm/README.md).
+    let env = [("ASAP_TRAIN_TRACE_EXAMPLES", s(&prefix))];
+    let id = submit(&cluster, 4, &job_out, &env, &args);
+    preempt_while_training(&cluster, &id, 1, &metrics, &job_out);
+    release_requeued(&cluster, &id, 1, &["NumTasks=2"], &job_out);
+    preempt_while_training(&cluster, &id, 2, &metrics, &job_out);
+    release_requeued(&cluster, &id, 2, &["NumTasks=6"], &job_out);
+    let fields = wait_for_end(&cluster, &id, &job_out);
+    let log = std::fs::read_to_string(&job_out).unwrap_or_default();
+    assert_eq!(fields["JobState"], "COMPLETED", "{log}\n{fields:?}");
+    assert_eq!(fields["Restarts"], "2", "{log}");
+    for n in [4, 2, 6] {
+        let how = if launcher_is_open_mpi() {
+            format!("asap-train.sbatch: {} -n {n} ", common::launcher())
+        } else {
+            format!("asap-train.sbatch: srun --mpi=pmi2 -n {n} ")
+        };
+        assert!(log.contains(&how), "no run launched with {how:?}:\n{log}");
+    }
+    for n in [2, 6] {
+        let note = format!("asap-train.sbatch: this run has {n} tasks (the job was submitted with 4)");
+        assert!(log.contains(&note), "{note:?} missing:\n{log}");
+    }
+    assert_eq!(log.matches("asap-train.sbatch: preempted; requeueing job").count(), 2, "{log}");
+    for (from, to) in [(4, 2), (2, 6)] {
+        let said = format!("asap-train: resumed a {from}-rank checkpoint on {to} ranks");
+        assert!(log.contains(&said), "{said:?} missing:\n{log}");
+    }
+    let starts: Vec<serde_json::Value> = metrics_lines(&metrics, "start");
+    assert_eq!(starts.len(), 3, "one start line per run:\n{log}");
+    assert_eq!(starts[0]["ranks"], 4);
+    assert!(starts[0]["resumed"].is_null(), "{}", starts[0]);
+    for (start, (from, to)) in starts[1..].iter().zip([(4, 2), (2, 6)]) {
+        assert_eq!(start["ranks"], to, "{start}");
+        assert_eq!(start["resumed"]["ranks_before"], from, "{start}");
+        assert_eq!(start["resumed"]["ranks"], to, "{start}");
+        assert!(to == 6 || start["resumed"]["examples_dealt"].as_u64() > Some(0), "stopped at an epoch's end: {start}");
+        eprintln!(
+            "resumed {from} -> {to} at epoch {} round {}: {} examples dealt",
+            start["resumed"]["epoch"], start["resumed"]["round"], start["resumed"]["examples_dealt"]
+        );
+    }
+    let sm = summary(&metrics);
+    assert_eq!(sm["ranks"], 6, "{sm}");
+    assert_eq!(sm["epochs"].as_f64(), Some(3.0), "{sm}");
+    assert_each_example_once_per_epoch(&trace, 10_000, 3, "4 -> 2 -> 6 tasks under Slurm");
+}
+
+/// The lines of a metrics file whose event is `event`.
+fn metrics_lines(path: &Path, event: &str) -> Vec<serde_json::Value> {
+    metrics(path).into_iter().filter(|v| v["event"] == event).collect()
 }

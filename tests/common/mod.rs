@@ -165,7 +165,14 @@ pub fn launch(n: usize, limit_s: u64) -> Command {
     cmd.arg(bin())
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        // When a rank exits non-zero, Open MPI's launcher sends the others SIGTERM and waits this
+        // many seconds (default 1) before SIGKILL, even when they have all exited already:
+        // `mpirun -n 2 /bin/false` took 1.08 s at the default and 0.04 s at 0. Every job a test
+        // expects to fail paid it. The ranks ignore SIGTERM (it asks for a preemption stop at the
+        // next vote), so the second only ever delayed the kill, and a rank that reports an error
+        // has said it (agreed with the others) before any rank exits.
+        .env("OMPI_MCA_odls_base_sigkill_timeout", "0");
     cmd
 }
 
@@ -320,4 +327,34 @@ pub fn checkpoint_of_round(dir: &Path, round: u64) -> PathBuf {
         .map(|e| e.path())
         .find(|p| p.to_string_lossy().ends_with(&suffix))
         .unwrap_or_else(|| panic!("no checkpoint of round {round} in {}", dir.display()))
+}
+
+/// How often each example id was seen in each epoch, over the example traces
+/// (`ASAP_TRAIN_TRACE_EXAMPLES=DIR/PREFIX`: files `PREFIX.rank<r>` of `epoch row` lines) of every
+/// job under `dir`.
+pub fn seen_per_epoch(dir: &Path) -> std::collections::BTreeMap<u64, std::collections::BTreeMap<u64, u32>> {
+    let mut seen: std::collections::BTreeMap<u64, std::collections::BTreeMap<u64, u32>> = Default::default();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if !e.file_name().to_string_lossy().contains(".rank") {
+            continue;
+        }
+        for line in std::fs::read_to_string(e.path()).unwrap().lines() {
+            let (epoch, id) = line.split_once(' ').unwrap();
+            *seen.entry(epoch.parse().unwrap()).or_default().entry(id.parse().unwrap()).or_default() += 1;
+        }
+    }
+    seen
+}
+
+/// The traces under `dir` ([`seen_per_epoch`]) saw each of the `examples` rows exactly once in
+/// each of the `epochs` epochs.
+pub fn assert_each_example_once_per_epoch(dir: &Path, examples: u64, epochs: u64, what: &str) {
+    let seen = seen_per_epoch(dir);
+    assert_eq!(seen.keys().copied().collect::<Vec<_>>(), (0..epochs).collect::<Vec<_>>(), "{what}: epochs traced");
+    for (epoch, ids) in &seen {
+        let twice: Vec<_> = ids.iter().filter(|(_, &c)| c != 1).take(5).collect();
+        assert!(twice.is_empty(), "{what}: epoch {epoch}: examples seen more than once (id, times): {twice:?}");
+        assert_eq!(ids.len() as u64, examples, "{what}: epoch {epoch}: {} of {examples} examples seen", ids.len());
+        assert_eq!(*ids.keys().last().unwrap(), examples - 1, "{what}: epoch {epoch}: ids beyond the file");
+    }
 }
