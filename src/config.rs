@@ -413,9 +413,10 @@ pub struct TrainConfig {
     /// Write a checkpoint every N rounds (0 = only at the end).
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Output")]
     pub checkpoint_every: u64,
-    /// Continue from the newest checkpoint in --checkpoint-dir. Under allreduce, asap, none, gaia
-    /// and async also one written at another rank count: every rank starts from the replicas'
-    /// average, and the examples left of its epoch are each seen once (docs/training.md).
+    /// Continue from the newest checkpoint in --checkpoint-dir, also one written at another rank
+    /// count (with --partition iid): every rank starts from the replicas' average (ssp, bosen:
+    /// the parameter servers' model, re-partitioned by row), and the examples left of its epoch
+    /// are each seen once (docs/training.md).
     #[arg(long, help_heading = "Output")]
     pub resume: bool,
     /// Continue from this run's newest checkpoint in --checkpoint-dir when there is one (as

@@ -170,9 +170,9 @@ fn asap_resumes_on_6_then_2_then_4_ranks_with_every_example_once() {
 }
 
 /// none, 2 ranks to round 150 (epoch 1, step 50 of 100), then 4 ranks by --auto-resume: every
-/// example once; and a mode that cannot resize still refuses, naming the modes that can.
+/// example once; and shards dealt by class still refuse a resize, saying why.
 #[test]
-fn independent_replicas_resume_2_ranks_on_4_and_ssp_still_refuses() {
+fn independent_replicas_resume_2_ranks_on_4_and_label_shards_still_refuse() {
     let (dir, ck, trace) = scratch_with_trace("elastic-none");
     let sync = ["--sync", "none"];
     // --auto-resume, as slurm/asap-train.sbatch runs a requeued job: a fresh start at first,
@@ -182,14 +182,13 @@ fn independent_replicas_resume_2_ranks_on_4_and_ssp_still_refuses() {
     assert!(b.stderr.contains("resumed a 2-rank checkpoint on 4 ranks"), "{}", b.stderr);
     assert_every_example_once(&trace, 3, "none 2 -> 4 ranks");
 
-    let ck_ssp = dir.join("ck-ssp");
-    let ssp = ["--sync", "ssp", "--staleness", "0"];
-    mpirun(2, &args(&ssp, &ck_ssp, &["--max-rounds", "20"]), 120).expect_ok();
-    mpirun(3, &args(&ssp, &ck_ssp, &["--resume"]), 120).expect_failure(&[
+    let ck_label = dir.join("ck-label");
+    let label = ["--sync", "allreduce", "--partition", "by-label:5"];
+    mpirun(2, &args(&label, &ck_label, &["--max-rounds", "20"]), 120).expect_ok();
+    mpirun(3, &args(&label, &ck_label, &["--resume"]), 120).expect_failure(&[
         "written by 2 ranks",
         "resume it with 2 ranks",
-        "--sync ssp cannot change its rank count",
-        "allreduce, asap, async",
+        "--partition by-label:5 deals the examples by class",
     ]);
 }
 
@@ -288,4 +287,121 @@ fn async_saga_history_follows_its_examples_at_a_resize() {
     assert_eq!(state(&new, 0, "history_mean"), state(&old, 0, "history_mean"));
     job(6, &args(&sync, &ck, &["--resume"]), &trace.join("b"));
     assert_every_example_once(&trace, 3, "async saga 4 -> 6 ranks");
+}
+
+/// Rank `rank`'s mode-state entry `name` in checkpoint `path`, or None where it has none.
+fn rank_state(path: &Path, rank: usize, name: &str) -> Option<Vec<f64>> {
+    hdf5::File::open(path).unwrap().dataset(&format!("sync/rank{rank}/{name}")).ok().map(|d| d.read_raw().unwrap())
+}
+
+/// The entry `name` of every one of `ranks` ranks that holds one, laid end to end in rank order
+/// (the parameter servers' shards are contiguous rows in rank order), with each part's length.
+fn laid(path: &Path, ranks: usize, name: &str) -> (Vec<f64>, Vec<usize>) {
+    let parts: Vec<Vec<f64>> = (0..ranks).filter_map(|r| rank_state(path, r, name)).collect();
+    (parts.concat(), parts.iter().map(|p| p.len()).collect())
+}
+
+/// MLR on Fashion-MNIST: 10 rows (classes) of 785 parameters.
+const ROW: usize = 785;
+
+/// ssp (S = 2, DynSGD): 4 ranks to round 70; a 6-rank resume stopped at once at round 70 holds
+/// the 4 servers' model row for row in its 6 shards, each of whole rows, and every new replica
+/// is that model (the servers' model is the truth, the caches are re-read); every new worker is
+/// at clock 70 on every shard and DynSGD's versions are closed at the old count of versions. 6
+/// ranks then finish, every example once per epoch.
+#[test]
+fn ssp_resumes_4_ranks_on_6_from_the_servers_model_re_partitioned_by_row() {
+    let (_, ck, trace) = scratch_with_trace("elastic-ssp");
+    let sync = ["--sync", "ssp", "--staleness", "2"];
+    job(4, &args(&sync, &ck, &["--max-rounds", "70"]), &trace.join("a"));
+    let z = job(6, &args(&sync, &ck, &["--resume", "--max-rounds", "70"]), &trace.join("z"));
+    assert!(
+        z.stderr.contains("resumed a 4-rank checkpoint on 6 ranks: every rank starts from the parameter servers' model"),
+        "{}",
+        z.stderr
+    );
+    let (old, new) = (checkpoint_by(&ck, 4, 70), checkpoint_by(&ck, 6, 70));
+    let (model, old_parts) = laid(&old, 4, "shard_rows");
+    let (resharded, new_parts) = laid(&new, 6, "shard_rows");
+    assert_eq!(model.len(), 10 * ROW);
+    assert_eq!((old_parts.len(), new_parts.len()), (4, 6), "every rank serves rows at 4 and at 6 ranks");
+    assert!(new_parts.iter().all(|&l| l > 0 && l % ROW == 0), "each new shard holds whole rows: {new_parts:?}");
+    assert!(resharded == model, "the 6 shards laid end to end are the 4 old ones' model, row for row");
+    let model32: Vec<f32> = model.iter().map(|&x| x as f32).collect();
+    assert!(replicas(&new).iter().all(|r| *r == model32), "every new replica is the servers' model");
+    let cmax = rank_state(&old, 0, "dyn_cmax").unwrap();
+    assert_eq!(cmax, vec![70.0], "DynSGD counted a version per clock");
+    for q in 0..6 {
+        assert_eq!(rank_state(&new, q, "shard_completed").unwrap(), vec![70.0; 6], "new rank {q}'s shard has every worker at clock 70");
+        assert_eq!(rank_state(&new, q, "dyn_version").unwrap(), vec![70.0; 6], "new rank {q}: every worker's next update is of version 70");
+        assert_eq!(rank_state(&new, q, "dyn_live").unwrap(), Vec::<f64>::new(), "new rank {q}: no version is left open");
+        assert_eq!(rank_state(&new, q, "dyn_stamp").unwrap(), vec![71.0; 6], "new rank {q}'s client read version 70 of every shard");
+    }
+    // Move the 4-rank checkpoint aside, so the next resume continues the 6-rank one.
+    std::fs::remove_file(&old).unwrap();
+    job(6, &args(&sync, &ck, &["--resume"]), &trace.join("b"));
+    assert_every_example_once(&trace, 3, "ssp 4 -> 6 ranks");
+}
+
+/// bosen with AdaRevision (S = 1): 4 ranks to round 70; a 2-rank resume stopped at once at round
+/// 70: AdaRevision's accumulated gradient, denominators and row versions laid end to end are the
+/// 4 old servers', so each row's state followed it to its new server (whose shard, of whole rows,
+/// holds as many parameters as those rows); every client holds every row's current version, every
+/// worker holds nothing older, and each row with a version keeps one snapshot, its accumulated
+/// gradient. 2 ranks then finish, every example once per epoch.
+#[test]
+fn bosen_adarevision_state_follows_its_rows_from_4_ranks_to_2() {
+    let (_, ck, trace) = scratch_with_trace("elastic-bosen");
+    let sync = ["--sync", "bosen", "--bandwidth-mbps", "100", "--lr-schedule", "adarevision", "--staleness", "1"];
+    job(4, &args(&sync, &ck, &["--max-rounds", "70"]), &trace.join("a"));
+    let z = job(2, &args(&sync, &ck, &["--resume", "--max-rounds", "70"]), &trace.join("z"));
+    assert!(z.stderr.contains("resumed a 4-rank checkpoint on 2 ranks"), "{}", z.stderr);
+    let (old, new) = (checkpoint_by(&ck, 4, 70), checkpoint_by(&ck, 2, 70));
+    let (model, _) = laid(&old, 4, "shard_rows");
+    assert!(laid(&new, 2, "shard_rows").0 == model, "the 2 shards are the 4 old ones' model, row for row");
+    let (version, _) = laid(&old, 4, "ada_version");
+    assert_eq!(version.len(), 10);
+    assert!(version.iter().all(|&v| v > 0.0), "every row was updated (else its state is not tested): {version:?}");
+    for name in ["ada_g_sum", "ada_z", "ada_z_max", "ada_version"] {
+        assert!(laid(&new, 2, name).0 == laid(&old, 4, name).0, "{name} followed its rows");
+    }
+    for q in 0..2 {
+        let rows = rank_state(&new, q, "shard_rows").unwrap().len();
+        let own = rank_state(&new, q, "ada_version").unwrap();
+        assert_eq!((rows, rank_state(&new, q, "ada_g_sum").unwrap().len()), (own.len() * ROW, own.len() * ROW), "new rank {q}: whole rows");
+        assert!(rank_state(&new, q, "held_version").unwrap() == version, "new rank {q}'s client holds every row's current version");
+        assert_eq!(rank_state(&new, q, "ada_held_lo").unwrap(), [own.clone(), own.clone()].concat(), "new rank {q}: no worker holds older");
+        let keys: Vec<f64> = own.iter().enumerate().flat_map(|(r, &v)| [r as f64, v]).collect();
+        assert_eq!(rank_state(&new, q, "ada_snapshot_keys").unwrap(), keys, "new rank {q}: one snapshot per row, of its version");
+        assert!(
+            rank_state(&new, q, "ada_snapshots").unwrap() == rank_state(&new, q, "ada_g_sum").unwrap(),
+            "snapshots are the rows' g_sum"
+        );
+    }
+    std::fs::remove_file(&old).unwrap();
+    job(2, &args(&sync, &ck, &["--resume"]), &trace.join("b"));
+    assert_every_example_once(&trace, 3, "bosen 4 -> 2 ranks");
+}
+
+/// ssp at S = 0 (deterministic: a shard applies each clock in worker order): 4 ranks to round 70,
+/// 6 ranks for 10 clocks of the dealt rest, then 6 ranks again to the end; the model is
+/// bit-identical to a 6-rank resume of the same 4-rank checkpoint run to the end without the
+/// stop: a same-count resume of a re-partitioned checkpoint continues it exactly.
+#[test]
+fn ssp_same_count_resume_after_a_resize_is_bit_identical() {
+    let (dir, ck, trace) = scratch_with_trace("elastic-ssp-same");
+    let sync = ["--sync", "ssp", "--staleness", "0"];
+    job(4, &args(&sync, &ck, &["--max-rounds", "70"]), &trace.join("a"));
+    let ck_direct = dir.join("ck-direct");
+    copy_dir(&ck, &ck_direct);
+    job(6, &args(&sync, &ck, &["--resume", "--max-rounds", "80"]), &trace.join("b"));
+    let stopped = dir.join("stopped.h5");
+    let c = job(6, &args(&sync, &ck, &["--resume", "--save-model", s(&stopped)]), &trace.join("c"));
+    assert!(!c.stderr.contains("resumed a"), "a same-count resume is no resize: {}", c.stderr);
+    assert_every_example_once(&trace, 3, "ssp 4 -> 6 -> 6 ranks");
+    let direct = dir.join("direct.h5");
+    let trace_direct = dir.join("trace-direct");
+    std::fs::create_dir_all(&trace_direct).unwrap();
+    job(6, &args(&sync, &ck_direct, &["--resume", "--save-model", s(&direct)]), &trace_direct.join("d"));
+    assert!(read_model(&stopped) == read_model(&direct), "a same-count resume after the resize changed the model");
 }

@@ -53,6 +53,8 @@ impl Default for BosenOptions {
 pub const MODE: super::ModeSpec = super::ModeSpec {
     uses: &[(&[], &["SspOptions", "BosenOptions", "staleness_group", "budget_group", "compress_group"])],
     server_steps: true,
+    elastic: true,
+    resize_model: Some(super::ps::client::SHARD_ROWS),
     paces_sends: |_| true,
     validate: validate_bosen,
     resolve: |o| {

@@ -253,6 +253,19 @@ pub trait SyncMode {
     fn averaged_on_resize(&self, _name: &str) -> bool {
         false
     }
+    /// Whether the entry `name` of [`SyncMode::save_state`] is one part of an array split over
+    /// the ranks in rank order (a parameter server's shard of per-row state): at a resume on
+    /// another rank count the old ranks' parts are laid end to end ([`SyncMode::repartition`]).
+    fn laid_on_resize(&self, _name: &str) -> bool {
+        false
+    }
+    /// At a resume on another rank count: this rank's state for [`SyncMode::restore_state`],
+    /// from `state` (a fresh one's, with what [`SyncMode::averaged_on_resize`] carried in place)
+    /// and `laid` (the entries [`SyncMode::laid_on_resize`] names, whole). The default keeps
+    /// `state`.
+    fn repartition(&self, state: ModeState, _laid: &ModeState) -> anyhow::Result<ModeState> {
+        Ok(state)
+    }
     /// Restores what `save_state` returned (on `--resume`).
     fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
         anyhow::ensure!(state.is_empty(), "the checkpoint holds sync-mode state that {} does not use", self.name());

@@ -190,6 +190,14 @@ impl SyncMode for Outer {
         name == ANCHOR || name == VELOCITY || self.inner.averaged_on_resize(name)
     }
 
+    fn laid_on_resize(&self, name: &str) -> bool {
+        self.inner.laid_on_resize(name)
+    }
+
+    fn repartition(&self, state: ModeState, laid: &ModeState) -> anyhow::Result<ModeState> {
+        self.inner.repartition(state, laid)
+    }
+
     fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
         let (outer, inner): (ModeState, ModeState) = state.into_iter().partition(|(name, _)| name == ANCHOR || name == VELOCITY);
         let n = self.anchor.len();

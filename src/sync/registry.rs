@@ -61,8 +61,14 @@ pub struct ModeSpec {
     /// Its shard servers compute per-coordinate steps (`--lr-schedule adarevision` needs one).
     pub server_steps: bool,
     /// Its checkpoints resume at another rank count (`train::elastic`): every rank holds a whole
-    /// replica, and its state is rebuilt from their average ([`SyncMode::averaged_on_resize`]).
+    /// replica, and its state is rebuilt from their average ([`SyncMode::averaged_on_resize`]),
+    /// or from the model `resize_model` names.
     pub elastic: bool,
+    /// At a resume on another rank count, the model every new rank starts from is this entry of
+    /// the old ranks' mode state laid end to end in rank order (the parameter servers' shards:
+    /// the servers' model is the truth, the replicas are caches of it), not the replicas'
+    /// average (None).
+    pub resize_model: Option<&'static str>,
     /// The mode paces its own sends with these options (a bandwidth budget): `--send-log` has
     /// something to record without `--emulate-bandwidth`.
     pub paces_sends: fn(&ModeOptions) -> bool,
@@ -95,6 +101,7 @@ impl ModeSpec {
             replicas_agree: false,
             server_steps: false,
             elastic: false,
+            resize_model: None,
             paces_sends: never,
             keeps_history: never,
             validate: no_rules,

@@ -48,6 +48,8 @@ impl Default for SspOptions {
 /// parameter-server engine with Bosen's managed send policy.
 pub const MODE: super::ModeSpec = super::ModeSpec {
     uses: &[(&[], &["SspOptions", "staleness_group"])],
+    elastic: true,
+    resize_model: Some(super::ps::client::SHARD_ROWS),
     resolve: |o| {
         o.staleness.fill(DEFAULT_STALENESS);
         o.ssp.fill_apply(false)

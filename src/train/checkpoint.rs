@@ -49,7 +49,8 @@ pub struct Restored {
     /// rank count), or those left of its epoch to be dealt now (`resized`; their steps are this
     /// run's to count).
     pub dealt: Option<Dealt>,
-    /// Written by another rank count: `params` is the replicas' average, `epoch_rng` unset.
+    /// Written by another rank count: `params` is the replicas' average (or the servers' model,
+    /// [`ResizePlan::model`]), `epoch_rng` unset.
     pub resized: Option<Resized>,
 }
 
@@ -73,6 +74,10 @@ pub struct ResizePlan {
     /// The held-out split's fraction and seed, when it applies (`--test-fraction` without
     /// `--test-data`).
     pub holdout: Option<(f64, u64)>,
+    /// The mode-state entry whose old ranks' parts, laid end to end, are the model a resize
+    /// starts from (`ModeSpec::resize_model`: the parameter servers' shards); None: the
+    /// replicas' average.
+    pub model: Option<&'static str>,
 }
 
 /// Which run a checkpoint belongs to: a hash of the whole resolved configuration
@@ -435,15 +440,16 @@ fn restore_same(comm: &SimpleCommunicator, path: &Path, n_params: usize) -> anyh
     Ok(Restored { position: position_of(&pos), params, epoch_rng: rng, path, dealt, resized: None })
 }
 
-/// The replicas' average, the position, the examples left of the epoch and every old rank's
-/// mode state ([`read_resized`]).
+/// The model a resize starts from (the replicas' average or the servers' shards), the position,
+/// the examples left of the epoch and every old rank's mode state ([`read_resized`]).
 type ReadResized = (Vec<f32>, [u64; 5], Vec<u64>, Vec<ModeState>, (Vec<u64>, Vec<f64>));
 
 /// What rank 0 reads of a checkpoint written by `from` ranks for a resume at another count: the
-/// replicas' average, the position, the examples left of the epoch and every rank's mode state.
+/// model a resize starts from ([`ResizePlan::model`]), the position, the examples left of the
+/// epoch and every rank's mode state.
 fn read_resized(path: &Path, from: usize, n_params: usize, plan: &ResizePlan) -> anyhow::Result<ReadResized> {
     let f = hdf5::File::open(path).with_context(|| format!("cannot open checkpoint {}", path.display()))?;
-    let average = elastic::average_replicas(&read_params(&f, path, from, n_params)?, n_params);
+    let replicas = read_params(&f, path, from, n_params)?;
     let rngs = read_rngs(&f, path, from)?;
     let pos = read_position(&f).with_context(|| damaged(path))?;
     let dealt = read_dealt(&f).with_context(|| damaged(path))?;
@@ -476,7 +482,21 @@ fn read_resized(path: &Path, from: usize, n_params: usize, plan: &ResizePlan) ->
     let left = elastic::left_of_epoch(&walks, pos[1] as usize);
     let states = (0..from).map(|r| read_rank_state(&f, r)).collect::<anyhow::Result<Vec<_>>>()?;
     let per_example = elastic::per_example(&states, &ids, super::optimizer::Optimizer::PER_EXAMPLE);
-    Ok((average, pos, left, states, per_example))
+    let model = match plan.model {
+        None => elastic::average_replicas(&replicas, n_params),
+        Some(entry) => {
+            let laid = elastic::laid_end_to_end(&states, |name| name == entry);
+            let model: Vec<f32> = laid.first().map_or(Vec::new(), |(_, v)| v.iter().map(|&x| x as f32).collect());
+            anyhow::ensure!(
+                model.len() == n_params,
+                "checkpoint {}: its ranks' {entry} hold {} values laid end to end, the model {n_params}: resume it with {from} ranks",
+                path.display(),
+                model.len()
+            );
+            model
+        }
+    };
+    Ok((model, pos, left, states, per_example))
 }
 
 /// [`restore`] at another rank count than the `from` that wrote checkpoint `path`.

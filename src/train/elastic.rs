@@ -1,12 +1,17 @@
 //! Elastic resumes (issue 42): a checkpoint written by N ranks continued on M != N ranks, in the
 //! modes whose ranks each hold a whole replica (allreduce, asap and its variants, none, gaia, and
-//! async, whose workers all hold the coordinator's model at a checkpoint's cut:
-//! [`crate::sync::ModeSpec::elastic`]). The rule (docs/training.md, "Resuming at another rank
-//! count"):
+//! async, whose workers all hold the coordinator's model at a checkpoint's cut) and in the
+//! parameter-server modes (ssp, bosen) ([`crate::sync::ModeSpec::elastic`]). The rule
+//! (docs/training.md, "Resuming at another rank count"):
 //!
 //! - **Replicas**: every new rank starts from the consensus average of the N replicas (the mean
 //!   in f64, rounded to f32 once), so each rank's deviation from the consensus is reset. The
 //!   average is what every mode converges to and what `finish` would have saved.
+//! - **Parameter servers** (ssp, bosen: [`crate::sync::ModeSpec::resize_model`]): every new rank
+//!   starts from the servers' model instead, the old shards laid end to end
+//!   ([`laid_end_to_end`]); the new servers take their rows of it with the per-row state that
+//!   follows them, every client's cache re-read, every worker at the cut's clock
+//!   (`crate::sync::ps::resize`, through [`crate::sync::SyncMode::repartition`]).
 //! - **Mode and optimizer state** is what a fresh run on M ranks builds from that average, except
 //!   the state that describes the model's motion and not a rank's place in the graph: the outer
 //!   optimizer's anchor and Nesterov velocity, momentum, AdamW's moments and step count, gaia's
@@ -41,6 +46,22 @@ use std::ops::Range;
 pub const RULE: &str = "every replica starts from the average of the old ones; the outer optimizer's state, momentum and \
                         AdamW's moments are averaged, per-edge and residual state starts afresh; the examples left of the \
                         interrupted epoch are each seen once, later epochs shard over the new ranks";
+
+/// The rule for the parameter-server modes (ssp, bosen; `crate::sync::ps::resize`).
+pub const SERVER_RULE: &str = "every rank starts from the parameter servers' model, its shards re-partitioned by row with their \
+                               per-row state (AdaRevision's) and every client's cache re-read; every worker at the cut's \
+                               clock, DynSGD's open versions closed; momentum and AdamW's moments are averaged; the \
+                               examples left of the interrupted epoch are each seen once, later epochs shard over the new ranks";
+
+/// The rule of a resize: [`SERVER_RULE`] where the model is the servers' (`server_model`), else
+/// [`RULE`].
+pub fn rule(server_model: bool) -> &'static str {
+    if server_model {
+        SERVER_RULE
+    } else {
+        RULE
+    }
+}
 
 use crate::rng::Rng;
 use crate::sync::ModeState;
@@ -169,6 +190,21 @@ pub fn carried_state(old: &[ModeState], averaged: impl Fn(&str) -> bool) -> Mode
     out
 }
 
+/// The entries `laid` names, each as the old ranks' values laid end to end in rank order (ranks
+/// that hold none add nothing): a parameter server's shards of the model and its per-row state,
+/// split over the old ranks by contiguous rows, are so the whole model's, for the new ranks to
+/// take their own rows of ([`crate::sync::SyncMode::repartition`]).
+pub fn laid_end_to_end(old: &[ModeState], laid: impl Fn(&str) -> bool) -> ModeState {
+    let mut out: ModeState = Vec::new();
+    for (name, v) in old.iter().flatten().filter(|(name, _)| laid(name)) {
+        match out.iter_mut().find(|(n, _)| n == name) {
+            Some((_, all)) => all.extend_from_slice(v),
+            None => out.push((name.clone(), v.clone())),
+        }
+    }
+    out
+}
+
 /// Per-example state of the old ranks (the entry `name`, one value per example of each rank's
 /// shard, in its order: SAGA's stored slopes) by the examples' global ids (`ids`, each old rank's),
 /// ascending: the state follows its examples to their new ranks ([`own_per_example`]).
@@ -267,6 +303,18 @@ mod tests {
         planned.sort_unstable();
         assert_eq!(seen, planned, "the examples seen across the resizes are the epoch's, each once");
         assert!(planned.len() > 850, "the held-out split leaves most of the 1000: {}", planned.len());
+    }
+
+    /// Parts laid end to end in rank order; a rank without the entry adds nothing; entries not
+    /// named stay out.
+    #[test]
+    fn laid_end_to_end_joins_the_ranks_parts_in_rank_order() {
+        let old = vec![
+            vec![("rows".to_owned(), vec![1.0, 2.0]), ("other".to_owned(), vec![9.0])],
+            vec![("other".to_owned(), vec![8.0])],
+            vec![("rows".to_owned(), vec![3.0])],
+        ];
+        assert_eq!(laid_end_to_end(&old, |n| n == "rows"), vec![("rows".to_owned(), vec![1.0, 2.0, 3.0])]);
     }
 
     #[test]

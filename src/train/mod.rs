@@ -661,7 +661,7 @@ fn resize_plan(cfg: &TrainConfig) -> checkpoint::ResizePlan {
         Ok(())
     };
     let holdout = (cfg.test_data.is_none() && cfg.test_fraction > 0.0).then_some((cfg.test_fraction, cfg.seed));
-    checkpoint::ResizePlan { allowed, batch: cfg.batch_size, holdout }
+    checkpoint::ResizePlan { allowed, batch: cfg.batch_size, holdout, model: mode.resize_model }
 }
 
 /// At a resume on another rank count: this rank's share of the examples left of the interrupted
@@ -699,7 +699,8 @@ fn deal_rest(
 }
 
 /// At a resume on another rank count: this rank's mode, optimizer and early-stopping state, as
-/// fresh ones built from the replicas' average with what the resize carries (train::elastic).
+/// fresh ones built from the replicas' average (or the servers' model) with what the resize
+/// carries, and the mode's own rows of what its old ranks held split by row (train::elastic).
 fn resized_state(
     comm: &SimpleCommunicator,
     resized: &checkpoint::Resized,
@@ -707,7 +708,7 @@ fn resized_state(
     optimizer: &optimizer::Optimizer,
     early: Option<&early_stop::EarlyStop>,
     ids: Option<&[u64]>,
-) -> crate::sync::ModeState {
+) -> anyhow::Result<crate::sync::ModeState> {
     let carried = elastic::carried_state(&resized.old_states, |name| {
         sync.averaged_on_resize(name) || optimizer::Optimizer::averaged_on_resize(name) || early_stop::EarlyStop::averaged_on_resize(name)
     });
@@ -721,22 +722,25 @@ fn resized_state(
     {
         *slopes = elastic::own_per_example(all_ids, all_values, ids);
     }
-    state
+    // A parameter server's per-row state follows its rows to their new shards.
+    let laid = checkpoint::broadcast_state(comm, elastic::laid_end_to_end(&resized.old_states, |name| sync.laid_on_resize(name)));
+    collectives::agree(comm, sync.repartition(state, &laid))
 }
 
 /// The start line's record of a resume (`from`: the rank count that wrote the checkpoint, when
-/// it is not this run's): the checkpoint, the rank counts and at a resize the rule applied and
-/// the examples dealt (train::elastic).
+/// it is not this run's): the checkpoint, the rank counts and at a resize the rule applied
+/// (`rule`) and the examples dealt (train::elastic).
 fn resume_record(
     path: &std::path::Path,
     from: Option<usize>,
+    rule: &str,
     n: usize,
     dealt: Option<&elastic::Dealt>,
     pos: &Position,
 ) -> serde_json::Value {
     let mut v = json!({"checkpoint": path, "epoch": pos.epoch, "round": pos.round, "ranks_before": from.unwrap_or(n), "ranks": n});
     if from.is_some() {
-        v["rule"] = json!(elastic::RULE);
+        v["rule"] = json!(rule);
         v["examples_dealt"] = json!(dealt.map_or(0, |d| d.total));
         v["dealt_steps"] = json!(dealt.map_or(0, |d| d.steps));
     }
@@ -819,13 +823,14 @@ fn set_up<'a>(
     if let Some((path, resized)) = &resumed {
         let mut state = match resized {
             None => checkpoint::restore_mode_state(comm, path)?,
-            Some(rz) => resized_state(comm, rz, sync.as_ref(), &optimizer, early.as_ref(), ids.as_deref()),
+            Some(rz) => resized_state(comm, rz, sync.as_ref(), &optimizer, early.as_ref(), ids.as_deref())?,
         };
         collectives::agree(comm, optimizer.restore_state(&mut state))?;
         collectives::agree(comm, early_stop::EarlyStop::restore_state(early.as_mut(), &mut state))?;
         collectives::agree(comm, sync.restore_state(state))?;
     }
-    let resumed = resumed.map(|(path, rz)| resume_record(&path, rz.as_ref().map(|r| r.from), n, dealt.as_ref(), &pos));
+    let rule = elastic::rule(cfg.sync.spec().resize_model.is_some());
+    let resumed = resumed.map(|(path, rz)| resume_record(&path, rz.as_ref().map(|r| r.from), rule, n, dealt.as_ref(), &pos));
     let trace = open_trace(comm)?;
     let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank == 0, resumed.is_some()))?;
     // Training time starts where set-up ends (`train_start` below).
@@ -921,7 +926,7 @@ impl Run<'_> {
                     "asap-train: resumed a {}-rank checkpoint on {ranks}: {}; {} examples were left of epoch {}, dealt over the \
                      {ranks} in {} steps",
                     r["ranks_before"],
-                    elastic::RULE,
+                    r["rule"].as_str().unwrap_or(elastic::RULE),
                     r["examples_dealt"],
                     r["epoch"],
                     r["dealt_steps"]

@@ -41,6 +41,7 @@ use mpi::topology::Communicator;
 use super::clocks::WorkerClocks;
 use super::policy::SendPolicy;
 use super::protocol::{EARLY, HALF, PARTIAL, TAG_PUSH, TAG_ROWS, UNSOLICITED, VERSIONS};
+use super::resize::{repartition, NewShards, LAID};
 use super::serve::serve_until;
 use super::server::ShardServer;
 use super::settings::PsSettings;
@@ -51,6 +52,10 @@ use crate::comm::postbox::Postbox;
 use crate::sync::codec::fp16::F16_HALF_MIN;
 use crate::sync::codec::rows::{decode_rows, encode_rows, word_at, RowBlock};
 use crate::sync::{assemble_parts, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
+
+/// The checkpoint entry of a rank's shard of the servers' model: laid end to end over the ranks,
+/// the model a resume at another rank count starts from ([`super::resize`]).
+pub const SHARD_ROWS: &str = "shard_rows";
 
 /// SSP over rank-hosted shards (and bosen: SSP with managed communication). Collective: every
 /// rank builds it and runs the same rounds.
@@ -714,7 +719,7 @@ impl SyncMode for StaleSynchronous {
             }
         }
         if let Some(s) = &self.server {
-            st.push(("shard_rows".into(), floats(&s.rows)));
+            st.push((SHARD_ROWS.into(), floats(&s.rows)));
             st.push(("shard_completed".into(), counts(s.clocks.all())));
             st.push(("shard_stamp".into(), counts(&s.stamp)));
             st.push(("shard_sent".into(), s.sent.iter().flat_map(|v| counts(v)).collect()));
@@ -735,6 +740,15 @@ impl SyncMode for StaleSynchronous {
             }
         }
         st
+    }
+
+    fn laid_on_resize(&self, name: &str) -> bool {
+        LAID.contains(&name)
+    }
+
+    fn repartition(&self, state: ModeState, laid: &ModeState) -> anyhow::Result<ModeState> {
+        let own = self.server.as_ref().map(|s| (s.range.clone(), self.row_ranges[self.rank].clone(), s.offsets.clone()));
+        repartition(state, laid, &NewShards { workers: self.shards.len(), rows: self.held_version.len(), own })
     }
 
     fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
@@ -769,7 +783,7 @@ impl SyncMode for StaleSynchronous {
             }
         }
         if let Some(s) = self.server.as_mut() {
-            let rows = get("shard_rows")?;
+            let rows = get(SHARD_ROWS)?;
             same_len("shard", rows.len(), s.rows.len())?;
             s.rows = rows.iter().map(|&x| x as f32).collect();
             s.clocks = WorkerClocks::from_clocks(to_u64(get("shard_completed")?));

@@ -8,6 +8,8 @@
 //! - the shard server ([`server`]): the apply rules (plain, ConSGD, DynSGD) with DynSGD's and
 //!   AdaRevision's server state; AdaRevision's arithmetic ([`adarevision`]);
 //! - the message layout between them ([`protocol`]);
+//! - a checkpoint resumed at another rank count: the shards and their per-row state re-partitioned
+//!   by row ([`resize`]);
 //! - the send policy ([`policy`]) the engine is given: plain SSP, or Bösen's managed
 //!   communication ([`managed`]: the budget spent between clocks, the priorities, fp16 pushes);
 //! - building the engine for a declaration ([`build`]);
@@ -25,6 +27,7 @@ pub mod clocks;
 pub mod managed;
 pub mod policy;
 pub mod protocol;
+pub mod resize;
 pub mod serve;
 pub mod server;
 pub mod settings;
