@@ -11,7 +11,7 @@
 # least 80 % of its tokens and its words are at least 80 % of that topic's tokens
 # (benches/lda_planted.py). With SKLEARN=1 (the default) scikit-learn's batch VB LDA (alpha =
 # beta = 0.1, $SWEEPS iterations, random_state S) runs on the same family corpora; SKLEARN100=1
-# adds it on the K = 100 corpus (slow: minutes a seed).
+# adds it on the K = 100 corpus (~25 s a seed here).
 #   benches/lda-planted.sh                           writes runs/lda-planted/, prints the table
 #   EXTRA="--split-merge 0 --anneal-alpha 0" SKLEARN=0 benches/lda-planted.sh   the former defaults
 #   AUSTEN=1 FAMILY=0 K100=0 SEEDS="1 2 3 4 5 6" benches/lda-planted.sh   the cost on the Austen corpus

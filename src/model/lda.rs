@@ -107,10 +107,11 @@ impl LdaOptions {
 /// planted topics per document, the sequential start seats each document wholly in one topic,
 /// and at alpha = 0.1 a token of the document's other topic stays there (its document holds ~99
 /// tokens in that topic against 0.1 prior elsewhere): the log-likelihood climbed ~0.05 a sweep for
-/// 40 sweeps and 1 of 10 seeds still ended with a planted topic merged; from 1 annealed over 5
-/// sweeps it reached the planted value by sweep 12 and every seed recovered every planted topic,
-/// as over 2 and 3 sweeps. 2 is the default: over 5 the Austen corpus (K = 20) ended 0.014 lower
-/// in log-likelihood per token (median of 6 seeds), over 2 as without annealing.
+/// 20 sweeps after the split-merge phases, and 1 of 10 seeds still ended with a planted topic
+/// merged; from 1 annealed over 5 sweeps it reached the planted value by sweep 14, and over 2, 3
+/// or 5 sweeps every seed recovered every planted topic. 2 is the default: over 5 the Austen
+/// corpus (K = 20) ended 0.014 lower in log-likelihood per token (median of 6 seeds), over 2
+/// within the seeds' spread of no annealing.
 pub fn burn_in_alpha(opts: &LdaOptions, sweep: usize) -> f64 {
     let n = opts.anneal_alpha;
     if sweep >= n || opts.alpha >= 1.0 {
