@@ -78,6 +78,14 @@ pub enum DataCommand {
         /// Dirichlet parameter of each document's topic mix (small: few topics per document).
         #[arg(long, default_value_t = 0.1)]
         alpha: f64,
+        /// N >= 1: every document mixes N distinct planted topics (drawn uniformly) in equal
+        /// shares instead of a Dirichlet(--alpha) mix; 0: the Dirichlet mix.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        topics_per_doc: usize,
+        /// Word j of a topic's block is drawn with weight (j+1)^-S: 1 is Zipf, 1 + a the discrete
+        /// Pareto tail of shape a.
+        #[arg(long, value_name = "S", default_value_t = 1.0)]
+        word_exponent: f64,
         /// Seed: the same seed gives the same corpus.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -149,13 +157,15 @@ pub fn run(args: &DataArgs) -> anyhow::Result<()> {
             eprintln!("wrote {output}: {rows} examples, {features} features, density {density}, seed {seed}");
             Ok(())
         }
-        DataCommand::SynthLda { output, docs, words, topics, doc_length, alpha, seed } => {
+        DataCommand::SynthLda { output, docs, words, topics, doc_length, alpha, topics_per_doc, word_exponent, seed } => {
             let spec = super::synth_lda::LdaSynthSpec {
                 docs: *docs,
                 words: *words,
                 topics: *topics,
                 doc_length: *doc_length,
                 alpha: *alpha,
+                topics_per_doc: *topics_per_doc,
+                word_exponent: *word_exponent,
                 seed: *seed,
             };
             let vocab = super::bow::vocab_path_for(output).ok_or_else(|| {

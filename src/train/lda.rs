@@ -228,6 +228,7 @@ pub fn run(plan: &super::plan::RunPlan, comm: &SimpleCommunicator, t_start: Inst
     for round in 1..=total_rounds {
         let part = ((round - 1) % cps) as usize;
         let docs = data.train.len() * part / cps as usize..data.train.len() * (part + 1) / cps as usize;
+        sampler.set_alpha(lda::burn_in_alpha(&cfg.lda, ((round - 1) / cps) as usize));
         clock(cfg, &data.train, docs, round - 1, mode.as_mut(), &mut sampler, &mut state, &mut params, &mut rng, &mut timers, &mut pacer)?;
         mode.sync(&mut params, round)?;
         if round % cps == 0 && round / cps <= cfg.lda.split_merge as u64 && round < total_rounds {
@@ -355,12 +356,14 @@ fn split_merge_phase(
     let m = lda_moves::split_merge(&mut phase, &mut shared, &mut local);
     if comm.rank() == 0 {
         eprintln!(
-            "asap-train lda: split-merge after sweep {}: {} of {} merges, {} of {} splits",
+            "asap-train lda: split-merge after sweep {}: {} of {} merges, {} of {} splits, {} of {} paired",
             round / cfg.lda.clocks_per_sweep as u64,
             m.merges,
             m.merges_proposed,
             m.splits,
-            m.splits_proposed
+            m.splits_proposed,
+            m.swaps,
+            m.swaps_proposed
         );
     }
     Ok(m)
