@@ -41,12 +41,13 @@ pub struct AsapOptions {
     /// messages before it reduces what has arrived (a late one is reduced in a later round).
     #[arg(long, value_name = "MS", default_value_t = 1.0, value_parser = non_negative_ms)]
     pub deadline: f64,
-    /// How NOTIFY-ACK's messages travel: rma (one-sided puts into the receivers' windows, one
+    /// How the gossip messages travel: rma (one-sided puts into the receivers' windows, one
     /// round trip on RDMA hardware), p2p (two-sided non-blocking messages: the model with its
-    /// NOTIFY one way, the ACK back; --notify notify-ack, also with --overlap, the one-peer
-    /// graph, --bandwidth-mbps and --compress) or auto: p2p when the ranks span hosts without an RDMA device (TCP, where each
-    /// one-sided put, flush, NOTIFY and ACK costs software round trips) and the variant runs on
-    /// it, rma otherwise. The start line says which and why.
+    /// NOTIFY one way, the ACK back; every --notify variant, --staleness, --overlap, the
+    /// one-peer graph, --bandwidth-mbps and --compress, with the same semantics) or auto: p2p
+    /// when the ranks span hosts without an RDMA device (TCP, where each one-sided put, flush,
+    /// NOTIFY and ACK costs software round trips), rma otherwise. The start line says which
+    /// and why.
     #[arg(long, value_enum, default_value_t = Transport::Auto)]
     pub transport: Transport,
 }
