@@ -83,6 +83,11 @@ impl Gossip for Deadline {
         Ok(())
     }
 
+    /// Nor on p2p: the messages the emulated link holds leave when this rank polls again.
+    fn cut_releases_held(&self) -> bool {
+        false
+    }
+
     /// Every message still on the emulated link is delivered, then nobody puts again; what was
     /// not reduced stays unread (the final average includes every rank).
     /// On p2p: the links settle (every message sent is queued at its receiver, unread).

@@ -425,7 +425,7 @@ impl SyncMode for StochasticReduce {
         // reach MPI first (found with --emulate-bandwidth: the last round's message, held, left
         // its receiver waiting while the sender sat in the stop vote's collective).
         let timeout = self.net.wait_timeout;
-        if let Some(p) = &mut self.net.p2p {
+        if let (Some(p), true) = (&mut self.net.p2p, self.gossip.cut_releases_held()) {
             p.release_held(timeout)?;
         }
         self.net.count_since(counted);

@@ -129,6 +129,11 @@ impl Barrier {
         }
         let t2 = Instant::now();
         net.stale += p.wait_round(round, timeout)?;
+        // Lockstep: the loop evaluates after a round without a cut, in collectives, so this
+        // rank's messages of the round must have left the emulated link before it goes on (a
+        // message still held there left its receiver waiting through the evaluation: found with
+        // --emulate-bandwidth and --eval-every). rma's barrier waits for its inbound links alike.
+        p.release_held(timeout)?;
         let t3 = Instant::now();
         self.slots.acc.copy_from_slice(params);
         let mut used = 0;
