@@ -354,10 +354,24 @@ fn asap_inside_the_groups_trains() {
 /// 2 groups x 3 ranks on a directed ring: the reduce never averages a group exactly, so the
 /// mirror servers' own replicas differ from their group's mean and the end must correct what
 /// they sent (inner_correction_max > 0). The oracle: the groups' copies, built separately,
-/// agree after the flush only if that correction is right (without it: see docs/gaia.md).
+/// agree after the flush only if that correction is right (without it: see docs/gaia.md). On
+/// both transports.
 #[test]
 fn asap_inside_the_groups_ends_with_equal_copies() {
-    let dir = scratch("gaia-inner-ring");
+    // On both transports (`--transport`, per group), side by side: the jobs mostly wait.
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = ["rma", "p2p"].map(|t| (t, scope.spawn(move || equal_copies_on(t)))).into_iter().collect();
+        for (t, run) in runs {
+            if let Err(e) = run.join() {
+                eprintln!("--transport {t} failed");
+                std::panic::resume_unwind(e);
+            }
+        }
+    });
+}
+
+fn equal_copies_on(transport: &str) {
+    let dir = scratch(&format!("gaia-inner-ring-{transport}"));
     let m = dir.join("m.jsonl");
     let args = [
         "train",
@@ -375,6 +389,8 @@ fn asap_inside_the_groups_ends_with_equal_copies() {
         "asap",
         "--graph",
         "ring",
+        "--transport",
+        transport,
         "--significance",
         "0.05",
         "--metrics",
@@ -384,8 +400,10 @@ fn asap_inside_the_groups_ends_with_equal_copies() {
     let sm = summary(&m);
     check_inner_asap_ran(&sm, 6.0, 1);
     let g = &sm["sync_metrics"];
-    assert!(num(g, "inner_correction_max") > 1e-4, "the ring on 3 ranks leaves the replicas apart: {g}");
-    assert!(num(g, "final_group_disagreement") < 1e-4, "{g}");
+    assert!(num(g, "inner_correction_max") > 1e-4, "{transport}: the ring on 3 ranks leaves the replicas apart: {g}");
+    assert!(num(g, "final_group_disagreement") < 1e-4, "{transport}: {g}");
+    let start = metrics(&m).into_iter().find(|v| v["event"] == "start").expect("a start line");
+    assert_eq!(start["sync_info"]["inner"]["transport"], transport, "{start}");
 }
 
 /// A checkpoint with asap inside holds every rank's own replica (its base after the cut) and

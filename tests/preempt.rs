@@ -167,6 +167,14 @@ fn preempted_asap_push_sum_resumes_within_tolerance() {
     preempt_and_resume("preempt-asap-push-sum", "4", &["--sync", "asap", "--graph", "ring", "--notify", "push-sum"], Expect::Within(0.02));
 }
 
+/// The same over two-sided messages (`--transport p2p`): the cut settles the links (every total
+/// sent is queued at its receiver) and folds them before the checkpoint.
+#[test]
+fn preempted_asap_push_sum_on_p2p_resumes_within_tolerance() {
+    let sync = ["--sync", "asap", "--graph", "ring", "--notify", "push-sum", "--transport", "p2p"];
+    preempt_and_resume("preempt-asap-push-sum-p2p", "4", &sync, Expect::Within(0.02));
+}
+
 #[test]
 fn preempted_independent_replicas_resume_bit_identical() {
     preempt_and_resume("preempt-none", "4", &["--sync", "none"], Expect::BitIdentical);

@@ -18,7 +18,7 @@
 use super::groups::{OuterKind, OuterPseudoGradient, OUTER_GOSSIP_USES, OUTER_USES};
 use super::gossip::choco::{default_step, ChocoOptions};
 use super::gossip::edge_budget::EdgeBudgetOptions;
-use super::gossip::{GossipSettings, NotifyMode, StochasticReduce, Transport};
+use super::gossip::{GossipSettings, NotifyMode, StochasticReduce};
 use super::SyncContext;
 
 /// Options of `--sync asap` (its graph is `--graph`, a shared group).
@@ -41,14 +41,6 @@ pub struct AsapOptions {
     /// messages before it reduces what has arrived (a late one is reduced in a later round).
     #[arg(long, value_name = "MS", default_value_t = 1.0, value_parser = non_negative_ms)]
     pub deadline: f64,
-    /// How NOTIFY-ACK's messages travel: rma (one-sided puts into the receivers' windows, one
-    /// round trip on RDMA hardware), p2p (two-sided non-blocking messages: the model with its
-    /// NOTIFY one way, the ACK back; --notify notify-ack, also with --overlap, the one-peer
-    /// graph, --bandwidth-mbps and --compress) or auto: p2p when the ranks span hosts without an RDMA device (TCP, where each
-    /// one-sided put, flush, NOTIFY and ACK costs software round trips) and the variant runs on
-    /// it, rma otherwise. The start line says which and why.
-    #[arg(long, value_enum, default_value_t = Transport::Auto)]
-    pub transport: Transport,
 }
 
 /// `--deadline`: finite milliseconds >= 0.
@@ -161,7 +153,7 @@ fn build_asap(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> super::B
         notify: o.asap.notify,
         overlap: o.asap.overlap,
         deadline_ms: o.asap.deadline,
-        transport: o.asap.transport,
+        transport: o.graph.transport,
     };
     let choco = o.compress.compression().map(|compression| ChocoOptions {
         compression,

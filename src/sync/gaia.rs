@@ -59,7 +59,7 @@ use anyhow::Context;
 use mpi::topology::{Color, Communicator, Key, SimpleCommunicator};
 
 use super::groups::OUTER_USES;
-use super::gossip::{GossipSettings, NotifyMode, StochasticReduce, Transport};
+use super::gossip::{GossipSettings, NotifyMode, StochasticReduce};
 use super::groups::GraphOptions;
 use super::codec::significance::Significance;
 use super::codec::{sparse, Sparsifier};
@@ -870,9 +870,10 @@ fn build_inner(
 ) -> anyhow::Result<(StochasticReduce, serde_json::Value)> {
     // NOTIFY-ACK without overlap: a clock's group update needs every in-neighbour's model of it
     // (asap's --notify and --overlap do not apply to gaia: its declaration does not list them).
-    // Inside a group (a data centre's LAN): the one-sided transport.
+    // Inside a group (a data centre's LAN) `--transport` as under --sync asap, auto deciding by
+    // the group's own hosts.
     let settings =
-        GossipSettings { graph: &graph.graph, notify: NotifyMode::NotifyAck, overlap: false, deadline_ms: 0.0, transport: Transport::Rma };
+        GossipSettings { graph: &graph.graph, notify: NotifyMode::NotifyAck, overlap: false, deadline_ms: 0.0, transport: graph.transport };
     let inner_ctx = ctx.on_group(local);
     // Every rank of a group builds the same graph, so the group fails or succeeds as one (and
     // drops the mailboxes together when the check below refuses the graph).
@@ -982,6 +983,12 @@ impl SyncMode for Gaia {
         self.stats.bytes_sent = self.counts.lan_bytes + self.counts.wan_bytes;
         self.stats.bytes_received = self.counts.lan_bytes + self.wan_received();
         Ok(())
+    }
+
+    /// `--gaia-inner asap` on `--transport p2p`: the group's two-sided messages move between
+    /// steps too (NOTIFY-ACK's waits poll them anyway).
+    fn before_step(&mut self, params: &mut [f32], clock: u64) -> anyhow::Result<()> {
+        self.inner.as_mut().map_or(Ok(()), |r| r.before_step(params, clock))
     }
 
     fn quiesce(&mut self, params: &mut [f32], round: u64) -> anyhow::Result<()> {

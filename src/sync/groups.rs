@@ -1,7 +1,7 @@
 //! Option groups that several modes read, each declared once here and listed by the modes that use
 //! it (in their declarations' `uses`), so that no mode reads another mode's options struct:
-//! - [`GraphOptions`] (`--graph`): the gossip graph of `--sync asap`, and of each data centre under
-//!   `--sync gaia --gaia-inner asap`;
+//! - [`GraphOptions`] (`--graph`, `--transport`): the gossip graph of `--sync asap`, and of each
+//!   data centre under `--sync gaia --gaia-inner asap`, and how its messages travel;
 //! - [`StalenessOptions`] (`--staleness`): ssp's and bosen's clock bound, asap's bounded NOTIFY-ACK;
 //! - [`BudgetOptions`] (`--bandwidth-mbps`, `--priority`): bosen's per-rank budget, asap's per-edge
 //!   one;
@@ -21,13 +21,14 @@
 
 use super::codec::int8::DEFAULT_BLOCK;
 use super::codec::mean::Compression;
+use super::gossip::Transport;
 use super::ps::managed::Priority;
 
 /// The gossip graph.
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 #[group(id = "graph_group")]
-#[command(next_help_heading = "Gossip graph (--sync asap; --sync gaia --gaia-inner asap)")]
+#[command(next_help_heading = "Gossip graph and transport (--sync asap; --sync gaia --gaia-inner asap)")]
 pub struct GraphOptions {
     /// Communication graph: auto (root-expander while it mixes within 32 rounds, about 16 ranks
     /// or fewer; a seeded random 4-regular graph above; the choice and reason are logged),
@@ -35,6 +36,15 @@ pub struct GraphOptions {
     /// (D-regular, seeded), one-peer-exponential (time-varying: one send per round; notify-ack only) or file:PATH (see graphs/).
     #[arg(long, value_name = "GRAPH", default_value = "auto")]
     pub graph: String,
+    /// How the gossip messages travel: rma (one-sided puts into the receivers' windows, one
+    /// round trip on RDMA hardware), p2p (two-sided non-blocking messages: the model with its
+    /// NOTIFY one way, the ACK back; every --notify variant, --staleness, --overlap, the
+    /// one-peer graph, --bandwidth-mbps and --compress, with the same semantics) or auto: p2p
+    /// when the ranks span hosts without an RDMA device (TCP, where each one-sided put, flush,
+    /// NOTIFY and ACK costs software round trips), rma otherwise (gaia: per group, over the
+    /// group's ranks). The start line says which and why.
+    #[arg(long, value_enum, default_value_t = Transport::Auto)]
+    pub transport: Transport,
 }
 
 impl Default for GraphOptions {

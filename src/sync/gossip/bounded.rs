@@ -60,6 +60,9 @@ impl Gossip for BoundedStaleness {
         let s = self.s;
         let k = net.stats.rounds + 1;
         net.send_all(params, round)?;
+        if net.p2p.is_some() {
+            return self.reduce_p2p(net, params, round, k);
+        }
         let t = Instant::now();
         net.emulated_latency();
         net.mail.wait_notified(k.saturating_sub(s).max(1), round, timeout)?;
@@ -99,8 +102,17 @@ impl Gossip for BoundedStaleness {
     /// Every rank sent one message per round: acknowledge what the reduces skipped or kept for
     /// reuse, then wait for the ACKs of ours as plain NOTIFY-ACK does.
     fn drain(&mut self, net: &mut Neighbourhood) -> anyhow::Result<()> {
-        let r0 = net.mail.bytes_received();
         let k = net.stats.rounds;
+        if let Some(p) = &mut net.p2p {
+            let r0 = p.bytes_received();
+            p.wait_received(k, net.last_round, net.wait_timeout)?;
+            for i in 0..net.mail.in_neighbours().len() {
+                p.ack_upto(i, k)?;
+            }
+            net.stats.bytes_received += p.bytes_received() - r0;
+            return net.drain_acks();
+        }
+        let r0 = net.mail.bytes_received();
         net.mail.wait_notified(k, net.last_round, net.wait_timeout)?;
         for i in 0..net.in_degree() {
             net.mail.ack_upto(i, k)?;
@@ -114,5 +126,50 @@ impl Gossip for BoundedStaleness {
             ModeMetric::array("staleness_histogram", Aggregate::Sum, self.staleness_used.iter().map(|&c| c as f64)),
             ModeMetric::number("messages_from_ahead", Aggregate::Sum, self.ahead as f64),
         ]);
+    }
+}
+
+impl BoundedStaleness {
+    /// The receiving half of [`Gossip::round`] on the two-sided transport, the same protocol:
+    /// the links let a sender have S + 2 messages unACKed per edge ([`P2pLinks::with_depth`]);
+    /// at its k-th round a receiver waits until every in-neighbour's k - S-th message came,
+    /// reduces each one's newest (kept, unACKed, for reuse as the slot keeps it) and ACKs the
+    /// older ones.
+    ///
+    /// [`P2pLinks::with_depth`]: super::p2p::P2pLinks::with_depth
+    fn reduce_p2p(&mut self, net: &mut Neighbourhood, params: &mut [f32], round: u64, k: u64) -> anyhow::Result<()> {
+        let (s, d) = (self.s, net.in_degree());
+        let t = Instant::now();
+        let p = net.p2p.as_mut().expect("checked by the caller");
+        p.wait_received(k.saturating_sub(s).max(1), round, net.wait_timeout)?;
+        let t2 = Instant::now();
+        net.stats.wait_seconds += (t2 - t).as_secs_f64();
+        self.acc.copy_from_slice(params);
+        for i in 0..d {
+            p.take_newest(i);
+            let read = p.add_latest(i, &mut self.acc);
+            let SlotRead::Consistent(h) = read else {
+                net.torn += 1;
+                bail!(
+                    "rank {}: round {round}: the newest message from rank {} was {read:?}; a complete MPI message must never be",
+                    net.rank,
+                    net.mail.in_neighbours()[i]
+                );
+            };
+            if round.saturating_sub(h) > s {
+                bail!(
+                    "rank {}: round {round}: the newest message of rank {} is from round {h}, older than --staleness {s}",
+                    net.rank,
+                    net.mail.in_neighbours()[i]
+                );
+            }
+            self.staleness_used[round.saturating_sub(h) as usize] += 1;
+            self.ahead += u64::from(h > round);
+            let m = p.received(i);
+            p.ack_upto(i, m - 1)?;
+        }
+        net.reduce_into(params, &self.acc, d);
+        net.stats.comm_seconds += t2.elapsed().as_secs_f64();
+        Ok(())
     }
 }

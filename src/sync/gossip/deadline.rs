@@ -37,6 +37,9 @@ impl Deadline {
 
 impl Gossip for Deadline {
     fn round(&mut self, net: &mut Neighbourhood, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        if net.p2p.is_some() {
+            return self.round_p2p(net, params, round);
+        }
         let t = Instant::now();
         if net.sending(round) {
             for j in 0..net.mail.out_neighbours().len() {
@@ -80,11 +83,17 @@ impl Gossip for Deadline {
         Ok(())
     }
 
+    /// Nor on p2p: the messages the emulated link holds leave when this rank polls again.
+    fn cut_releases_held(&self) -> bool {
+        false
+    }
+
     /// Every message still on the emulated link is delivered, then nobody puts again; what was
     /// not reduced stays unread (the final average includes every rank).
+    /// On p2p: the links settle (every message sent is queued at its receiver, unread).
     fn drain(&mut self, net: &mut Neighbourhood) -> anyhow::Result<()> {
         net.mail.drain_deferred()?;
-        Ok(())
+        net.settle_links_counted()
     }
 
     fn metrics(&self, out: &mut Vec<ModeMetric>) {
@@ -92,5 +101,48 @@ impl Gossip for Deadline {
             ModeMetric::number("skipped_sends", Aggregate::Sum, self.skipped_sends as f64),
             ModeMetric::array("message_age_histogram", Aggregate::Sum, self.ages.iter().map(|&c| c as f64)),
         ]);
+    }
+}
+
+impl Deadline {
+    /// [`Gossip::round`] on the two-sided transport: the same protocol, the ACK of the previous
+    /// message on an edge freeing it (a message still held by the emulated link is unACKed, so
+    /// that edge is skipped as on rma); at most one message per edge is queued, the one reduced.
+    fn round_p2p(&mut self, net: &mut Neighbourhood, params: &mut [f32], round: u64) -> anyhow::Result<()> {
+        let t = Instant::now();
+        let (sending, d) = (net.sending(round), net.in_degree());
+        let p = net.p2p.as_mut().expect("checked by the caller");
+        p.poll()?;
+        if sending {
+            for j in 0..net.mail.out_neighbours().len() {
+                if p.slot_free(j) {
+                    p.send_to(j, round, params)?;
+                } else {
+                    self.skipped_sends += 1;
+                }
+            }
+        }
+        let t2 = Instant::now();
+        let queued = p.wait_queued_until(t2 + self.deadline)?;
+        let t3 = Instant::now();
+        let mut used = 0;
+        for i in (0..d).filter(|&i| queued[i]) {
+            let read = p.add_next(i, params);
+            let SlotRead::Consistent(h) = read else {
+                net.torn += 1;
+                bail!(
+                    "rank {}: round {round}: the message from rank {} was {read:?}; a complete MPI message must never be",
+                    net.rank,
+                    net.mail.in_neighbours()[i]
+                );
+            };
+            self.ages[(round.saturating_sub(h) as usize).min(AGE_BUCKETS)] += 1;
+            p.ack(i)?;
+            used += 1;
+        }
+        net.divide(params, used);
+        net.stats.wait_seconds += (t3 - t2).as_secs_f64();
+        net.stats.comm_seconds += (t2 - t).as_secs_f64() + t3.elapsed().as_secs_f64();
+        Ok(())
     }
 }

@@ -1,5 +1,5 @@
-//! The gossip engine: ASAP stochastic reduce (ASAP §3-4) over one-sided MPI mailboxes (or, for
-//! NOTIFY-ACK across hosts on TCP, two-sided messages: `--transport`, gossip/p2p.rs), which
+//! The gossip engine: ASAP stochastic reduce (ASAP §3-4) over one-sided MPI mailboxes (or, across
+//! hosts on TCP, two-sided messages: `--transport`, gossip/p2p.rs), which
 //! `--sync asap` runs (sync/asap.rs: its options and declaration) and `--sync gaia --gaia-inner
 //! asap` runs inside each data centre. Like [`super::ps`] for the parameter-server modes, it reads
 //! no mode's options: a mode hands it [`GossipSettings`].
@@ -47,8 +47,10 @@
 //! `--transport p2p` puts the NOTIFY-ACK steps of `Neighbourhood` on two-sided links
 //! (gossip/p2p.rs) instead of the window's slots: notify-ack, `--overlap` and the one-peer graph
 //! and the budgeted and compressed edges run on it unchanged; the variants that read the slots
-//! themselves (barrier, none, push-sum, deadline, bounded staleness) are refused there
-//! (`Transport::resolve`).
+//! themselves (barrier, none, push-sum, deadline, bounded staleness) have a two-sided path in
+//! their files with the same semantics (messages queue where slots are overwritten: the newest
+//! queued one stands for the slot), and settle the links at a cut or the end
+//! (`Neighbourhood::settle_links`).
 //!
 //! [`StochasticReduce`] is the engine as a [`SyncMode`]: it picks the variant from the settings
 //! (`gossip_for`), and does what is the same for all of them (argument checks, byte and round
@@ -102,41 +104,35 @@ pub enum NotifyMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Transport {
-    /// p2p where the ranks span hosts without an RDMA device (TCP) and the variant runs on it,
-    /// rma otherwise.
+    /// p2p where the ranks span hosts without an RDMA device (TCP), rma otherwise.
     Auto,
     /// One-sided puts into the receivers' windows (MPI RMA).
     Rma,
-    /// Two-sided non-blocking messages (notify-ack, also with --overlap, the one-peer graph, the
-    /// budgeted edges and --compress).
+    /// Two-sided non-blocking messages (every --notify variant, --staleness, --overlap, the
+    /// one-peer graph, the budgeted edges and --compress).
     P2p,
 }
 
 impl Transport {
     /// Whether the messages go point to point, and why (for the start line: "asked", or auto's
-    /// reason). `supported`: the
-    /// variant runs on p2p (else the reason it does not). Collective (counts the hosts).
-    fn resolve(self, comm: &SimpleCommunicator, supported: Result<(), &str>) -> anyhow::Result<(bool, String)> {
-        match (self, supported) {
-            (Transport::Rma, _) => Ok((false, "asked".into())),
-            (Transport::P2p, Ok(())) => Ok((true, "asked".into())),
-            (Transport::P2p, Err(why)) => {
-                bail!("--transport p2p runs NOTIFY-ACK's models only so far; {why}: give --transport rma (or auto)")
-            }
-            (Transport::Auto, Err(why)) => Ok((false, format!("auto: {why}"))),
-            (Transport::Auto, Ok(())) => {
+    /// reason). Collective (counts the hosts).
+    fn resolve(self, comm: &SimpleCommunicator) -> (bool, String) {
+        match self {
+            Transport::Rma => (false, "asked".into()),
+            Transport::P2p => (true, "asked".into()),
+            Transport::Auto => {
                 let hosts = crate::comm::collectives::host_count(comm);
                 // An RDMA-capable device (InfiniBand, RoCE, iWARP) shows under this directory. Every
                 // rank must choose alike (p2p's set-up is collective): RDMA only where all have it.
                 let here = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
                 let rdma = crate::comm::collectives::min_u64(comm, u64::from(here)) == 1;
-                Ok(match (hosts > 1, rdma) {
+                match (hosts > 1, rdma) {
                     (true, false) => {
                         (true, format!("auto: ranks on {hosts} hosts and no RDMA device, so TCP, where one-sided puts cost round trips"))
                     }
                     (true, true) => (false, format!("auto: ranks on {hosts} hosts with an RDMA device")),
                     (false, _) => (false, "auto: every rank on one host, shared memory".into()),
-                })
+                }
             }
         }
     }
@@ -256,12 +252,7 @@ impl StochasticReduce {
         if choco.is_some() && (opts.notify != NotifyMode::NotifyAck || budget.is_some() || staleness > 0 || opts.overlap) {
             bail!("--compress on --sync asap needs every message delivered once, in order: --notify notify-ack, without --overlap, --bandwidth-mbps and --staleness");
         }
-        let supported = match () {
-            _ if opts.notify != NotifyMode::NotifyAck => Err("--notify notify-ack is the variant it carries"),
-            _ if staleness > 0 => Err("--staleness keeps several messages per edge, in one-sided slots"),
-            _ => Ok(()),
-        };
-        let (p2p, transport) = opts.transport.resolve(ctx.comm, supported)?;
+        let (p2p, transport) = opts.transport.resolve(ctx.comm);
         let mut info = serde_json::json!({"graph": opts.graph, "notify": opts.notify, "staleness": staleness, "report": report,
             "transport": if p2p { "p2p" } else { "rma" },
             "chosen": format!("{} ({transport})", if p2p { "point-to-point messages" } else { "one-sided RMA" })});
@@ -291,7 +282,8 @@ impl StochasticReduce {
             // As on rma, byte messages (budgeted, compressed) do not model the receiver's link.
             let ingress = if fixed_size { ctx.ingress() } else { None };
             let post = Postbox::new(ctx.comm).with_pacer(ctx.pacer(None)).with_ingress(ingress);
-            let links = P2pLinks::new(post, mode.net.mail.in_neighbours(), mode.net.mail.out_neighbours());
+            let links = P2pLinks::new(post, mode.net.mail.in_neighbours(), mode.net.mail.out_neighbours())
+                .with_depth(bounded::slot_depth(staleness));
             mode.net.p2p = Some(links);
             return Ok((mode, info));
         }
@@ -433,7 +425,7 @@ impl SyncMode for StochasticReduce {
         // reach MPI first (found with --emulate-bandwidth: the last round's message, held, left
         // its receiver waiting while the sender sat in the stop vote's collective).
         let timeout = self.net.wait_timeout;
-        if let Some(p) = &mut self.net.p2p {
+        if let (Some(p), true) = (&mut self.net.p2p, self.gossip.cut_releases_held()) {
             p.release_held(timeout)?;
         }
         self.net.count_since(counted);

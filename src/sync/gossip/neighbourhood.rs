@@ -390,7 +390,30 @@ impl Neighbourhood {
 
     /// Between local steps: two-sided messages move only while their owner calls into MPI, so
     /// a rank polls its links after every step (a no-op on the one-sided transport).
+    /// What moves meanwhile is training traffic, counted (the asynchronous variants receive
+    /// most of their messages here: without it, `--notify none` on p2p counted half the bytes
+    /// its in-neighbours sent).
     pub(in crate::sync) fn between_steps(&mut self) -> anyhow::Result<()> {
-        self.p2p.as_mut().map_or(Ok(()), P2pLinks::poll)
+        let counted = self.byte_counts();
+        self.p2p.as_mut().map_or(Ok(()), P2pLinks::poll)?;
+        self.count_since(counted);
+        Ok(())
+    }
+
+    /// The end or a cut of the variants whose messages are not all ACKed (barrier, none,
+    /// push-sum, deadline) on the two-sided transport: settles the links ([`P2pLinks::settle`]),
+    /// so every message sent is queued at its receiver and nothing is left travelling. A no-op
+    /// on the one-sided transport, whose puts complete at the window's flush.
+    pub(in crate::sync) fn settle_links(&mut self) -> anyhow::Result<()> {
+        let (round, timeout) = (self.last_round, self.wait_timeout);
+        self.p2p.as_mut().map_or(Ok(()), |p| p.settle(round, timeout))
+    }
+
+    /// [`Neighbourhood::settle_links`] at the end of a run, its traffic counted as training's.
+    pub(in crate::sync) fn settle_links_counted(&mut self) -> anyhow::Result<()> {
+        let counted = self.byte_counts();
+        self.settle_links()?;
+        self.count_since(counted);
+        Ok(())
     }
 }

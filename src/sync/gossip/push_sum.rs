@@ -179,6 +179,11 @@ impl PushSum {
 /// as ordered steps, so a read that overlaps shows as torn), fold in every intact total that
 /// changed, and hand back x / w. Nothing waits.
 ///
+/// On `--transport p2p` the running totals travel as two-sided messages (the weight in each, as
+/// on rma) and queue instead of overwriting: a fold takes the newest queued, which holds the
+/// older ones. A cut settles the links (every total sent is queued at its receiver) before the
+/// fold.
+///
 /// Flow control: a rank pushes only while it holds at least its fair weight
 /// ([`PushSum::may_push`]); otherwise it keeps all its mass this round.
 pub(in crate::sync) struct PushSumGossip {
@@ -208,6 +213,21 @@ impl PushSumGossip {
         let p = &mut self.push;
         self.totals.resize(p.numerator().len() + 2, 0.0);
         let mut folded = 0;
+        if let Some(links) = &mut net.p2p {
+            // Two-sided: the newest queued total holds every older one (each was received, its
+            // bytes counted, so nothing is counted as superseded).
+            links.poll()?;
+            for i in 0..net.mail.in_neighbours().len() {
+                if links.take_newest(i) == 0 {
+                    continue;
+                }
+                match links.copy_latest_f64(i, &mut self.totals) {
+                    SlotRead::Consistent(_) => folded += usize::from(p.fold(i, &self.totals)? > 0),
+                    _ => net.torn += 1,
+                }
+            }
+            return Ok(folded);
+        }
         for i in 0..net.in_degree() {
             match net.mail.read_slot(i, &mut self.totals)? {
                 SlotRead::Consistent(_) => {
@@ -231,7 +251,10 @@ impl Gossip for PushSumGossip {
         let d_out = net.mail.out_neighbours().len();
         if self.push.may_push() && net.sending(round) {
             let totals = self.push.share(d_out);
-            net.mail.post(round, totals, true)?;
+            match &mut net.p2p {
+                Some(links) => (0..d_out).try_for_each(|j| links.send_f64_to(j, round, totals))?,
+                None => net.mail.post(round, totals, true)?,
+            }
         } else {
             self.held_pushes += 1;
         }
@@ -244,6 +267,13 @@ impl Gossip for PushSumGossip {
 
     /// Nothing in flight at a checkpoint: every total put is folded before the cut.
     fn quiesce(&mut self, net: &mut Neighbourhood, params: &mut [f32]) -> anyhow::Result<()> {
+        if net.p2p.is_some() {
+            net.settle_links()?;
+            self.fold_all(net)?;
+            self.push.estimate(params);
+            let (round, timeout) = (net.last_round, net.wait_timeout);
+            return net.p2p.as_mut().expect("checked").barrier(round, timeout);
+        }
         net.mail.window().flush_all()?;
         net.mail.barrier(net.last_round, net.wait_timeout)?;
         self.fold_all(net)?;
@@ -260,9 +290,9 @@ impl Gossip for PushSumGossip {
     /// no mass was lost.
     fn final_model(&mut self, net: &mut Neighbourhood, params: &mut [f32]) -> anyhow::Result<()> {
         let t = Instant::now();
-        let r0 = net.mail.bytes_received();
+        let r0 = net.byte_counts().1;
         self.fold_all(net)?;
-        net.stats.bytes_received += net.mail.bytes_received() - r0;
+        net.stats.bytes_received += net.byte_counts().1 - r0;
         let p = &self.push;
         let mut sums: Vec<f64> = p.numerator().to_vec();
         sums.push(p.weight());
@@ -275,6 +305,12 @@ impl Gossip for PushSumGossip {
         net.stats.final_bytes += crate::sync::ring_allreduce_bytes(net.comm.size() as usize, 2 * sums.len());
         net.stats.final_seconds += t.elapsed().as_secs_f64();
         Ok(())
+    }
+
+    /// On p2p: every total sent is queued at its receiver before the end's barrier (the last
+    /// fold, in [`Gossip::final_model`], takes it).
+    fn drain(&mut self, net: &mut Neighbourhood) -> anyhow::Result<()> {
+        net.settle_links_counted()
     }
 
     fn save_state(&self) -> ModeState {

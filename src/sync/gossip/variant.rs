@@ -39,6 +39,13 @@ pub(in crate::sync) trait Gossip {
         self.settle(net, params)
     }
 
+    /// Whether a cut must wait for the two-sided messages the emulated link still holds (a
+    /// receiver may wait for them through the collective that follows); not for a variant whose
+    /// receivers never wait longer than a deadline.
+    fn cut_releases_held(&self) -> bool {
+        true
+    }
+
     /// At the end, before the window's last flush and barrier: consumes what the variant's
     /// protocol still owes (NOTIFY-ACK's last ACKs; the deadline's messages on emulated links).
     fn drain(&mut self, _net: &mut Neighbourhood) -> anyhow::Result<()> {
