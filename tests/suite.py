@@ -122,7 +122,12 @@ def main():
     args = ap.parse_args()
 
     env = dict(os.environ)
-    jobs = jobs_of(build(args.cargo, env, []), env, set(args.only))
+    binaries = build(args.cargo, env, [])
+    unknown = sorted(set(args.only) - {name for name, _, _ in binaries})
+    if unknown:
+        names = ", ".join(sorted(name for name, _, _ in binaries))
+        sys.exit(f"tests/suite.py: no test binary named {', '.join(unknown)}; the binaries are: {names}")
+    jobs = jobs_of(binaries, env, set(args.only))
     if args.mpich:
         mpich_env = dict(kv.split("=", 1) for kv in shlex.split(os.environ["MPICH_ENV"]))
         jobs.append(mpich_job(args.cargo, mpich_env, shlex.split(os.environ["MPICH_SUBSET"])))
