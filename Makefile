@@ -106,8 +106,9 @@ test: deps python
 	python3 .ci/fn-lengths.py || rc=1; \
 	python3 .ci/layers.py || rc=1; \
 	python3 .ci/cycles.py || rc=1; \
-	MPICH_ENV='$(MPICH_ENV)' MPICH_SUBSET='$(MPICH_SUBSET)' CARGO=$(CARGO) python3 tests/suite.py --mpich --jobs $(TEST_JOBS) || rc=$$?; \
-	if [ $$rc != 0 ]; then echo "make test: the suite failed (tests/suite.py names the binaries above)" >&2; exit 1; fi
+	MPICH_ENV='$(MPICH_ENV)' MPICH_SUBSET='$(MPICH_SUBSET)' CARGO=$(CARGO) python3 tests/suite.py --mpich --jobs $(TEST_JOBS) || \
+		{ echo "make test: the suite failed (tests/suite.py names the binaries above)" >&2; rc=1; }; \
+	if [ $$rc != 0 ]; then echo "make test: failed (the gate or suite messages above say which)" >&2; exit 1; fi
 
 # Real public data sets from Debian packages into datasets/out/ (MovieLens needs r-cran-dslabs,
 # which the script installs; R is used once here, never at training time).
