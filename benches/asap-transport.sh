@@ -4,30 +4,31 @@
 # non-blocking messages), in the same run, alternating, on netlab's real shaped link.
 #
 # 2 netlab hosts of one rank each (netlab/wan.sh up 2 1 RATE DELAY: one link between them at RATE
-# with DELAY one way), Open MPI over TCP. Every run is ROUNDS NOTIFY-ACK rounds of --sync asap
+# with DELAY one way), Open MPI over TCP. Every run is ROUNDS rounds of --sync asap (NOTIFY-ACK unless NOTIFY says)
 # (the 2-rank graph: each rank's one in- and out-neighbour is the other) with 10 ms steps
 # declared; the quantity is the sync seconds per round (mean over ranks), against the model of
 # the link: one message of the model's bytes at RATE plus one latency each way (the message with
 # its NOTIFY, then the ACK). The issue's target: at most 3 one-way latencies plus bytes over rate.
 #
 # Environment: RATE [100mbit], DELAY [10ms], MODEL [mlr] (31 KB a message; mlp: the MLP
-# 784-HIDDEN-10), HIDDEN [1024], ROUNDS [40], REPS [3], TRANSPORTS ["rma p2p"],
+# 784-HIDDEN-10), HIDDEN [1024], ROUNDS [40], REPS [3], TRANSPORTS ["rma p2p"], NOTIFY
+# [notify-ack] (any --notify variant: barrier, none, deadline and push-sum run on both transports),
 # BIN [target/release/asap-train].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RATE=${RATE:-100mbit} DELAY=${DELAY:-10ms} MODEL=${MODEL:-mlr} HIDDEN=${HIDDEN:-1024} ROUNDS=${ROUNDS:-40}
-REPS=${REPS:-3} TRANSPORTS=${TRANSPORTS:-rma p2p}
+REPS=${REPS:-3} TRANSPORTS=${TRANSPORTS:-rma p2p} NOTIFY=${NOTIFY:-notify-ack}
 [[ $RATE =~ ^[0-9]+mbit$ && $DELAY =~ ^[0-9]+ms$ ]] || { echo "RATE must be Nmbit and DELAY Nms" >&2; exit 2; }
 source benches/netlab-lib.sh
 netlab_bench asap-transport atr 10.86.0
 if [[ $MODEL == mlp ]]; then M=(--model mlp --hidden "$HIDDEN"); else M=(--model "$MODEL"); fi
 # The relay at high priority: it carries every frame, and the 2 cores are shared.
 nice -n -20 netlab/wan.sh up 2 1 "$RATE" "$DELAY" >/dev/null 2>&1
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg); 2 hosts, $RATE, $DELAY one way; $MODEL, $ROUNDS rounds, $REPS reps"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg); 2 hosts, $RATE, $DELAY one way; $MODEL, --notify $NOTIFY, $ROUNDS rounds, $REPS reps"
 for rep in $(seq "$REPS"); do
     for t in $TRANSPORTS; do
         netlab/wan.sh run 2 train "${M[@]}" --batch-size 64 --lr 0.1 --epochs 100 --max-rounds "$ROUNDS" \
-            --eval-every 100000 --emulate-compute 10 --sync asap --transport "$t" \
+            --eval-every 100000 --emulate-compute 10 --sync asap --notify "$NOTIFY" --transport "$t" \
             --metrics "$out/$t-$rep.jsonl" > "$out/$t-$rep.log" 2>&1
     done
 done
