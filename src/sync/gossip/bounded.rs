@@ -82,15 +82,7 @@ impl Gossip for BoundedStaleness {
                     net.mail.in_neighbours()[i]
                 );
             };
-            if round.saturating_sub(h) > s {
-                bail!(
-                    "rank {}: round {round}: the newest message of rank {} is from round {h}, older than --staleness {s}",
-                    net.rank,
-                    net.mail.in_neighbours()[i]
-                );
-            }
-            self.staleness_used[round.saturating_sub(h) as usize] += 1;
-            self.ahead += u64::from(h > round);
+            self.count_age(net.rank, net.mail.in_neighbours()[i], round, h)?;
             net.mail.ack_upto(i, m - 1)?;
         }
         net.reduce_into(params, &self.acc, d);
@@ -130,6 +122,19 @@ impl Gossip for BoundedStaleness {
 }
 
 impl BoundedStaleness {
+    /// Checks the age of the message of round `h` that `from` sent, reduced at `round`, against
+    /// the bound, and counts it in the histogram (or as ahead of this rank). Both transports'
+    /// reduces call it.
+    fn count_age(&mut self, rank: usize, from: usize, round: u64, h: u64) -> anyhow::Result<()> {
+        let s = self.s;
+        if round.saturating_sub(h) > s {
+            bail!("rank {rank}: round {round}: the newest message of rank {from} is from round {h}, older than --staleness {s}");
+        }
+        self.staleness_used[round.saturating_sub(h) as usize] += 1;
+        self.ahead += u64::from(h > round);
+        Ok(())
+    }
+
     /// The receiving half of [`Gossip::round`] on the two-sided transport, the same protocol:
     /// the links let a sender have S + 2 messages unACKed per edge ([`P2pLinks::with_depth`]);
     /// at its k-th round a receiver waits until every in-neighbour's k - S-th message came,
@@ -156,15 +161,7 @@ impl BoundedStaleness {
                     net.mail.in_neighbours()[i]
                 );
             };
-            if round.saturating_sub(h) > s {
-                bail!(
-                    "rank {}: round {round}: the newest message of rank {} is from round {h}, older than --staleness {s}",
-                    net.rank,
-                    net.mail.in_neighbours()[i]
-                );
-            }
-            self.staleness_used[round.saturating_sub(h) as usize] += 1;
-            self.ahead += u64::from(h > round);
+            self.count_age(net.rank, net.mail.in_neighbours()[i], round, h)?;
             let m = p.received(i);
             p.ack_upto(i, m - 1)?;
         }
