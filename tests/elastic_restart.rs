@@ -27,8 +27,8 @@ const EXAMPLES: u64 = 10_000;
 
 /// `train` and its options: 3 epochs of 50-example mini-batches (t10k is covered exactly by an
 /// epoch at 4 ranks), a checkpoint every 20 rounds, 30 ms steps.
-fn train_args<'a>(ck: &'a Path, metrics: &'a Path, sync: &'a str) -> Vec<&'a str> {
-    vec![
+fn train_args<'a>(ck: &'a Path, metrics: &'a Path, sync: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
         "train",
         "--data",
         DATA,
@@ -44,8 +44,6 @@ fn train_args<'a>(ck: &'a Path, metrics: &'a Path, sync: &'a str) -> Vec<&'a str
         "0.05",
         "--eval-every",
         "1000000",
-        "--sync",
-        sync,
         "--emulate-compute",
         "30",
         "--checkpoint-dir",
@@ -54,7 +52,9 @@ fn train_args<'a>(ck: &'a Path, metrics: &'a Path, sync: &'a str) -> Vec<&'a str
         "20",
         "--metrics",
         s(metrics),
-    ]
+    ];
+    a.extend(sync);
+    a
 }
 
 /// `timeout LIMIT asap-train elastic ELASTIC -- TRAIN` with the environment Open MPI needs here
@@ -152,22 +152,22 @@ fn open_mpi() -> bool {
     yes
 }
 
-/// kill -9 of rank 2 of 4 under asap after the first checkpoint: restarted on 3 ranks from the
-/// newest checkpoint, the run ends with status 0, the restart is in the start line and summary,
-/// and every example is seen once in every epoch (the redone steps cut from the killed launch).
-#[test]
-fn a_rank_killed_mid_run_is_restarted_on_one_rank_fewer() {
+/// kill -9 of rank `rank` of 4 under `sync` after the first checkpoint: restarted on 3 ranks from
+/// the newest checkpoint, the run ends with status 0, the restart is in the start line and
+/// summary, and every example is seen once in every epoch (the redone steps cut from the killed
+/// launch).
+fn killed_rank_is_restarted_on_one_rank_fewer(name: &str, sync: &[&str], rank: usize) {
     if !open_mpi() {
         return;
     }
-    let (ck, m, trace) = scratch_dirs("elastic-restart-kill");
+    let (ck, m, trace) = scratch_dirs(name);
     let prefix = trace.join("t");
-    let (cmd, marker) = elastic(&["-n", "4"], &train_args(&ck, &m, "asap"), &[("ASAP_TRAIN_TRACE_EXAMPLES", s(&prefix))], 120);
-    let job = kill_rank_after_a_checkpoint(cmd, &marker, &ck, 2, 120);
+    let (cmd, marker) = elastic(&["-n", "4"], &train_args(&ck, &m, sync), &[("ASAP_TRAIN_TRACE_EXAMPLES", s(&prefix))], 120);
+    let job = kill_rank_after_a_checkpoint(cmd, &marker, &ck, rank, 120);
     assert_eq!(job.status, Some(0), "the restarted run finishes:\n{}\n{}", job.stdout, job.stderr);
-    assert!(job.stderr.contains("rank 2 of 4 was lost (signal 9"), "{}", job.stderr);
+    assert!(job.stderr.contains(&format!("rank {rank} of 4 was lost (signal 9")), "{}", job.stderr);
     assert!(job.stderr.contains("relaunching on 3 rank(s) from checkpoint"), "{}", job.stderr);
-    assert!(job.stdout.contains("elastic restarts: 1 (rank 2 lost); now 3 ranks"), "{}", job.stdout);
+    assert!(job.stdout.contains(&format!("elastic restarts: 1 (rank {rank} lost); now 3 ranks")), "{}", job.stdout);
 
     let lines = metrics(&m);
     let starts: Vec<&serde_json::Value> = lines.iter().filter(|l| l["event"] == "start").collect();
@@ -180,11 +180,29 @@ fn a_rank_killed_mid_run_is_restarted_on_one_rank_fewer() {
     assert_eq!(summary["ranks"], 3);
     let r = &summary["restarts"];
     assert_eq!(r.as_array().map(Vec::len), Some(1), "{r}");
-    assert_eq!((r[0]["lost_rank"].as_u64(), r[0]["signal"].as_i64()), (Some(2), Some(9)), "{r}");
+    assert_eq!((r[0]["lost_rank"].as_u64(), r[0]["signal"].as_i64()), (Some(rank as u64), Some(9)), "{r}");
     assert_eq!((r[0]["ranks_before"].as_u64(), r[0]["ranks"].as_u64()), (Some(4), Some(3)), "{r}");
     assert_eq!(r[0]["checkpoint_round"].as_u64(), Some(round), "the relaunch continued the checkpoint it was told of: {r}");
     assert_eq!(starts[1]["restarts"], *r, "the relaunch's start line records the restart");
-    assert_each_example_once_across_restarts(&trace, &[round], "asap, rank 2 of 4 killed");
+    assert_each_example_once_across_restarts(&trace, &[round], &format!("{sync:?}, rank {rank} of 4 killed"));
+}
+
+#[test]
+fn asap_rank_killed_mid_run_is_restarted_on_one_rank_fewer() {
+    killed_rank_is_restarted_on_one_rank_fewer("elastic-restart-asap", &["--sync", "asap"], 2);
+}
+
+/// Rank 0 is async's coordinator and the rank that writes the checkpoints and the metrics.
+#[test]
+fn async_coordinator_killed_mid_run_is_restarted_on_one_rank_fewer() {
+    killed_rank_is_restarted_on_one_rank_fewer("elastic-restart-async", &["--sync", "async"], 0);
+}
+
+/// A parameter server's shard is lost with its rank: the relaunch re-partitions the servers'
+/// model of the checkpoint by row over 3.
+#[test]
+fn ssp_server_killed_mid_run_is_restarted_on_one_rank_fewer() {
+    killed_rank_is_restarted_on_one_rank_fewer("elastic-restart-ssp", &["--sync", "ssp", "--staleness", "2"], 1);
 }
 
 /// Bad input is the program's own error: one launch, its error, a non-zero status, no restart.
@@ -195,7 +213,7 @@ fn bad_input_is_not_restarted() {
     }
     let (ck, m, _) = scratch_dirs("elastic-restart-bad-input");
     let missing = ck.with_file_name("no-such-file.csv");
-    let mut args = train_args(&ck, &m, "allreduce");
+    let mut args = train_args(&ck, &m, &["--sync", "allreduce"]);
     args[2] = s(&missing);
     let (mut cmd, marker) = elastic(&["-n", "2"], &args, &[], 60);
     let job = finish_output(cmd.output().unwrap());
@@ -214,18 +232,19 @@ fn min_ranks_is_respected_and_unrestartable_runs_are_refused() {
         return;
     }
     let (ck, m, _) = scratch_dirs("elastic-restart-min-ranks");
-    let (cmd, marker) = elastic(&["-n", "2", "--min-ranks", "2"], &train_args(&ck, &m, "allreduce"), &[], 120);
+    let (cmd, marker) = elastic(&["-n", "2", "--min-ranks", "2"], &train_args(&ck, &m, &["--sync", "allreduce"]), &[], 120);
     let job = kill_rank_after_a_checkpoint(cmd, &marker, &ck, 1, 120);
     let job = job.expect_failure(&["rank 1 of 2 was lost (signal 9)", "fewer than --min-ranks 2", "train --auto-resume"]);
     assert!(!job.stderr.contains("relaunching"), "{}", job.stderr);
     assert_eq!(metrics(&m).iter().filter(|l| l["event"] == "start").count(), 1, "one launch");
 
     let (ck2, m2, _) = scratch_dirs("elastic-restart-refused");
-    let mut args = train_args(&ck2, &m2, "allreduce");
-    args.truncate(args.len() - 4); // no --checkpoint-every, no --metrics
+    let mut args = train_args(&ck2, &m2, &["--sync", "allreduce"]);
+    let at = args.iter().position(|a| *a == "--checkpoint-every").unwrap();
+    args.drain(at..at + 2);
     let (mut cmd, _) = elastic(&["-n", "2"], &args, &[], 30);
     finish_output(cmd.output().unwrap()).expect_failure(&["--checkpoint-every N"]);
-    let mut args = train_args(&ck2, &m2, "allreduce");
+    let mut args = train_args(&ck2, &m2, &["--sync", "allreduce"]);
     args.extend(["--partition", "by-label:2"]);
     let (mut cmd, _) = elastic(&["-n", "2"], &args, &[], 30);
     let job = finish_output(cmd.output().unwrap()).expect_failure(&["restarts on fewer ranks", "--partition by-label:2"]);

@@ -229,9 +229,13 @@ pub fn run(args: &ElasticArgs, config: &dyn Fn(&[String]) -> anyhow::Result<Trai
         };
         let who = rank.map_or("a rank".to_owned(), |r| format!("rank {r}"));
         let ckpt = newest_checkpoint(&dir, started);
-        let from = ckpt.as_ref().map_or(format!("no checkpoint of this job in {} yet", dir.display()), |(p, r)| {
-            format!("checkpoint {} (round {r})", p.display())
-        });
+        let from = ckpt.as_ref().map_or(
+            format!(
+                "the newest checkpoint of the run in {} (none was written since `asap-train elastic` started: an older one, or the start)",
+                dir.display()
+            ),
+            |(p, r)| format!("checkpoint {} (round {r})", p.display()),
+        );
         if restarts.len() >= args.max_restarts {
             bail!("{who} of {ranks} was lost (signal {signal}) after {} restart(s), --max-restarts {}: stopping; the newest is {from}, which `train --auto-resume` continues", restarts.len(), args.max_restarts);
         }
