@@ -8,7 +8,8 @@
 //!   mark of the checkpoint the relaunch continued: the steps after it are redone, which is the
 //!   documented cost of a restart;
 //! - the program's own error (bad input) is not restarted: one launch, its error, non-zero;
-//! - `--min-ranks` is respected: a loss that would leave fewer ends the run with an error.
+//! - `--min-ranks` is respected: a loss that would leave fewer ends the run with an error;
+//! - SIGTERM to `asap-train elastic` is a preemption stop (status 75), not a restart.
 //!
 //! The kill is race-free: the test waits until the run has written a checkpoint, then SIGKILLs
 //! the process that the launcher started as rank 2 (found by the job's marker and rank variable
@@ -249,6 +250,40 @@ fn min_ranks_is_respected_and_unrestartable_runs_are_refused() {
     let (mut cmd, _) = elastic(&["-n", "2"], &args, &[], 30);
     let job = finish_output(cmd.output().unwrap()).expect_failure(&["restarts on fewer ranks", "--partition by-label:2"]);
     assert!(!ck2.exists(), "nothing was launched: {}", job.stderr);
+}
+
+/// SIGTERM to `asap-train elastic` (what a batch script passes on at a preemption) reaches the
+/// ranks as SIGUSR1: they stop at the next vote with a checkpoint, and `elastic` exits 75 (the
+/// status slurm/asap-train.sbatch requeues on) without a restart.
+#[test]
+fn a_signal_to_elastic_stops_the_run_with_status_75() {
+    if !open_mpi() {
+        return;
+    }
+    let (ck, m, _) = scratch_dirs("elastic-restart-preempt");
+    let (mut cmd, marker) = elastic(&["-n", "2"], &train_args(&ck, &m, &["--sync", "allreduce"]), &[], 120);
+    let child = cmd.spawn().expect("timeout(1) runs");
+    let waited = Instant::now();
+    while !std::fs::read_dir(&ck).into_iter().flatten().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".h5")) {
+        assert!(waited.elapsed() < Duration::from_secs(120 * HANG_GUARD_STRETCH), "no checkpoint in {}", ck.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The supervisor: the process of the job whose program is the binary and whose first
+    // argument is `elastic` (not `timeout`, not mpirun, not a rank).
+    let supervisor: Vec<u32> = pids_with_env(JOB_MARKER, &marker)
+        .into_iter()
+        .filter(|p| {
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            args.first() == Some(&bin().as_bytes()) && args.get(1) == Some(&&b"elastic"[..])
+        })
+        .collect();
+    assert_eq!(supervisor.len(), 1, "one asap-train elastic process: {supervisor:?}");
+    assert!(Command::new("kill").args(["-TERM", &supervisor[0].to_string()]).status().unwrap().success());
+    let job = finish_output(child.wait_with_output().unwrap());
+    assert_eq!(kill_job(&marker), 0);
+    assert_eq!(job.status, Some(75), "{}", job.stderr);
+    assert!(job.stderr.contains("stopping at round") && !job.stderr.contains("relaunching"), "{}", job.stderr);
 }
 
 fn finish_output(out: std::process::Output) -> Job {
