@@ -53,6 +53,9 @@ pub enum Command {
     /// Train a model (the main job; run it under mpirun or srun).
     #[command(allow_negative_numbers = true)]
     Train(TrainArgs),
+    /// Launch `train` on N ranks (mpirun or srun) and, when a rank is lost, relaunch it on one
+    /// rank fewer from the newest checkpoint (run it without mpirun).
+    Elastic(crate::train::restart::ElasticArgs),
     /// Analyse communication graphs: spectral gap, comparisons, search (no MPI needed).
     Graph(crate::graph::command::GraphArgs),
     /// Convert and inspect data files.
@@ -82,6 +85,16 @@ pub struct TrainArgs {
     pub print_config: bool,
     #[command(flatten)]
     pub options: TrainConfig,
+}
+
+/// The resolved options of `asap-train train ARGS...` (`argv` begins with `train`), as `train`
+/// would parse them (defaults, --config file, flags): what `asap-train elastic` checks before it
+/// launches.
+pub fn train_config_of(argv: &[String]) -> anyhow::Result<TrainConfig> {
+    let matches = command().try_get_matches_from(std::iter::once("asap-train".to_owned()).chain(argv.iter().cloned()))?;
+    let sub = matches.subcommand_matches("train").ok_or_else(|| anyhow::anyhow!("asap-train elastic: give `-- train OPTIONS`"))?;
+    let args = <TrainArgs as clap::FromArgMatches>::from_arg_matches(sub)?;
+    Ok(args.effective_config(sub)?.options)
 }
 
 impl TrainArgs {

@@ -100,6 +100,10 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         None => return train(&cli.train, &matches),
         Some(Command::Train(a)) => return train(a, matches.subcommand_matches("train").expect("clap matched train")),
+        Some(Command::Elastic(e)) => match asap_train::train::restart::run(e, &asap_train::cli::train_config_of) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         Some(Command::Graph(g)) => asap_train::graph::command::run(g),
         Some(Command::Data(d)) => asap_train::data::command::run(d),
         Some(Command::Bench(b)) => asap_train::bench::run(b),

@@ -440,3 +440,55 @@ fn requeued_job_resumes_on_2_then_6_tasks_with_every_example_once() {
 fn metrics_lines(path: &Path, event: &str) -> Vec<serde_json::Value> {
     metrics(path).into_iter().filter(|v| v["event"] == event).collect()
 }
+
+/// `asap-train elastic --launcher srun` inside an allocation (`salloc -n 4`): kill -9 of task 2
+/// after the first checkpoint; srun reports it, and the run is relaunched on 3 tasks from that
+/// checkpoint and finishes, the summary recording the restart. srun takes ~30 s to end the
+/// step's other tasks here (slurm/README.md): the time limit is a hang guard above that.
+#[test]
+fn elastic_relaunches_a_killed_task_on_one_fewer_with_srun() {
+    let dir = scratch("slurm-elastic");
+    let _keep = KeepOnFailure { name: "slurm-elastic".into(), dir: dir.clone() };
+    let Some(cluster) = Cluster::start(&dir.join("cluster")) else { return };
+    let (ck, metrics) = (dir.join("ck"), dir.join("m.jsonl"));
+    let data = format!("{FASHION}/t10k-images-idx3-ubyte.gz");
+    let mpi = if built_with_mpich() { "--launcher-arg=--mpi=pmi2" } else { "--launcher-arg=--mpi=pmix" };
+    let marker = new_job_marker();
+    let mut cmd = cluster.client(240 * HANG_GUARD_STRETCH, "salloc");
+    cmd.args(["-n", "4", "--overcommit", bin(), "elastic", "-n", "4", "--launcher", "srun", mpi, "--", "train", "--data", &data])
+        .args(["--epochs", "2", "--batch-size", "50", "--lr", "0.05", "--seed", "11", "--eval-every", "1000000", "--sync", "allreduce"])
+        .args(["--emulate-compute", "30", "--checkpoint-dir", s(&ck), "--checkpoint-every", "20", "--metrics", s(&metrics)])
+        .env(JOB_MARKER, &marker)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let waited = std::time::Instant::now();
+    while !std::fs::read_dir(&ck).into_iter().flatten().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".h5")) {
+        assert!(waited.elapsed().as_secs() < 240 * HANG_GUARD_STRETCH, "no checkpoint in {}", ck.display());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Task 2: the process running `asap-train train` with SLURM_PROCID=2 (the supervisor runs
+    // `asap-train elastic`).
+    let task: Vec<u32> = pids_with_env(JOB_MARKER, &marker)
+        .into_iter()
+        .filter(|p| {
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let env = std::fs::read(format!("/proc/{p}/environ")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            args.get(1) == Some(&&b"train"[..]) && env.split(|&b| b == 0).any(|v| v == b"SLURM_PROCID=2")
+        })
+        .collect();
+    assert_eq!(task.len(), 1, "one process is task 2: {task:?}");
+    assert!(Command::new("kill").args(["-KILL", &task[0].to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    kill_job(&marker);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stderr.contains("task 2: Killed") && stderr.contains("rank 2 of 4 was lost (signal 9"), "{stderr}");
+    let sm = summary(&metrics);
+    assert_eq!(sm["ranks"], 3, "{sm}");
+    assert_eq!((sm["restarts"][0]["lost_rank"].as_u64(), sm["restarts"][0]["ranks"].as_u64()), (Some(2), Some(3)), "{sm}");
+    assert_eq!(sm["epochs"].as_f64(), Some(2.0), "{sm}");
+}

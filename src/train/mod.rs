@@ -14,6 +14,7 @@ pub mod outputs;
 pub mod phases;
 pub mod plan;
 pub mod report;
+pub mod restart;
 pub mod schedule;
 pub mod setup;
 pub mod step_search;
@@ -163,6 +164,9 @@ struct Run<'a> {
     dealt: Option<elastic::Dealt>,
     /// How this run resumed, for the start line.
     resumed: Option<serde_json::Value>,
+    /// The restarts after lost ranks that `asap-train elastic` made before this launch
+    /// ([`restart::RESTARTS_ENV`]), for the start line and the summary.
+    restarts: Vec<restart::Restart>,
     /// The example trace ([`TRACE_ENV`]).
     trace: Option<std::io::BufWriter<std::fs::File>>,
     /// When `run` was called, and the seconds its loading, step search and set-up took.
@@ -495,6 +499,8 @@ impl Run<'_> {
         } else {
             epoch_rng
         };
+        // Before the save, so a checkpoint on disk has its mark in every rank's trace.
+        self.trace_mark(&format!("checkpoint {}", pos.round));
         let contents = checkpoint::Contents {
             params,
             epoch_rng: rng_state,
@@ -749,7 +755,9 @@ fn resume_record(
 
 /// The environment variable that makes every rank write the global row of each example it steps
 /// on, after the epoch, one a line, to `$ASAP_TRAIN_TRACE_EXAMPLES.rank{r}` (appended): the
-/// record the elastic tests count examples by (tests/elastic.rs).
+/// record the elastic tests count examples by (tests/elastic.rs). Lines starting `#` are marks:
+/// `# start` where each launch begins, `# checkpoint ROUND` before each checkpoint
+/// (`Run::trace_mark`).
 pub const TRACE_ENV: &str = "ASAP_TRAIN_TRACE_EXAMPLES";
 
 /// The example trace of this rank ([`TRACE_ENV`]), when asked for.
@@ -758,7 +766,9 @@ fn open_trace(comm: &SimpleCommunicator) -> anyhow::Result<Option<std::io::BufWr
     let path = format!("{prefix}.rank{}", comm.rank());
     let file =
         std::fs::OpenOptions::new().create(true).append(true).open(&path).with_context(|| format!("{TRACE_ENV}: cannot open {path}"));
-    Ok(Some(std::io::BufWriter::new(collectives::agree(comm, file)?)))
+    let mut trace = std::io::BufWriter::new(collectives::agree(comm, file)?);
+    collectives::agree(comm, writeln!(trace, "# start").with_context(|| format!("{TRACE_ENV}: cannot write {path}")))?;
+    Ok(Some(trace))
 }
 
 /// Set-up (collective): the model and its first replica, the optimizer, the resume point, the
@@ -863,6 +873,7 @@ fn set_up<'a>(
         ids,
         dealt,
         resumed,
+        restarts: restart::from_env()?,
         trace,
         started,
         load_seconds,
@@ -902,6 +913,7 @@ impl Run<'_> {
             "step_search_seconds": self.search_seconds,
             "sync_info": &sync_info,
             "resumed": self.resumed,
+            "restarts": restart::to_json(&self.restarts),
         });
         self.write_metrics(&start);
         if self.comm.rank() == 0 {
@@ -1078,6 +1090,16 @@ impl Run<'_> {
         let epoch = self.pos.epoch;
         let written = batch.iter().try_for_each(|&i| writeln!(t, "{epoch} {}", ids[i]));
         if let Err(e) = written {
+            comm::abort_job(&format!("cannot write the example trace ({TRACE_ENV}): {e}"), 5);
+        }
+    }
+
+    /// A line `# WHAT` in the example trace, written out at once with what came before: the
+    /// checkpoints' marks (`# checkpoint ROUND`), by which a test of a killed run cuts the trace
+    /// at the checkpoint its restart continued (tests/elastic_restart.rs).
+    fn trace_mark(&mut self, what: &str) {
+        let Some(t) = self.trace.as_mut() else { return };
+        if let Err(e) = writeln!(t, "# {what}").and_then(|_| t.flush()) {
             comm::abort_job(&format!("cannot write the example trace ({TRACE_ENV}): {e}"), 5);
         }
     }
@@ -1284,6 +1306,7 @@ impl Run<'_> {
             early_stopping: self.early_stop.as_ref().map(|e| e.summary(ending.patience)),
             last_evaluation: (self.last_eval_round > 0)
                 .then_some(summary::LastEvaluation { round: self.last_eval_round, metric: self.last_eval.metric }),
+            restarts: restart::to_json(&self.restarts),
         }
     }
 
@@ -1308,6 +1331,9 @@ impl Run<'_> {
             return Ok(());
         }
         summary.print();
+        if let Some(line) = restart::line(&self.restarts) {
+            println!("{line}");
+        }
         if let (Some(path), Some(extras)) = (cfg.save_model.as_ref(), &extras) {
             model_file::save(path, self.model.as_ref(), params, extras, &serde_json::to_string(cfg)?, &summary_json.to_string())
                 .with_context(|| "cannot save the final model (--save-model)")?;

@@ -166,6 +166,9 @@ pub struct Summary {
     pub last_evaluation: Option<LastEvaluation>,
     /// `--patience`: whether the run stopped by it, and its best evaluation (null without it).
     pub early_stopping: Option<super::early_stop::EarlyStopping>,
+    /// The restarts after lost ranks that `asap-train elastic` made (super::restart::Restart
+    /// records; null when it made none or did not launch the run).
+    pub restarts: serde_json::Value,
 }
 
 impl Summary {

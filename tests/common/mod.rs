@@ -338,7 +338,8 @@ pub fn seen_per_epoch(dir: &Path) -> std::collections::BTreeMap<u64, std::collec
         if !e.file_name().to_string_lossy().contains(".rank") {
             continue;
         }
-        for line in std::fs::read_to_string(e.path()).unwrap().lines() {
+        // `#` lines are marks (launches, checkpoints), no example.
+        for line in std::fs::read_to_string(e.path()).unwrap().lines().filter(|l| !l.starts_with('#')) {
             let (epoch, id) = line.split_once(' ').unwrap();
             *seen.entry(epoch.parse().unwrap()).or_default().entry(id.parse().unwrap()).or_default() += 1;
         }
