@@ -13,41 +13,70 @@
 # the link. A fixed number of rounds (no target): the quantity compared is training seconds
 # (and sync seconds per rank) for the same rounds.
 #
+# Modes (MODES, every one by default; issue 41 item 4):
+#   allreduce       --sync allreduce (auto: the program's ring on 2 netlab hosts)
+#   allreduce-mpi   --sync allreduce --allreduce-algorithm mpi (Open MPI's own)
+#   asap-rma        --sync asap --transport rma (one-sided puts over UCX's TCP transport)
+#   asap-p2p        --sync asap --transport p2p (two-sided non-blocking messages)
+#   ssp             --sync ssp
+#   bosen           --sync bosen --bandwidth-mbps RATE (the budget at the link's rate)
+#   gaia            --sync gaia --groups 2 (one rank per group: every exchange crosses the link)
+#   (asap is asap-rma, the name of the first tables)
+# The emulated runs declare the link with --emulate-bandwidth/--emulate-latency and, when FABRIC
+# is set, --emulate-fabric FABRIC (the real transport's costs the ideal pipe lacks).
+#
 # Environment: REPS [3], ROUNDS [40], RATE [100mbit], DELAY [10ms], MODEL [mlp] (or mlr: a
 # 31 KB message, latency-bound), HIDDEN [256] (MLP
 # 784-HIDDEN-10: 203,530 parameters, a 0.81 MB message at 256), COMPUTE [10], MODES
-# ["allreduce asap ssp"], NICE [-20], BIN [target/release/asap-train].
+# [every mode above], FABRIC [unset: the program's default], UNSHAPED [1; 0 skips the unshaped
+# runs], NICE [-20], NETLAB_NAME [el], NETLAB_NET [10.81.0] (another bench on netlab at the same
+# time needs its own), BIN [target/release/asap-train].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source benches/priority.sh
 REPS=${REPS:-3} ROUNDS=${ROUNDS:-40} RATE=${RATE:-100mbit} DELAY=${DELAY:-10ms}
-MODEL=${MODEL:-mlp} HIDDEN=${HIDDEN:-256} COMPUTE=${COMPUTE:-10} MODES=${MODES:-allreduce asap ssp} NICE=${NICE:--20}
+MODEL=${MODEL:-mlp} HIDDEN=${HIDDEN:-256} COMPUTE=${COMPUTE:-10} MODES=${MODES:-allreduce asap-rma asap-p2p ssp bosen gaia} NICE=${NICE:--20}
 SRC_BIN=${BIN:-$PWD/target/release/asap-train}
 BIN=/tmp/emulation-links-bin-$$
 cp "$SRC_BIN" "$BIN"
-export BIN NETLAB_NAME=el NETLAB_NET=10.81.0
+export BIN NETLAB_NAME=${NETLAB_NAME:-el} NETLAB_NET=${NETLAB_NET:-10.81.0}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 [[ $RATE =~ ^[0-9]+mbit$ && $DELAY =~ ^[0-9]+ms$ ]] || { echo "RATE must be Nmbit and DELAY Nms" >&2; exit 2; }
 mb=${RATE%mbit} ms=${DELAY%ms}
+UNSHAPED=${UNSHAPED:-1} FABRIC=${FABRIC:-}
+fabric=(); [[ -z $FABRIC ]] || fabric=(--emulate-fabric "$FABRIC")
+mode_args() {
+    case $1 in
+    allreduce) echo --sync allreduce ;;
+    allreduce-mpi) echo --sync allreduce --allreduce-algorithm mpi ;;
+    asap | asap-rma) echo --sync asap --transport rma ;;
+    asap-p2p) echo --sync asap --transport p2p ;;
+    ssp) echo --sync ssp ;;
+    bosen) echo --sync bosen --bandwidth-mbps "$mb" ;;
+    gaia) echo --sync gaia --groups 2 ;;
+    *) echo "unknown mode $1" >&2; exit 2 ;;
+    esac
+}
 out=runs/emulation-links-$(date +%H%M%S)
 mkdir -p "$out"
 trap 'netlab/wan.sh down >/dev/null 2>&1 || true; rm -f "$BIN"; priority_restore' EXIT
 datasets/prepare.sh >/dev/null
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg); $RATE, $DELAY one way, $MODEL (hidden $HIDDEN), $ROUNDS rounds, tcp_slow_start_after_idle ${NETLAB_IDLE_RESTART:-1}, relay queue ${NETLAB_QUEUE_MS:-default} ms, $COMPUTE ms declared steps"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg); $RATE, $DELAY one way, $MODEL (hidden $HIDDEN), $ROUNDS rounds, tcp_slow_start_after_idle ${NETLAB_IDLE_RESTART:-1}, relay queue ${NETLAB_QUEUE_MS:-default} ms, $COMPUTE ms declared steps, fabric ${FABRIC:-default}"
 if [[ $MODEL == mlp ]]; then M=(--model mlp --hidden "$HIDDEN"); else M=(--model "$MODEL"); fi
 common=("${M[@]}" --batch-size 64 --lr 0.1 --epochs 100 --max-rounds "$ROUNDS" --eval-every 100000 --emulate-compute "$COMPUTE")
 nice -n "$NICE" netlab/wan.sh up 2 1 "$RATE" "$DELAY" 2>/dev/null
 for mode in $MODES; do
+    read -ra a <<< "$(mode_args "$mode")"
     for rep in $(seq 1 "$REPS"); do
-        nice -n "$NICE" netlab/wan.sh run 2 train "${common[@]}" --sync "$mode" --metrics "$out/$mode-real-link-$rep.jsonl" > "$out/$mode-real-link-$rep.log" 2>&1
-        nice -n "$NICE" mpirun -n 2 "$BIN" train "${common[@]}" --sync "$mode" --emulate-bandwidth "$mb" --emulate-latency "$ms" --metrics "$out/$mode-emulated-$rep.jsonl" > "$out/$mode-emulated-$rep.log" 2>&1
-        nice -n "$NICE" mpirun -n 2 "$BIN" train "${common[@]}" --sync "$mode" --metrics "$out/$mode-unshaped-$rep.jsonl" > "$out/$mode-unshaped-$rep.log" 2>&1
+        nice -n "$NICE" netlab/wan.sh run 2 train "${common[@]}" "${a[@]}" --metrics "$out/$mode-real-link-$rep.jsonl" > "$out/$mode-real-link-$rep.log" 2>&1
+        nice -n "$NICE" mpirun -n 2 "$BIN" train "${common[@]}" "${a[@]}" --emulate-bandwidth "$mb" --emulate-latency "$ms" "${fabric[@]}" --metrics "$out/$mode-emulated-$rep.jsonl" > "$out/$mode-emulated-$rep.log" 2>&1
+        [[ $UNSHAPED == 0 ]] || nice -n "$NICE" mpirun -n 2 "$BIN" train "${common[@]}" "${a[@]}" --metrics "$out/$mode-unshaped-$rep.jsonl" > "$out/$mode-unshaped-$rep.log" 2>&1
     done
 done
 netlab/wan.sh stats > "$out/link.json"
-python3 - "$out" "$REPS" "$MODES" <<'PY'
+python3 - "$out" "$REPS" "$MODES" "$UNSHAPED" <<'PY'
 import json, statistics, sys
-out, reps, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+out, reps, modes, unshaped = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4] != "0"
 def summary(name, rep):
     return next(e for e in map(json.loads, open(f"{out}/{name}-{rep}.jsonl")) if e["event"] == "summary")
 def col(name):
@@ -59,9 +88,10 @@ def fmt(v):
 print("| mode | real link: train s | emulated: train s | unshaped: train s | emulated / real (train s) | link's cost, emulated / real | emulation valid |")
 print("|---|---|---|---|---|---|---|")
 for m in modes:
-    (rt, rs, rv), (et, es, ev), (ut, us, uv) = col(f"{m}-real-link"), col(f"{m}-emulated"), col(f"{m}-unshaped")
+    (rt, rs, rv), (et, es, ev) = col(f"{m}-real-link"), col(f"{m}-emulated")
+    (ut, us, uv) = col(f"{m}-unshaped") if unshaped else ([float("nan")], [], True)
     r, e, u = statistics.median(rt), statistics.median(et), statistics.median(ut)
     cost = f"{(e - u) / (r - u):.3f}" if r > u else "-"
-    print(f"| {m} | {fmt(rt)} | {fmt(et)} | {fmt(ut)} | {e / r:.3f} | {cost} | {'yes' if rv and ev and uv else 'NO'} |")
+    print(f"| {m} | {fmt(rt)} | {fmt(et)} | {fmt(ut) if unshaped else '-'} | {e / r:.3f} | {cost} | {'yes' if rv and ev and uv else 'NO'} |")
 PY
 echo "# load at the end $(cut -d' ' -f1-3 /proc/loadavg); runs in $out"
