@@ -325,9 +325,9 @@ pub struct TrainConfig {
     /// What carries --emulate-bandwidth's links: ideal (a message takes its bytes over the rate
     /// plus one latency; the model of every emulated table before this option) or tcp (Open MPI
     /// over TCP/Ethernet, as on netlab's real links: payload at 1448/1514 of the rate, a
-    /// two-sided message over 64 KiB waits a round trip for its rendezvous, a one-sided put
-    /// moves at a third of that and costs 7.5 more one-way latencies); docs/emulation.md
-    /// "Validation".
+    /// two-sided message over the 4 MiB eager limit waits a round trip for its rendezvous, a
+    /// one-sided put moves at a third of that and costs 13.9 more one-way latencies);
+    /// docs/emulation.md "Validation".
     #[arg(long, value_enum, default_value_t = crate::comm::pace::Fabric::Ideal, help_heading = "Emulated cluster")]
     pub emulate_fabric: crate::comm::pace::Fabric,
     /// A cluster profile (TOML, see clusters/): declared step times per model and batch size,

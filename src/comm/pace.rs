@@ -135,7 +135,7 @@ pub enum Fabric {
     Ideal,
     /// Open MPI over TCP/Ethernet (what netlab's real links run): the line rate carries payload
     /// at 1448/1514 (TCP/IP and Ethernet headers of a full frame), a two-sided message over
-    /// Open MPI's TCP eager limit (64 KiB) waits a round trip for the receiver's reply before
+    /// the TCP eager limit the real links run with (4 MiB) waits a round trip for the receiver's reply before
     /// the rest of it goes (the rendezvous), and one-sided puts (UCX over TCP) cost the round
     /// trips measured in benches/asap-transport.sh and move at a third of the payload rate.
     Tcp,
@@ -147,16 +147,21 @@ pub enum Fabric {
 /// and 94.5 Mbit/s of payload (`netlab/wan.sh bulk`), this ratio 95.6.
 pub const TCP_PAYLOAD_SHARE: f64 = 1448.0 / 1514.0;
 
-/// Open MPI's `btl_tcp_eager_limit` (and `rndv_eager_limit`), 64 KiB by default (`ompi_info
-/// --param btl tcp --level 9`): a longer two-sided message sends this much, then waits for the
-/// receiver's acknowledgement (one round trip) before the rest.
-pub const TCP_EAGER_BYTES: u64 = 65536;
+/// The TCP eager limit the real links run with: netlab/wan.sh sets Open MPI's
+/// `btl_tcp_eager_limit` (and `rndv_eager_limit`) to 4 MiB (NETLAB_EAGER; Open MPI's default is
+/// 64 KiB, under which a 0.3 MB gaia message crossed at ~45 % of the link, docs/gaia.md). A
+/// longer two-sided message sends this much, then waits for the receiver's acknowledgement (one
+/// round trip) before the rest.
+pub const TCP_EAGER_BYTES: u64 = 4 << 20;
 
 /// One-way latencies a one-sided put costs over UCX's TCP transport beyond the ideal pipe's one:
-/// put, flush, and the target's progress, each a software round trip (benches/asap-transport.sh,
-/// 10 ms one way, quiet: a NOTIFY-ACK round 16.9 latencies on rma against 1.9 on p2p, with two
-/// puts (data with NOTIFY, ACK) a round: (16.9 - 1.9) / 2 = 7.5 more a put).
-pub const TCP_ONE_SIDED_EXTRA_LATENCIES: f64 = 7.5;
+/// put, flush, NOTIFY and ACK are each software round trips, progressed only when the target
+/// enters MPI. Fitted (benches/asap-transport.sh, 100 Mbit/s, 10 ms one way, MLR, quiet machine,
+/// 2026-11-29): a NOTIFY-ACK round over rma took 171.8 ms on the real link, where the ideal
+/// pipe charges 32.8 (three latencies and the bytes: the put, the NOTIFY's wait and the ACK's,
+/// measured in docs/emulation.md's first latency-bound table); one put a round, so
+/// (171.8 - 32.8) / 10 = 13.9 more a put. At load the real round took up to 26.7 latencies.
+pub const TCP_ONE_SIDED_EXTRA_LATENCIES: f64 = 13.9;
 
 /// The share of the payload rate a one-sided put's bytes get over UCX's TCP transport: a put
 /// moves only while the target enters MPI, and its flush waits for the whole of it. Fitted
@@ -642,13 +647,17 @@ mod tests {
         // Up to the eager limit: the bytes over the payload rate, no wait.
         let (s, e) = p.reserve_to(1, TCP_EAGER_BYTES);
         assert!((secs(e - s) - TCP_EAGER_BYTES as f64 / rate).abs() < 1e-6);
-        // Beyond it: plus a round trip (100 ms) less the eager part's own time on the link.
-        let (s2, e2) = p.reserve_to(1, 200_000);
+        // Beyond it: plus a round trip (100 ms) less the eager part's own time on the link (a
+        // 4 MiB eager part takes 4.4 s at this rate: a round trip of 5 s to see the wait).
+        let mut p = Pacer::for_rank(&Links::on(Fabric::Tcp, &[8.0, 8.0], &[2500.0, 2500.0]), 0, None).record();
+        let (_, e) = p.reserve_to(1, TCP_EAGER_BYTES);
+        let big = TCP_EAGER_BYTES + 200_000;
+        let (s2, e2) = p.reserve_to(1, big);
         assert_eq!(s2, e, "one egress queue");
-        let want = 200_000.0 / rate + (0.1 - TCP_EAGER_BYTES as f64 / rate);
+        let want = big as f64 / rate + (5.0 - TCP_EAGER_BYTES as f64 / rate);
         assert!((secs(e2 - s2) - want).abs() < 1e-6, "{} against {want}", secs(e2 - s2));
         // A round trip shorter than the eager part's time costs nothing.
-        assert_eq!(Fabric::Tcp.rendezvous(200_000, rate, Duration::from_millis(1)), Duration::ZERO);
+        assert_eq!(Fabric::Tcp.rendezvous(big, rate, Duration::from_millis(1)), Duration::ZERO);
         // The ideal fabric: the old model, exactly.
         let mut q = Pacer::for_rank(&ideal, 0, None);
         let (s, e) = q.reserve_to(1, 200_000);
@@ -665,6 +674,7 @@ mod tests {
         assert!(secs(arrival - t) >= 0.25 - 1e-6 && secs(arrival - t) < 0.3, "ideal: bytes plus one latency");
         // Sending as fast as the link lets: every 1 s window within the payload rate plus one
         // message.
+        let mut p = Pacer::for_rank(&tcp, 0, None).record();
         let t0 = Instant::now();
         for _ in 0..400 {
             p.reserve_at(100_000, t0);
