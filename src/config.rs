@@ -326,8 +326,8 @@ pub struct TrainConfig {
     /// plus one latency; the model of every emulated table before this option) or tcp (Open MPI
     /// over TCP/Ethernet, as on netlab's real links: payload at 1448/1514 of the rate, a
     /// two-sided message over the 4 MiB eager limit waits a round trip for its rendezvous, a
-    /// one-sided put moves at a third of that and costs 13.9 more one-way latencies);
-    /// docs/emulation.md "Validation".
+    /// one-sided put moves at 0.47 of that and waits 84.3 ms and 10.5 one-way latencies more,
+    /// fitted over netlab); docs/emulation.md "Validation".
     #[arg(long, value_enum, default_value_t = crate::comm::pace::Fabric::Ideal, help_heading = "Emulated cluster")]
     pub emulate_fabric: crate::comm::pace::Fabric,
     /// A cluster profile (TOML, see clusters/): declared step times per model and batch size,
@@ -634,6 +634,7 @@ impl TrainConfig {
             latency: &mut self.emulate_latency,
             straggler: &mut self.straggler,
             jitter: &mut self.emulate_jitter,
+            fabric: &mut self.emulate_fabric,
         }
     }
 
