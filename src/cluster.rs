@@ -6,6 +6,8 @@
 //! - `bandwidth_mbps` and `latency_ms`: every rank's link, either a number or the per-rank form of
 //!   `--emulate-bandwidth` (`"1000,0-1:100"`);
 //! - optionally `straggler`: a `--straggler` form (per-rank compute heterogeneity);
+//! - optionally `fabric`: `"ideal"` (the default) or `"tcp"`, `--emulate-fabric`'s values (what
+//!   carries the links: the real transport's costs the model adds);
 //! - optionally `[jitter]`: each step time's variance by the same keys as `[compute]`, an
 //!   `--emulate-jitter` form (`bench --write-profile` measures it).
 //!
@@ -36,6 +38,8 @@ pub struct Profile {
     pub latency_ms: Option<LinkSpec>,
     /// A `--straggler` form.
     pub straggler: Option<String>,
+    /// What carries the links (`--emulate-fabric`); unset: ideal.
+    pub fabric: Option<crate::comm::pace::Fabric>,
     /// Time dilation D: the emulated cluster runs D times slower than the one described (step
     /// times and latencies x D, rates / D), so that 8-64 ranks sharing a few cores keep up with
     /// their declared times. Every ratio between runs is unchanged; seconds divide by D.
@@ -98,6 +102,8 @@ pub struct Emulation<'a> {
     pub straggler: &'a mut Option<String>,
     /// `--emulate-jitter`.
     pub jitter: &'a mut Option<Jitter>,
+    /// `--emulate-fabric` (at its default, ideal, a profile's `fabric` fills it).
+    pub fabric: &'a mut crate::comm::pace::Fabric,
 }
 
 fn one() -> f64 {
@@ -136,6 +142,10 @@ pub fn apply(path: &str, e: Emulation) -> anyhow::Result<()> {
     if e.straggler.is_none() {
         *e.straggler = p.straggler.clone();
     }
+    // Like the latency: the option at its default (ideal) takes the profile's.
+    if *e.fabric == crate::comm::pace::Fabric::Ideal {
+        *e.fabric = p.fabric.unwrap_or_default();
+    }
     Ok(())
 }
 
@@ -162,6 +172,14 @@ mod tests {
         assert_eq!(cfg.emulate_bandwidth.as_ref().unwrap().resolve(3, "x").unwrap(), vec![50.0, 50.0, 500.0]);
         assert_eq!(cfg.emulate_bandwidth.as_ref().unwrap().to_string(), "500,0-1:50");
         assert_eq!(cfg.emulate_latency.default, 0.2);
+        assert_eq!(cfg.emulate_fabric, crate::comm::pace::Fabric::Ideal, "no fabric: ideal");
+        let tcp = dir.path().join("tcp.toml");
+        std::fs::write(&tcp, "name = \"t\"\nbandwidth_mbps = 100\nfabric = \"tcp\"\n[compute]\n\"mlr:256\" = 10\n").unwrap();
+        let mut t = TrainConfig { cluster: Some(tcp.to_string_lossy().into()), batch_size: 256, ..TrainConfig::default() };
+        apply_to(&mut t).unwrap();
+        assert_eq!(t.emulate_fabric, crate::comm::pace::Fabric::Tcp);
+        std::fs::write(&tcp, "name = \"t\"\nfabric = \"rdma\"\n").unwrap();
+        assert!(apply_to(&mut t.clone()).unwrap_err().to_string().contains("not a cluster profile"));
         // An explicit option wins.
         let mut cfg2 = TrainConfig { cluster: cfg.cluster.clone(), batch_size: 256, emulate_compute: Some(5.0), ..TrainConfig::default() };
         apply_to(&mut cfg2).unwrap();

@@ -322,6 +322,14 @@ pub struct TrainConfig {
     /// One-way latency in milliseconds of --emulate-bandwidth's links, in the same per-rank form.
     #[arg(long, value_name = "MS[,RANKS:MS]", default_value = "0", value_parser = link_latency, help_heading = "Emulated cluster")]
     pub emulate_latency: LinkSpec,
+    /// What carries --emulate-bandwidth's links: ideal (a message takes its bytes over the rate
+    /// plus one latency; the model of every emulated table before this option) or tcp (Open MPI
+    /// over TCP/Ethernet, as on netlab's real links: payload at 1448/1514 of the rate, a
+    /// two-sided message over the 4 MiB eager limit waits a round trip for its rendezvous, a
+    /// one-sided put moves at 0.47 of that and waits 84.3 ms and 10.5 one-way latencies more,
+    /// fitted over netlab); docs/emulation.md "Validation".
+    #[arg(long, value_enum, default_value_t = crate::comm::pace::Fabric::Ideal, help_heading = "Emulated cluster")]
+    pub emulate_fabric: crate::comm::pace::Fabric,
     /// A cluster profile (TOML, see clusters/): declared step times per model and batch size,
     /// link bandwidth and latency, optional per-rank heterogeneity. It fills --emulate-compute,
     /// --emulate-bandwidth, --emulate-latency and --straggler where they are not given.
@@ -626,6 +634,7 @@ impl TrainConfig {
             latency: &mut self.emulate_latency,
             straggler: &mut self.straggler,
             jitter: &mut self.emulate_jitter,
+            fabric: &mut self.emulate_fabric,
         }
     }
 
@@ -836,6 +845,10 @@ impl TrainConfig {
         anyhow::ensure!(
             max_latency == 0.0 || self.emulate_bandwidth.is_some(),
             "--emulate-latency needs --emulate-bandwidth (the emulated link it belongs to)"
+        );
+        anyhow::ensure!(
+            self.emulate_fabric == crate::comm::pace::Fabric::Ideal || self.emulate_bandwidth.is_some(),
+            "--emulate-fabric tcp needs --emulate-bandwidth (the emulated links it carries): give --emulate-bandwidth MBPS, or leave --emulate-fabric at ideal"
         );
         if let Some(ms) = self.emulate_compute {
             anyhow::ensure!(

@@ -148,6 +148,92 @@ fn per_rank_links_hold_the_slower_end_over_every_window() {
     assert!(sm["train_seconds"].as_f64().unwrap() >= 2.4);
 }
 
+/// `--emulate-fabric tcp` (issue 41 item 4): the link carries payload at 1448/1514 of its line
+/// rate. Two ranks of asap over two-sided messages on 8 Mbit/s links (1e6 bytes/s of line), each
+/// sending its 31 kB MLR model every round: every rank's sends stay within the payload rate
+/// (956,367 bytes/s) over every 1 s window (+ one message), and 60 messages of 31.4 kB at that
+/// rate take at least 1.97 s of training.
+#[test]
+fn a_tcp_fabric_carries_its_payload_share_of_the_line() {
+    let dir = scratch("emulate-fabric-tcp");
+    let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "asap",
+        "--transport",
+        "p2p",
+        "--epochs",
+        "1",
+        "--max-rounds",
+        "60",
+        "--emulate-bandwidth",
+        "8",
+        "--emulate-fabric",
+        "tcp",
+        "--metrics",
+        s(&m),
+        "--send-log",
+        s(&log),
+    ];
+    mpirun(2, &args, 180).expect_ok();
+    let payload = 1e6 * 1448.0 / 1514.0;
+    for r in 0..2 {
+        let l = read_log(&dir.join(format!("sends.rank{r}.csv")));
+        let data: Vec<u64> = l.iter().map(|x| x.1).filter(|&b| b > 1000).collect();
+        assert_eq!(data.len(), 60, "rank {r}: one model message per round (besides the ACKs): {l:?}");
+        let msg = l.iter().map(|x| x.1).max().unwrap() as f64;
+        let peak = asap_train::comm::pace::peak_rate(&l, 1.0);
+        assert!(peak <= payload + msg, "rank {r} sent {peak} bytes in one second over a payload rate of {payload}");
+    }
+    let start = metrics(&m).into_iter().find(|v| v["event"] == "start").expect("a start line");
+    assert_eq!(start["config"]["emulate_fabric"], "tcp");
+    let sm = summary(&m);
+    assert_eq!(sm["sync_metrics"]["torn"], 0.0);
+    assert!(sm["train_seconds"].as_f64().unwrap() >= 60.0 * 31_400.0 / payload);
+}
+
+/// `--emulate-fabric tcp` for one-sided puts: each put moves at 0.47 of the payload rate and
+/// waits 84.3 ms and 10.5 one-way latencies more than the ideal pipe's one (UCX over TCP, fitted
+/// over netlab's real links). Two ranks of asap over rma at 8 Mbit/s and 5 ms one way, 20
+/// rounds: every round's put alone takes 31.4 kB / 449,492 bytes/s + 84.3 ms + 11.5 x 5 ms =
+/// 211 ms, so training lasts at least 20 of them (4.2 s); the ideal pipe's would be 36 ms a
+/// round.
+#[test]
+fn a_tcp_fabric_charges_one_sided_puts_their_round_trips() {
+    let dir = scratch("emulate-fabric-rma");
+    let m = dir.join("m.jsonl");
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "asap",
+        "--transport",
+        "rma",
+        "--epochs",
+        "1",
+        "--max-rounds",
+        "20",
+        "--emulate-bandwidth",
+        "8",
+        "--emulate-latency",
+        "5",
+        "--emulate-fabric",
+        "tcp",
+        "--metrics",
+        s(&m),
+    ];
+    mpirun(2, &args, 180).expect_ok();
+    let sm = summary(&m);
+    let put = 31_400.0 / (1e6 * 1448.0 / 1514.0 * 0.47) + 0.0843 + 11.5 * 0.005;
+    let train = sm["train_seconds"].as_f64().unwrap();
+    assert!(train >= 20.0 * put, "20 rounds of {put:.3} s each in {train:.2} s");
+    assert_eq!(sm["sync_metrics"]["torn"], 0.0);
+}
+
 /// The receiver's link: three workers send their results to the async coordinator (rank 0),
 /// whose link is 10x slower than theirs. Each path alone runs at rank 0's rate, so without a
 /// model of rank 0's inbound link the three together would bring it 3x its rate. With it, the
@@ -375,6 +461,8 @@ fn bad_emulation_options_are_refused() {
         (&["--emulate-bandwidth", "1000,9:100"], "rank 9 is outside"),
         (&["--emulate-bandwidth", "1000,0:nan"], "--emulate-bandwidth"),
         (&["--emulate-latency", "5"], "needs --emulate-bandwidth"),
+        (&["--emulate-fabric", "tcp"], "--emulate-fabric tcp needs --emulate-bandwidth"),
+        (&["--emulate-bandwidth", "100", "--emulate-fabric", "rdma"], "--emulate-fabric"),
         (&["--emulate-compute", "nan"], "--emulate-compute"),
         (&["--emulate-compute", "-3"], "--emulate-compute"),
         (&["--balance"], "--balance"),

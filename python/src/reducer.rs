@@ -37,6 +37,7 @@ const REDUCER_OPTIONS: &[&str] = &[
     "priority",
     "emulate_bandwidth",
     "emulate_latency",
+    "emulate_fabric",
     "outer_optimizer",
     "outer_lr",
     "outer_momentum",

@@ -35,6 +35,7 @@ const TABLE_OPTIONS: &[&str] = &[
     "max_snapshots",
     "emulate_bandwidth",
     "emulate_latency",
+    "emulate_fabric",
 ];
 
 /// A table of `rows` x `row_len` float32 values sharded over the ranks (each rank serves a block

@@ -320,7 +320,7 @@ impl Mailboxes {
     /// Puts `bytes` on the emulated link to `target`; returns when the link would have delivered
     /// them: their last byte out, plus the path's one-way latency (None without emulation).
     fn reserve(&mut self, target: usize, bytes: u64) -> Option<Instant> {
-        self.pacer.as_mut().map(|p| p.reserve_to(target, bytes).1 + p.latency_to(target))
+        self.pacer.as_mut().map(|p| p.put_to(target, bytes))
     }
 
     /// After the real transfer of a message the link would carry until `end`: waits for the rest

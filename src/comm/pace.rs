@@ -124,20 +124,116 @@ impl<'de> serde::Deserialize<'de> for LinkSpec {
     }
 }
 
-/// Every rank's emulated link: egress and ingress rate in bytes per second (full duplex, the
-/// same speed both ways) and one-way latency.
+/// `--emulate-fabric`: what carries the emulated links, so which costs of a real transport the
+/// link model adds to its ideal pipe (issue 41 item 4, docs/emulation.md "Validation").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fabric {
+    /// An ideal pipe: a message takes its bytes over the line rate plus one latency (RDMA
+    /// hardware comes closest). The model of every emulated table before `--emulate-fabric`.
+    #[default]
+    Ideal,
+    /// Open MPI over TCP/Ethernet (what netlab's real links run): the line rate carries payload
+    /// at 1448/1514 (TCP/IP and Ethernet headers of a full frame), a two-sided message over
+    /// the TCP eager limit the real links run with (4 MiB) waits a round trip for the receiver's reply before
+    /// the rest of it goes (the rendezvous), and one-sided puts (UCX over TCP) wait a fixed
+    /// time and round trips and move at about half the payload rate (fitted over netlab).
+    Tcp,
+}
+
+/// TCP payload per byte on the wire for a full Ethernet frame: 1448 bytes of payload (MTU 1500
+/// less 20 IP, 20 TCP and 12 of timestamps) in 1514 bytes (with the 14-byte Ethernet header,
+/// what netlab's relay serialises). Measured through the relay at 100 Mbit/s: one stream 91.8
+/// and 94.5 Mbit/s of payload (`netlab/wan.sh bulk`), this ratio 95.6.
+pub const TCP_PAYLOAD_SHARE: f64 = 1448.0 / 1514.0;
+
+/// The TCP eager limit the real links run with: netlab/wan.sh sets Open MPI's
+/// `btl_tcp_eager_limit` (and `rndv_eager_limit`) to 4 MiB (NETLAB_EAGER; Open MPI's default is
+/// 64 KiB, under which a 0.3 MB gaia message crossed at ~45 % of the link, docs/gaia.md). A
+/// longer two-sided message sends this much, then waits for the receiver's acknowledgement (one
+/// round trip) before the rest.
+pub const TCP_EAGER_BYTES: u64 = 4 << 20;
+
+/// What a one-sided put costs over UCX's TCP transport beyond the ideal pipe's one latency:
+/// put, flush, NOTIFY and ACK are software round trips, progressed only when the target enters
+/// MPI, so a put waits a fixed time and more latencies ([`TCP_ONE_SIDED_EXTRA_MS`] +
+/// [`TCP_ONE_SIDED_EXTRA_LATENCIES`] one-way latencies) and moves its bytes at a share of the
+/// payload rate ([`TCP_ONE_SIDED_RATE_SHARE`]). Fitted on benches/emulation-links.sh's
+/// asap --transport rma rows of 2026-11-29 at load 9-10 (100 Mbit/s, one put a round, extra =
+/// real minus ideal-model seconds over 40 or 20 rounds): MLR at 1 ms one way 94.8 ms a round,
+/// at 10 ms 189 ms, so 84.3 ms + 10.5 latencies; MLP 3.3 MB at 1 ms 409 ms, of which 95 is the
+/// fixed part and 314 the bytes beyond the payload rate's 277 ms: a share of 277 / 591 = 0.47.
+/// The 10 ms bandwidth-bound row is the check outside the fit. The quiet machine's round at
+/// 10 ms (benches/asap-transport.sh: 171.8 ms, 139 over the ideal's) is 26 % under the fit:
+/// this transport's cost moves with the load.
+pub const TCP_ONE_SIDED_EXTRA_MS: f64 = 84.3;
+
+/// See [`TCP_ONE_SIDED_EXTRA_MS`].
+pub const TCP_ONE_SIDED_EXTRA_LATENCIES: f64 = 10.5;
+
+/// See [`TCP_ONE_SIDED_EXTRA_MS`].
+pub const TCP_ONE_SIDED_RATE_SHARE: f64 = 0.47;
+
+impl Fabric {
+    /// The payload rate of a line of `bytes_per_second`.
+    pub fn payload_rate(self, bytes_per_second: f64) -> f64 {
+        match self {
+            Fabric::Ideal => bytes_per_second,
+            Fabric::Tcp => bytes_per_second * TCP_PAYLOAD_SHARE,
+        }
+    }
+
+    /// What a two-sided message of `bytes` waits on top of its bytes over the `rate` (payload
+    /// bytes per second) for a path of one-way `latency`: on TCP, a message over the eager limit
+    /// waits a round trip for the rendezvous' reply, of which the eager part's own time on the
+    /// link hides some.
+    pub fn rendezvous(self, bytes: u64, rate: f64, latency: Duration) -> Duration {
+        match self {
+            Fabric::Tcp if bytes > TCP_EAGER_BYTES => (2 * latency).saturating_sub(Duration::from_secs_f64(TCP_EAGER_BYTES as f64 / rate)),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// The rate a one-sided put's bytes get of a path's payload `rate`.
+    pub fn one_sided_rate(self, rate: f64) -> f64 {
+        match self {
+            Fabric::Ideal => rate,
+            Fabric::Tcp => rate * TCP_ONE_SIDED_RATE_SHARE,
+        }
+    }
+
+    /// What a one-sided put waits on top of the ideal pipe's one latency over a path of
+    /// one-way `latency`.
+    pub fn one_sided_extra(self, latency: Duration) -> Duration {
+        match self {
+            Fabric::Ideal => Duration::ZERO,
+            Fabric::Tcp => Duration::from_secs_f64(TCP_ONE_SIDED_EXTRA_MS / 1e3) + latency.mul_f64(TCP_ONE_SIDED_EXTRA_LATENCIES),
+        }
+    }
+}
+
+/// Every rank's emulated link: egress and ingress rate in payload bytes per second (full duplex,
+/// the same speed both ways), one-way latency, and the fabric that carries them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Links {
     pub bytes_per_second: Vec<f64>,
     pub latency: Vec<Duration>,
+    pub fabric: Fabric,
 }
 
 impl Links {
-    /// From per-rank Mbit/s (10^6 bits) and milliseconds.
+    /// From per-rank Mbit/s (10^6 bits) and milliseconds, an ideal fabric.
     pub fn new(mbps: &[f64], latency_ms: &[f64]) -> Links {
+        Links::on(Fabric::Ideal, mbps, latency_ms)
+    }
+
+    /// From per-rank line rates in Mbit/s (10^6 bits) and milliseconds over `fabric`: the
+    /// rates are what the fabric carries of payload.
+    pub fn on(fabric: Fabric, mbps: &[f64], latency_ms: &[f64]) -> Links {
         Links {
-            bytes_per_second: mbps.iter().map(|m| m * 1e6 / 8.0).collect(),
+            bytes_per_second: mbps.iter().map(|m| fabric.payload_rate(m * 1e6 / 8.0)).collect(),
             latency: latency_ms.iter().map(|l| Duration::from_secs_f64(l / 1e3)).collect(),
+            fabric,
         }
     }
     /// The slowest rate of all ranks (what paces a ring or tree collective: every step waits for
@@ -163,6 +259,8 @@ pub struct Pacer {
     path_rates: Option<Vec<f64>>,
     /// Per destination rank: the one-way latency of the path there (the longer end's).
     path_latency: Option<Vec<Duration>>,
+    /// What carries the link (its costs beyond the ideal pipe's).
+    fabric: Fabric,
     /// When the link has carried everything reserved so far.
     free_at: Instant,
     start: Instant,
@@ -180,6 +278,7 @@ impl Pacer {
             latency,
             path_rates: None,
             path_latency: None,
+            fabric: Fabric::Ideal,
             free_at: now,
             start: now,
             log: None,
@@ -201,6 +300,7 @@ impl Pacer {
             latency: links.latency[rank],
             path_rates: Some(paths),
             path_latency: Some(lat),
+            fabric: links.fabric,
             free_at: now,
             start: now,
             log: None,
@@ -223,16 +323,23 @@ impl Pacer {
         self.latency
     }
 
-    /// Puts `bytes` on the link as soon as it is free (not before `now`); returns when the link
-    /// starts carrying them and when their last byte has left (not counting latency).
-    pub fn reserve_at(&mut self, bytes: u64, now: Instant) -> (Instant, Instant) {
-        self.reserve_at_rate(bytes, now, self.bytes_per_second)
+    /// The fabric that carries the link.
+    pub fn fabric(&self) -> Fabric {
+        self.fabric
     }
 
-    /// [`Pacer::reserve_at`] at `rate` bytes per second (a path slower than this rank's link).
-    fn reserve_at_rate(&mut self, bytes: u64, now: Instant, rate: f64) -> (Instant, Instant) {
+    /// Puts `bytes` on the link as soon as it is free (not before `now`); returns when the link
+    /// starts carrying them and when their last byte has left (not counting latency). A
+    /// message the fabric holds up (a TCP rendezvous) holds the link that much longer.
+    pub fn reserve_at(&mut self, bytes: u64, now: Instant) -> (Instant, Instant) {
+        self.reserve_at_rate(bytes, now, self.bytes_per_second, self.latency)
+    }
+
+    /// [`Pacer::reserve_at`] at `rate` bytes per second (a path slower than this rank's link)
+    /// over a path of one-way `latency`.
+    fn reserve_at_rate(&mut self, bytes: u64, now: Instant, rate: f64, latency: Duration) -> (Instant, Instant) {
         let start = self.free_at.max(now);
-        let end = start + Duration::from_secs_f64(bytes as f64 / rate);
+        let end = start + Duration::from_secs_f64(bytes as f64 / rate) + self.fabric.rendezvous(bytes, rate, latency);
         self.free_at = end;
         if let Some(log) = &mut self.log {
             log.push(((start - self.start).as_secs_f64(), bytes));
@@ -248,7 +355,22 @@ impl Pacer {
     /// [`Pacer::reserve`] for a message to rank `dest`, at the rate of the path there.
     pub fn reserve_to(&mut self, dest: usize, bytes: u64) -> (Instant, Instant) {
         let rate = self.path_rates.as_ref().and_then(|p| p.get(dest).copied()).unwrap_or(self.bytes_per_second);
-        self.reserve_at_rate(bytes, Instant::now(), rate)
+        self.reserve_at_rate(bytes, Instant::now(), rate, self.latency_to(dest))
+    }
+
+    /// A one-sided put of `bytes` to rank `dest`: when the link has delivered it, its last
+    /// byte out plus the path's latency and what the fabric adds to a put
+    /// ([`Fabric::one_sided_extra`]; no rendezvous: one-sided puts have none).
+    pub fn put_to(&mut self, dest: usize, bytes: u64) -> Instant {
+        let rate = self.path_rates.as_ref().and_then(|p| p.get(dest).copied()).unwrap_or(self.bytes_per_second);
+        let latency = self.latency_to(dest);
+        let start = self.free_at.max(Instant::now());
+        let end = start + Duration::from_secs_f64(bytes as f64 / self.fabric.one_sided_rate(rate));
+        self.free_at = end;
+        if let Some(log) = &mut self.log {
+            log.push(((start - self.start).as_secs_f64(), bytes));
+        }
+        end + latency + self.fabric.one_sided_extra(latency)
     }
 
     /// The one-way latency of the path to rank `dest` (the longer of the two ends').
@@ -514,6 +636,56 @@ mod tests {
         let mut p = Pacer::for_rank(&links, 2, Some(10.0));
         let (s, e) = p.reserve_to(0, 12_500);
         assert_eq!(e - s, Duration::from_millis(10));
+    }
+
+    #[test]
+    fn a_tcp_fabric_carries_payload_at_its_share_and_waits_each_rendezvous() {
+        // 8 Mbit/s of line = 1e6 bytes/s; on tcp 1e6 * 1448 / 1514 of payload.
+        let ideal = Links::new(&[8.0, 8.0], &[50.0, 50.0]);
+        let tcp = Links::on(Fabric::Tcp, &[8.0, 8.0], &[50.0, 50.0]);
+        assert_eq!(ideal.bytes_per_second[0], 1e6);
+        let rate = 1e6 * 1448.0 / 1514.0;
+        assert_eq!(tcp.bytes_per_second, vec![rate, rate]);
+        let secs = |d: Duration| d.as_secs_f64();
+        let mut p = Pacer::for_rank(&tcp, 0, None).record();
+        // Up to the eager limit: the bytes over the payload rate, no wait.
+        let (s, e) = p.reserve_to(1, TCP_EAGER_BYTES);
+        assert!((secs(e - s) - TCP_EAGER_BYTES as f64 / rate).abs() < 1e-6);
+        // Beyond it: plus a round trip (100 ms) less the eager part's own time on the link (a
+        // 4 MiB eager part takes 4.4 s at this rate: a round trip of 5 s to see the wait).
+        let mut p = Pacer::for_rank(&Links::on(Fabric::Tcp, &[8.0, 8.0], &[2500.0, 2500.0]), 0, None).record();
+        let (_, e) = p.reserve_to(1, TCP_EAGER_BYTES);
+        let big = TCP_EAGER_BYTES + 200_000;
+        let (s2, e2) = p.reserve_to(1, big);
+        assert_eq!(s2, e, "one egress queue");
+        let want = big as f64 / rate + (5.0 - TCP_EAGER_BYTES as f64 / rate);
+        assert!((secs(e2 - s2) - want).abs() < 1e-6, "{} against {want}", secs(e2 - s2));
+        // A round trip shorter than the eager part's time costs nothing.
+        assert_eq!(Fabric::Tcp.rendezvous(big, rate, Duration::from_millis(1)), Duration::ZERO);
+        // The ideal fabric: the old model, exactly.
+        let mut q = Pacer::for_rank(&ideal, 0, None);
+        let (s, e) = q.reserve_to(1, 200_000);
+        assert_eq!(e - s, Duration::from_millis(200));
+        // A one-sided put: no rendezvous, the latency and the fabric's extra latencies.
+        let t = Instant::now();
+        let mut q = Pacer::for_rank(&tcp, 0, None);
+        let arrival = q.put_to(1, 200_000);
+        let want =
+            200_000.0 / (rate * TCP_ONE_SIDED_RATE_SHARE) + TCP_ONE_SIDED_EXTRA_MS / 1e3 + 0.05 * (1.0 + TCP_ONE_SIDED_EXTRA_LATENCIES);
+        assert!(secs(arrival - t) >= want - 1e-6 && secs(arrival - t) < want + 0.05, "{:?}", arrival - t);
+        let mut q = Pacer::for_rank(&ideal, 0, None);
+        let t = Instant::now();
+        let arrival = q.put_to(1, 200_000);
+        assert!(secs(arrival - t) >= 0.25 - 1e-6 && secs(arrival - t) < 0.3, "ideal: bytes plus one latency");
+        // Sending as fast as the link lets: every 1 s window within the payload rate plus one
+        // message.
+        let mut p = Pacer::for_rank(&tcp, 0, None).record();
+        let t0 = Instant::now();
+        for _ in 0..400 {
+            p.reserve_at(100_000, t0);
+        }
+        let peak = peak_rate(p.log(), 1.0);
+        assert!(peak <= rate + 100_000.0, "{peak}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use super::groups::OUTER_USES;
 use super::codec::mean::{Compression, CompressedMean};
 use super::{average_replicas, ring_allreduce_bytes, CommStats, ModeState, SyncContext, SyncMode};
 use crate::comm::collectives;
-use crate::comm::pace::Pacer;
+use crate::comm::pace::{Fabric, Pacer};
 
 /// Options of `--sync allreduce`.
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -95,6 +95,8 @@ pub struct ModelAverage {
     /// steps that each wait for their slowest link, so the whole collective runs at the slowest
     /// rank's rate, from the moment the last rank entered it.
     ring: Option<(f64, Duration)>,
+    /// What carries the emulated links (`--emulate-fabric`).
+    fabric: Fabric,
     /// Rounds whose real all-reduce took longer than the emulated one.
     link_overruns: u64,
     /// `--compress`: the exchange of changes, and the model of the last sync they start from.
@@ -121,13 +123,14 @@ impl ModelAverage {
     /// rank starts from.
     pub fn new(ctx: &SyncContext, compression: Option<Compression>, ring_sum: bool, init: &[f32]) -> anyhow::Result<Self> {
         let ring = ctx.links.as_ref().map(|l| l.slowest());
+        let fabric = ctx.links.as_ref().map_or(Fabric::Ideal, |l| l.fabric);
         let pacer = if ring.is_some() { None } else { ctx.pacer(None) };
         let comm = ctx.comm.duplicate();
         let compressed = match compression {
             None => None,
             Some(c) => Some(CompressedChanges { mean: CompressedMean::new(c, init.len(), &comm)?, last: init.to_vec(), change: Vec::new() }),
         };
-        Ok(ModelAverage { comm, ring_sum, scratch: Vec::new(), stats: CommStats::default(), pacer, ring, link_overruns: 0, compressed })
+        Ok(ModelAverage { comm, ring_sum, scratch: Vec::new(), stats: CommStats::default(), pacer, ring, fabric, link_overruns: 0, compressed })
     }
 
     /// Replaces `params` by the average, exactly (MPI_Allreduce) or from compressed changes;
@@ -159,9 +162,10 @@ impl ModelAverage {
 
     /// Emulated time of one all-reduce of `bytes` per rank over the slowest link, with the
     /// latency of Rabenseifner's algorithm (the one whose volume we report): 2 log2(N) steps.
+    /// On a TCP fabric each step's message (a ring's chunk, `bytes` / (2 (N - 1))) also waits
+    /// its rendezvous ([`Fabric::rendezvous`]).
     fn emulated_seconds(&self, bytes: u64, rate: f64, latency: Duration) -> f64 {
-        let steps = 2 * (self.comm.size() as u32).next_power_of_two().trailing_zeros();
-        bytes as f64 / rate + latency.as_secs_f64() * steps as f64
+        emulated_allreduce_seconds(self.fabric, self.comm.size() as u32, bytes, rate, latency)
     }
 }
 
@@ -255,6 +259,14 @@ impl SyncMode for ModelAverage {
         }
         vec![super::ModeMetric::number("link_overruns", super::Aggregate::Sum, self.link_overruns as f64)]
     }
+}
+
+/// [`ModelAverage`]'s emulated time of one all-reduce over `n` ranks of `bytes` sent per rank
+/// (2 (N - 1) / N of the model) at `rate` payload bytes per second, `latency` one way.
+pub fn emulated_allreduce_seconds(fabric: Fabric, n: u32, bytes: u64, rate: f64, latency: Duration) -> f64 {
+    let steps = 2 * n.next_power_of_two().trailing_zeros();
+    let chunk = bytes / (2 * u64::from(n.max(2) - 1));
+    bytes as f64 / rate + (latency + fabric.rendezvous(chunk, rate, latency)).as_secs_f64() * steps as f64
 }
 
 /// Seconds since the Unix epoch: one clock for every rank of a job on one machine (what the

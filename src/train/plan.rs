@@ -205,7 +205,11 @@ pub fn with_mode_defaults(cfg: &TrainConfig) -> TrainConfig {
 /// or None without emulated links.
 pub fn emulated_links(cfg: &TrainConfig, n: usize) -> anyhow::Result<Option<Links>> {
     match &cfg.emulate_bandwidth {
-        Some(b) => Ok(Some(Links::new(&b.resolve(n, "--emulate-bandwidth")?, &cfg.emulate_latency.resolve(n, "--emulate-latency")?))),
+        Some(b) => Ok(Some(Links::on(
+            cfg.emulate_fabric,
+            &b.resolve(n, "--emulate-bandwidth")?,
+            &cfg.emulate_latency.resolve(n, "--emulate-latency")?,
+        ))),
         None => Ok(None),
     }
 }

@@ -71,6 +71,11 @@ pub(in crate::sync) struct P2pLinks {
 impl P2pLinks {
     /// Links over `post` (a private communicator with its pacing) to the sorted, deduplicated
     /// `ins` and `outs` of this rank.
+    /// The paced sends of this rank's postbox (`--send-log`).
+    pub(in crate::sync) fn send_log(&self) -> Vec<(f64, u64)> {
+        self.post.pacer().map_or(Vec::new(), |p| p.log().to_vec())
+    }
+
     pub(in crate::sync) fn new(post: Postbox, ins: &[usize], outs: &[usize]) -> Self {
         P2pLinks {
             rank: post.rank(),

@@ -75,6 +75,10 @@ pub(in crate::sync) trait Gossip {
 
     /// The paced sends of this rank (see [`crate::sync::SyncMode::send_log`]).
     fn send_log(&self, net: &Neighbourhood) -> Vec<(f64, u64)> {
-        net.mail.pacer().map_or(Vec::new(), |p| p.log().to_vec())
+        // Over `--transport p2p` the postbox paces the sends, not the window's mailbox.
+        match &net.p2p {
+            Some(p) => p.send_log(),
+            None => net.mail.pacer().map_or(Vec::new(), |p| p.log().to_vec()),
+        }
     }
 }
