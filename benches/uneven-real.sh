@@ -60,11 +60,18 @@ links)
         specs+=("${r}mbit/$(f "$lat / 2")ms")
     done
     setup=(hosts "${specs[@]}")
+    # The relay's drop-tail queue in time, scaled as the rates are: 20 ms (netlab's default for
+    # a short link) x SCALE, the same bytes on a slow link as a 100 Mbit/s port's 20 ms holds.
+    # (wan: netlab's default, 2 x DELAY + 20 ms, already grows with the scaled delay.)
+    export NETLAB_QUEUE_MS=${NETLAB_QUEUE_MS:-$(f "20 * $SCALE")}
     emu=(--emulate-bandwidth "$fast,6-7:$slow" --emulate-latency "$lat")
     variants=(
         "allreduce|--sync allreduce --allreduce-algorithm auto"
         "allreduce diloco|--sync allreduce --allreduce-algorithm auto --outer-optimizer nesterov"
         "asap deadline p2p|--sync asap --notify deadline --transport p2p"
+        # no communication: the averaged model (the evaluation averages the replicas, outside
+        # the training time) at the first interval that reaches the target without any sync
+        "none|--sync none"
         "asap deadline rma|--sync asap --notify deadline --transport rma"
         "asap noloco p2p|--sync asap --graph one-peer-exponential --outer-optimizer nesterov --transport p2p"
     )
@@ -86,14 +93,11 @@ esac
 common=(--model mlp --hidden 1024 --batch-size 256 --lr 0.3 --emulate-compute "$step" --partition iid
     --epochs "$EPOCHS" --own-models 1 --target "$TARGET" --target-on averaged --stop-at-target)
 
-# The relay's drop-tail queue in time, scaled as the rates are: 20 ms (netlab's default for a
-# short link) x SCALE, the same bytes on a slow link as a 100 Mbit/s port's 20 ms holds.
-export NETLAB_QUEUE_MS=${NETLAB_QUEUE_MS:-$(f "20 * $SCALE")}
 nice -n -20 netlab/wan.sh "${setup[@]}" >/dev/null 2>&1
 echo "# $WHAT: 8 ranks, scale 1/$SCALE (netlab/wan.sh ${setup[*]}; emulated ${emu[*]}), step $step ms, target $TARGET on the averaged model, $REPS runs per row"
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg), binary $(git rev-parse --short HEAD)"
 if [[ $WHAT == links ]]; then
-    echo "# bulk TCP through the relay, fast host 2 -> 3: $(netlab/wan.sh bulk 2 3 8); slow host 0 -> 2: $(netlab/wan.sh bulk 0 2 2)"
+    echo "# bulk TCP through the relay, fast host 2 -> 3: $(netlab/wan.sh bulk 2 3 8); slow host 6 -> 2: $(netlab/wan.sh bulk 6 2 2)"
 else
     echo "# bulk TCP through the relay, group 0 -> group 1 (host 0 -> 4): $(netlab/wan.sh bulk 0 4 2)"
 fi
