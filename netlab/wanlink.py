@@ -23,6 +23,11 @@ senders to one host sharing its port. It is the model of the program's own emula
 (src/comm/pace.rs: a sender's pacer, a receiver's ingress), on real sockets. Each stage drops a
 frame that finds more than its queue (Q, default 2 x its delay + 20 ms) of backlog.
 
+Per host it also keeps the most bytes its link carried in any 1 s window (by the time each frame
+actually left the uplink for the switch, and was actually written into the host's tap), beside
+how late the relay ran: a link at R carries at most R x (1 s + the latest frame's lateness) plus
+one frame in any second (tests/netlab.rs checks it).
+
 R = 0: no rate limit. The taps must exist (ip tuntap add mode tap) and be in their bridges.
 On SIGTERM/SIGINT it writes per-link counters to FILE (JSON) and exits 0; on SIGUSR1 it writes
 them and continues.
@@ -49,6 +54,24 @@ def open_tap(name):
     return fd
 
 
+class Window:
+    """The most bytes seen in any WIDTH-second window of (time, bytes) events, times ascending."""
+
+    WIDTH = 1.0
+
+    def __init__(self):
+        self.events = collections.deque()
+        self.sum = 0
+        self.max = 0
+
+    def add(self, t, size):
+        self.events.append((t, size))
+        self.sum += size
+        while self.events[0][0] <= t - self.WIDTH:
+            self.sum -= self.events.popleft()[1]
+        self.max = max(self.max, self.sum)
+
+
 class Switch:
     """Hosts behind links of their own (--uplink): per host an uplink FIFO (frames leaving it,
     ordered by when they reach the switch) and a downlink FIFO (frames for it, ordered by when
@@ -64,6 +87,9 @@ class Switch:
         self.up_busy = [0.0] * n
         self.down_busy = [0.0] * n
         self.count = {k: [0] * n for k in ("out_frames", "out_bytes", "out_dropped", "in_frames", "in_bytes", "in_dropped")}
+        self.out_window = [Window() for _ in range(n)]
+        self.in_window = [Window() for _ in range(n)]
+        self.late_max = 0.0  # how late frames left the uplinks against their time
 
     def serialise(self, busy, h, at, size, side):
         """Host h's link (`busy`: its up or down side) takes `size` bytes arriving at `at`: when
@@ -87,9 +113,11 @@ class Switch:
     def switch(self, t):
         """Moves the frames that reached the switch by t to their downlinks, in arrival order."""
         due = []
-        for q in self.up:
+        for s, q in enumerate(self.up):
             while q and q[0][0] <= t:
                 due.append(q.popleft())
+                self.late_max = max(self.late_max, t - due[-1][0])
+                self.out_window[s].add(t, len(due[-1][1]))
         due.sort(key=lambda x: x[0])
         for at, fr, targets in due:
             for d in targets:
@@ -106,11 +134,14 @@ class Switch:
         for d, q in enumerate(self.down):
             while q and q[0][0] <= t:
                 rel, fr = q.popleft()
+                self.in_window[d].add(t, len(fr))
                 yield d, fr, rel
 
     def stats(self):
         return [{"host": h, "rate_mbit": self.rate[h] * 8 / 1e6, "delay_ms": self.delay[h] * 1e3,
-                 **{k: v[h] for k, v in self.count.items()}} for h in range(len(self.rate))]
+                 **{k: v[h] for k, v in self.count.items()},
+                 "out_max_1s_bytes": self.out_window[h].max, "in_max_1s_bytes": self.in_window[h].max}
+                for h in range(len(self.rate))]
 
 
 def uplink(text):
@@ -166,6 +197,7 @@ def main():
         out = {"late_max_ms": late_max[0] * 1e3, "late_over_1ms": late["over_1ms"], "late_over_10ms": late["over_10ms"]}
         if sw is not None:
             out["hosts"] = sw.stats()
+            out["uplink_late_max_ms"] = sw.late_max * 1e3
         else:
             out.update({"rate_mbit": a.rate_mbit, "delay_ms": a.delay_ms, "queue_ms": queue * 1e3,
                         "links": [{"from": s, "to": d, "frames": frames[(s, d)], "bytes": nbytes[(s, d)],

@@ -147,7 +147,10 @@ fn gaia_over_delayed_shaped_namespaces() {
 /// between two hosts takes at least twice the sum of their one-way delays; one TCP stream cannot
 /// carry more than the slower end's rate (upper bounds only: load makes links slower, never
 /// faster); each host's link carried at least the bytes that crossed it (the stream's payload,
-/// the program's own count of what its rank sent); and an MPI job runs across the three.
+/// the program's own count of what its rank sent); in every 1 s window each host's link, both
+/// ways, carried at most its rate's bytes (plus what the relay's own lateness and one frame
+/// allow: the relay's measurement of when frames actually left, against its own clock of when
+/// they were due); and an MPI job runs across the three.
 #[test]
 fn hosts_behind_links_of_their_own() {
     let hosts = |args: &[&str]| netlab("tsh", "10.81.0", None).args(args).output().expect("netlab/wan.sh runs");
@@ -206,4 +209,20 @@ fn hosts_behind_links_of_their_own() {
         assert!(l["out_bytes"].as_f64().unwrap() >= sent, "host {h}: {l}, the rank sent {sent} B");
     }
     assert!(relay[2]["in_bytes"].as_f64().unwrap() >= 2.0 * 1048576.0, "{st}");
+    // Every 1 s window (issue 41): a link of R bytes/s whose frames left at most `late` s after
+    // their due time carries at most R x (1 s + late) in any second, plus the one frame (at most
+    // 64 KiB, the tap's largest read) whose serialisation began before the window.
+    let late_ms = f64::max(st["relay"]["late_max_ms"].as_f64().unwrap(), st["relay"]["uplink_late_max_ms"].as_f64().unwrap());
+    for (h, l) in relay.iter().enumerate() {
+        let cap = links[h].0 * 1e6 / 8.0 * (1.0 + late_ms / 1e3) + 65536.0;
+        for side in ["out_max_1s_bytes", "in_max_1s_bytes"] {
+            let most = l[side].as_f64().unwrap_or_else(|| panic!("host {h}: no {side} in {l}"));
+            assert!(most > 0.0, "host {h}: its link carried nothing in any second: {l}");
+            assert!(
+                most <= cap,
+                "host {h}: {side} {most} B > {cap:.0} B ({} Mbit/s for 1 s + {late_ms:.1} ms late + a frame): {l}",
+                links[h].0
+            );
+        }
+    }
 }
