@@ -790,10 +790,12 @@ fn fault_points(cfg: &TrainConfig, n: usize, in_place: bool) -> anyhow::Result<(
 /// record the elastic tests count examples by (tests/elastic.rs).
 pub const TRACE_ENV: &str = "ASAP_TRAIN_TRACE_EXAMPLES";
 
-/// The example trace of this rank ([`TRACE_ENV`]), when asked for.
+/// The example trace of this rank ([`TRACE_ENV`]), when asked for; named by the rank in the
+/// world, which a lost rank's survivors keep (their rank in the shrunk world is another, and a
+/// dead rank's file may end in half a line).
 fn open_trace(comm: &SimpleCommunicator) -> anyhow::Result<Option<std::io::BufWriter<std::fs::File>>> {
     let Ok(prefix) = std::env::var(TRACE_ENV) else { return Ok(None) };
-    let path = format!("{prefix}.rank{}", comm.rank());
+    let path = format!("{prefix}.rank{}", SimpleCommunicator::world().rank());
     let file =
         std::fs::OpenOptions::new().create(true).append(true).open(&path).with_context(|| format!("{TRACE_ENV}: cannot open {path}"));
     Ok(Some(std::io::BufWriter::new(collectives::agree(comm, file)?)))
