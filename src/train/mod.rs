@@ -1140,7 +1140,11 @@ impl Run<'_> {
             panic!("fault injection: --fault-panic {rank}:{}", self.pos.round);
         }
         if self.fault_kill == Some((rank, self.pos.round)) {
-            comm::say(&format!("asap-train: fault injection: rank {rank} kills itself (SIGKILL) at round {}", self.pos.round));
+            let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+            comm::say(&format!(
+                "asap-train: fault injection: rank {rank} kills itself (SIGKILL) at round {} (unix time {unix:.6})",
+                self.pos.round
+            ));
             comm::ulfm::kill_self();
         }
         if let Err(e) = self.optimizer.hand_over(self.sync.as_mut()).and_then(|_| self.sync.sync(&mut r.params, self.pos.round)) {
