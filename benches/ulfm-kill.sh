@@ -63,7 +63,7 @@ for i in range(1, reps + 1):
     ranks.append(sk["ranks"])
     print(f"run {i}: uninterrupted {base[-1]:.2f} % (wall {walls[f'base-{i}']}), killed {kill[-1]:.2f} % with {sk['ranks']} ranks "
           f"(wall {walls[f'kill-{i}']}); lost {lost[-1]:.3f} s (stalled {rec['stalled_seconds']:.3f} + recovery "
-          f"{rec['recovery_seconds']:.3f}), kill->resume {k2r[-1]:.3f} s; dealt {rec['examples_dealt']}, dropped {rec['examples_dropped']}")
+          f"{rec['recovery_seconds']:.3f}, of which shrink {rec['shrink_seconds']:.3f}, reading the shards {rec['reread_seconds']:.3f}), kill->resume {k2r[-1]:.3f} s; dealt {rec['examples_dealt']}, dropped {rec['examples_dropped']}")
 mb = statistics.median(base)
 print(f"held-out accuracy, uninterrupted: {fmt(base)} %")
 print(f"held-out accuracy, killed:        {fmt(kill)} %")

@@ -171,10 +171,12 @@ pub(super) fn run_surviving(
     let mut continued: Option<(Restored, serde_json::Value, Instant)> = None;
     let mut losses: Vec<serde_json::Value> = Vec::new();
     loop {
+        let reading = Instant::now();
         let shards_now = match shards.take() {
             Some(s) => s,
             None => super::setup::prepare(cfg, comm)?.0,
         };
+        let reread = reading.elapsed().as_secs_f64();
         let (restored, record, caught) = match continued.take() {
             Some((r, rec, t)) => (Some(r), Some(rec), Some(t)),
             None => (None, None, None),
@@ -185,6 +187,8 @@ pub(super) fn run_surviving(
             // shrink and set-up since (collective maximum: training goes on when all are back).
             let recovery = max_f64(comm, t.elapsed().as_secs_f64());
             rec["recovery_seconds"] = json!(recovery);
+            // Of which: reading the new shards (the slowest survivor's).
+            rec["reread_seconds"] = json!(max_f64(comm, reread));
             rec["seconds_lost"] = json!(rec["stalled_seconds"].as_f64().unwrap_or(0.0) + recovery);
             rec["resumed_unix"] =
                 json!(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()));
@@ -209,9 +213,12 @@ pub(super) fn run_surviving(
         let super::Run { sync, .. } = run;
         std::mem::forget(sync);
         let (shrunk, dead) = shrink(comm, timeout)?;
+        let shrinking = caught.elapsed().as_secs_f64();
         // Leaked: freeing a communicator is collective, and it lives to the end of the run.
         comm = Box::leak(Box::new(shrunk));
-        let (restored, record) = continue_from(comm, me, from, &dead, total_train);
+        let (restored, mut record) = continue_from(comm, me, from, &dead, total_train);
+        // The slowest survivor's time from catching the loss to the shrunk world.
+        record["shrink_seconds"] = json!(max_f64(comm, shrinking));
         continued = Some((restored, record, caught));
     }
 }
