@@ -162,6 +162,10 @@ struct Run<'a> {
     /// When this rank last started a step (`--on-rank-loss continue`: the end of its progress
     /// before a failure, train::shrink).
     last_step: Instant,
+    /// Between taking a mini-batch and counting its step (train::shrink: a loss that unwinds
+    /// from inside a step, from the mode's `before_step` or its idle time, counts the batch as
+    /// taken: it is in the trace, and dealing it again would show it twice in its epoch).
+    mid_step: bool,
     /// The ranks lost so far (`--on-rank-loss continue`): their `rank_lost` records, for the
     /// summary.
     losses: Vec<serde_json::Value>,
@@ -901,6 +905,7 @@ fn set_up<'a>(
         fault_panic,
         fault_kill,
         last_step: Instant::now(),
+        mid_step: false,
         losses: Vec::new(),
         ids,
         dealt,
@@ -1048,6 +1053,7 @@ impl Run<'_> {
         let this_round = self.pos.round + 1;
         let bk = self.take_batch(r);
         self.trace_batch(&r.batch);
+        self.mid_step = true;
         if let Err(e) = self.sync.before_step(&mut r.params, self.pos.round) {
             comm::abort_job(&format!("{e:#}"), 4);
         }
@@ -1085,6 +1091,7 @@ impl Run<'_> {
         self.step_pacer.after_step_idle(t0, dt, this_round, bk as f64 / b as f64, &mut idle);
         self.pos.step_in_epoch += 1;
         self.pos.global_step += 1;
+        self.mid_step = false;
     }
 
     /// Puts this step's mini-batch into `r.batch`: the next of the pass over the shard, or of the

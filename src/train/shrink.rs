@@ -252,7 +252,8 @@ fn finish_or_end(run: super::Run<'_>, replica: super::Replica, ending: super::En
 /// This survivor's part of [`continue_from`].
 fn survivor(run: &super::Run<'_>, r: &super::Replica) -> Survivor {
     let ids = run.ids.as_deref().unwrap_or(&[]);
-    let step = run.pos.step_in_epoch;
+    // A mini-batch taken by a step the loss interrupted counts as seen (`Run::mid_step`).
+    let step = run.pos.step_in_epoch + usize::from(run.mid_step);
     let dealt = run.dealt.as_ref().map(|d| (d, &r.dealt_order[..]));
     let pass = dealt.map_or(ids.len(), |(_, o)| o.len());
     let left = if step >= run.epoch_steps() { Vec::new() } else { left_of_pass(ids, &r.perm, dealt, step, run.cfg.batch_size) };
