@@ -32,7 +32,7 @@ run() { # name, extra args...
     local name=$1
     shift
     local t0=$(date +%s.%N)
-    timeout 300 "$V/bin/mpirun" --with-ft ulfm --oversubscribe -n "$N" "$B" "${args[@]}" --metrics "$out/$name.jsonl" "$@" \
+    timeout -k 5 120 "$V/bin/mpirun" --with-ft ulfm --oversubscribe -n "$N" "$B" "${args[@]}" --metrics "$out/$name.jsonl" "$@" \
         >"$out/$name.log" 2>&1 || { echo "$name failed (see $out/$name.log)" >&2; exit 1; }
     echo "$name wall $(echo "$(date +%s.%N) - $t0" | bc) s" >>"$out/walls.txt"
 }
