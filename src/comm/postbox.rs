@@ -25,7 +25,6 @@ use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
 use mpi::ffi;
-use mpi::point_to_point::{MatchedReceiveVec, Source};
 use mpi::raw::AsRaw;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
@@ -276,9 +275,7 @@ impl Postbox {
         if self.ingress.is_some() {
             return self.try_receive_through_ingress(tag);
         }
-        let probed = self.comm.any_process().immediate_matched_probe_with_tag(tag)?;
-        let (bytes, status) = probed.matched_receive_vec::<u8>();
-        let source = status.source_rank() as usize;
+        let (source, _, bytes) = probe_receive(&self.comm, Some(tag))?;
         if source != self.rank {
             self.bytes_received += bytes.len() as u64;
         }
@@ -290,9 +287,7 @@ impl Postbox {
     /// taken. Messages of one source and tag keep their order: the queue's times only grow.
     fn try_receive_through_ingress(&mut self, tag: i32) -> Option<(usize, Vec<u8>)> {
         let ingress = self.ingress.as_mut().expect("checked by the caller");
-        while let Some(probed) = self.comm.any_process().immediate_matched_probe() {
-            let (mut bytes, status) = probed.matched_receive_vec::<u8>();
-            let (source, t) = (status.source_rank() as usize, status.tag());
+        while let Some((source, t, mut bytes)) = probe_receive(&self.comm, None) {
             let at = if source != self.rank && bytes.len() >= STAMP {
                 let stamp = bytes.split_off(bytes.len() - STAMP);
                 let arrival = instant_of(f64::from_le_bytes(stamp.try_into().expect("8 bytes")));
@@ -388,6 +383,33 @@ impl Drop for Postbox {
             std::mem::forget(f.buf);
         }
     }
+}
+
+/// Takes one waiting message from any rank with `tag` (None: any tag): `(source, tag, bytes)`,
+/// or None when there is none or the probe failed. Raw calls, not rsmpi's matched probe: rsmpi
+/// ignores MPI_Improbe's return code and reads its flag even when the call failed without
+/// setting it, and under ULFM (src/comm/ulfm.rs) a probe after a rank was lost fails, so rsmpi
+/// went on to receive a message that was never matched (a segfault in `mca_pml_ob1_mrecv`,
+/// every survivor of a `kill -9`, Open MPI 5.0.11).
+fn probe_receive(comm: &SimpleCommunicator, tag: Option<i32>) -> Option<(usize, i32, Vec<u8>)> {
+    let mut flag: c_int = 0;
+    // SAFETY: the MESSAGE_NULL/ANY_* values are immutable statics of rsmpi's C shim; a zeroed
+    // MPI_Status is a valid value of the plain C struct for MPI to overwrite.
+    let (mut msg, mut status, any_source, any_tag) =
+        unsafe { (ffi::RSMPI_MESSAGE_NULL, std::mem::zeroed::<ffi::MPI_Status>(), ffi::RSMPI_ANY_SOURCE, ffi::RSMPI_ANY_TAG) };
+    // SAFETY: `comm` is live; flag, msg and status are valid writable locals for the call.
+    let rc = unsafe { ffi::MPI_Improbe(any_source, tag.unwrap_or(any_tag), comm.as_raw(), &mut flag, &mut msg, &mut status) };
+    if rc != ffi::MPI_SUCCESS as c_int || flag == 0 {
+        return None;
+    }
+    let mut count: c_int = 0;
+    // SAFETY: `status` was filled by the successful probe; UINT8 is rsmpi's static handle.
+    let rc = unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut count) };
+    let mut buf = vec![0u8; if rc == ffi::MPI_SUCCESS as c_int { count.max(0) as usize } else { 0 }];
+    // SAFETY: `msg` is the message just matched, received exactly once into `buf`, which holds
+    // its `count` bytes.
+    let rc = unsafe { ffi::MPI_Mrecv(buf.as_mut_ptr().cast(), buf.len() as c_int, ffi::RSMPI_UINT8_T, &mut msg, &mut status) };
+    (rc == ffi::MPI_SUCCESS as c_int).then_some((status.MPI_SOURCE as usize, status.MPI_TAG, buf))
 }
 
 fn request_null() -> ffi::MPI_Request {

@@ -4,3 +4,75 @@
 
 MPI_Op asap_mpi_op_replace(void) { return MPI_REPLACE; }
 MPI_Op asap_mpi_op_no_op(void) { return MPI_NO_OP; }
+
+#ifdef ASAP_ULFM
+/* ULFM (Open MPI 5's fault tolerance; src/comm/ulfm.rs). An error handler that, for a process
+ * failure, revokes the communicator it happened on and MPI_COMM_WORLD (so every rank's pending
+ * and later calls on them return instead of waiting for the dead one), records it in a flag the
+ * program polls, and returns; any other error ends the job as MPI_ERRORS_ARE_FATAL would. */
+#include <mpi-ext.h>
+#include <stdio.h>
+
+static volatile int asap_ulfm_lost_flag = 0;
+
+static void asap_ulfm_on_error(MPI_Comm *comm, int *code, ...) {
+    int cls = MPI_ERR_OTHER;
+    MPI_Error_class(*code, &cls);
+    if (cls == MPIX_ERR_PROC_FAILED || cls == MPIX_ERR_PROC_FAILED_PENDING || cls == MPIX_ERR_REVOKED) {
+        if (!asap_ulfm_lost_flag) {
+            __atomic_store_n(&asap_ulfm_lost_flag, 1, __ATOMIC_SEQ_CST);
+            MPIX_Comm_revoke(*comm);
+            MPIX_Comm_revoke(MPI_COMM_WORLD);
+        }
+        return;
+    }
+    char text[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    MPI_Error_string(*code, text, &len);
+    text[len] = 0;
+    fprintf(stderr, "asap-train: MPI error: %s\n", text);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* Sets the handler on `comm`; communicators derived from it later inherit it. (Windows keep
+ * MPI_ERRORS_RETURN, src/comm/window.rs: their errors come back as codes already.) */
+int asap_ulfm_install(MPI_Comm comm) {
+    MPI_Errhandler eh;
+    int rc = MPI_Comm_create_errhandler(asap_ulfm_on_error, &eh);
+    if (rc != MPI_SUCCESS) return rc;
+    return MPI_Comm_set_errhandler(comm, eh);
+}
+
+int asap_ulfm_lost(void) { return __atomic_load_n(&asap_ulfm_lost_flag, __ATOMIC_SEQ_CST); }
+
+/* Collective over the survivors of `comm`: revokes it, shrinks it to the live processes into
+ * `*out` (with the handler), agrees that every survivor got there, and clears the flag. Writes
+ * into `dead` (up to `max`) the ranks of `comm` that are gone and returns how many, or a
+ * negative MPI error code. */
+int asap_ulfm_shrink(MPI_Comm comm, MPI_Comm *out, int *dead, int max) {
+    MPIX_Comm_revoke(comm);
+    int rc = MPIX_Comm_shrink(comm, out);
+    if (rc != MPI_SUCCESS) return -rc;
+    int flag = 1;
+    rc = MPIX_Comm_agree(*out, &flag);
+    if (rc != MPI_SUCCESS) return -rc;
+    MPI_Group old_g, new_g;
+    MPI_Comm_group(comm, &old_g);
+    MPI_Comm_group(*out, &new_g);
+    int n_old = 0;
+    MPI_Group_size(old_g, &n_old);
+    int found = 0;
+    for (int r = 0; r < n_old; r++) {
+        int there = MPI_UNDEFINED;
+        MPI_Group_translate_ranks(old_g, 1, &r, new_g, &there);
+        if (there == MPI_UNDEFINED) {
+            if (found < max) dead[found] = r;
+            found++;
+        }
+    }
+    MPI_Group_free(&old_g);
+    MPI_Group_free(&new_g);
+    __atomic_store_n(&asap_ulfm_lost_flag, 0, __ATOMIC_SEQ_CST);
+    return found;
+}
+#endif

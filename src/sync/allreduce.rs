@@ -278,6 +278,7 @@ fn wall_seconds() -> f64 {
 /// `--sync allreduce`'s declaration (see [`super::ModeSpec`]).
 pub const MODE: super::ModeSpec = super::ModeSpec {
     elastic: true,
+    survives_rank_loss: true,
     // Every round averages all replicas: they are equal, and the averaged model stands for them.
     replicas_agree: true,
     uses: &[(&[], &["AllreduceOptions", "compress_group"]), OUTER_USES[0], OUTER_USES[1], OUTER_USES[2]],

@@ -65,6 +65,7 @@ impl Default for AsapOptions {
 /// (CHOCO's compressed messages).
 pub const MODE: super::ModeSpec = super::ModeSpec {
     elastic: true,
+    survives_rank_loss: true,
     uses: &[
         (&[], &["AsapOptions", "graph_group", "staleness_group", "budget_group", "compress_group", "consensus_group"]),
         OUTER_USES[0],

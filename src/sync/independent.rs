@@ -45,6 +45,7 @@ impl SyncMode for Independent {
 /// `--sync none`'s declaration (see [`super::ModeSpec`]).
 pub const MODE: super::ModeSpec = super::ModeSpec {
     elastic: true,
+    survives_rank_loss: true,
     ..super::ModeSpec::new(
         "none",
         "No exchange: independent replicas, averaged once at the end (with one rank, plain SGD)",

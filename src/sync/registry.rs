@@ -69,6 +69,10 @@ pub struct ModeSpec {
     /// the servers' model is the truth, the replicas are caches of it), not the replicas'
     /// average (None).
     pub resize_model: Option<&'static str>,
+    /// A lost rank need not end its run (`--on-rank-loss continue`, src/train/shrink.rs): every
+    /// rank holds a whole replica and no rank holds state the others need (a coordinator, a
+    /// parameter server's shard), so the survivors can be rebuilt as a run on fewer ranks.
+    pub survives_rank_loss: bool,
     /// The mode paces its own sends with these options (a bandwidth budget): `--send-log` has
     /// something to record without `--emulate-bandwidth`.
     pub paces_sends: fn(&ModeOptions) -> bool,
@@ -102,6 +106,7 @@ impl ModeSpec {
             server_steps: false,
             elastic: false,
             resize_model: None,
+            survives_rank_loss: false,
             paces_sends: never,
             keeps_history: never,
             validate: no_rules,

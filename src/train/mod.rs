@@ -17,6 +17,7 @@ pub mod report;
 pub mod restart;
 pub mod schedule;
 pub mod setup;
+pub mod shrink;
 pub mod step_search;
 pub mod summary;
 
@@ -157,6 +158,18 @@ struct Run<'a> {
     cpu_wall_start: Instant,
     /// `--fault-panic`: the (rank, round) that panics.
     fault_panic: Option<(usize, u64)>,
+    /// `--fault-kill`: the (rank, round) that kills itself (None after a rank was lost).
+    fault_kill: Option<(usize, u64)>,
+    /// When this rank last started a step (`--on-rank-loss continue`: the end of its progress
+    /// before a failure, train::shrink).
+    last_step: Instant,
+    /// Between taking a mini-batch and counting its step (train::shrink: a loss that unwinds
+    /// from inside a step, from the mode's `before_step` or its idle time, counts the batch as
+    /// taken: it is in the trace, and dealing it again would show it twice in its epoch).
+    mid_step: bool,
+    /// The ranks lost so far (`--on-rank-loss continue`): their `rank_lost` records, for the
+    /// summary.
+    losses: Vec<serde_json::Value>,
     /// This rank's training examples as global row ids (None: the shard is no range of the file).
     ids: Option<Vec<u64>>,
     /// This rank's share of the current epoch's examples dealt at a resize to another rank count
@@ -530,6 +543,10 @@ impl Run<'_> {
 pub fn run(merged: Merged, comm: &SimpleCommunicator, print_config: bool) -> anyhow::Result<Outcome> {
     let cfg = &merged.options;
     let started = Instant::now();
+    if cfg.on_rank_loss == crate::config::OnRankLoss::Continue {
+        // Before any communicator is derived from the world: they inherit its error handler.
+        comm::ulfm::install(comm)?;
+    }
     // From here on every collective gives up after --wait-timeout naming the ranks that never
     // reached it (disarmed when this function returns, on every rank alike).
     let _deadline = DeadlineGuard::arm(comm, Duration::from_secs_f64(cfg.wait_timeout))?;
@@ -546,7 +563,10 @@ pub fn run(merged: Merged, comm: &SimpleCommunicator, print_config: bool) -> any
     let plan = plan::RunPlan::resolve(merged, comm, training.as_ref().map(|(shards, spec)| (shards, spec)))?;
     collectives::agree(comm, if comm.rank() == 0 { write_configuration(&plan.cfg, print_config) } else { Ok(()) })?;
     let Some((shards, spec)) = training else { return lda::run(&plan, comm, started) };
-    let (mut run, mut replica) = set_up(&plan, comm, shards, &spec, started)?;
+    if plan.cfg.on_rank_loss == crate::config::OnRankLoss::Continue {
+        return shrink::run_surviving(&plan, comm, shards, &spec, started);
+    }
+    let (mut run, mut replica) = set_up(&plan, comm, shards, &spec, started, None)?;
     let ending = run.train(&mut replica)?;
     run.finish(replica, ending)
 }
@@ -749,8 +769,30 @@ fn resume_record(
         v["rule"] = json!(rule);
         v["examples_dealt"] = json!(dealt.map_or(0, |d| d.total));
         v["dealt_steps"] = json!(dealt.map_or(0, |d| d.steps));
+        // Not from a checkpoint: the survivors of a lost rank (train::shrink).
+        v["in_place"] = json!(rule == shrink::RULE);
     }
     v
+}
+
+/// `--patience` needs a held-out set.
+fn check_patience(cfg: &TrainConfig, shards: &setup::Shards) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        cfg.patience.is_none() || shards.test.is_some(),
+        "--patience {} stops on the held-out metric, and this run has no held-out set: give --test-data FILE or --test-fraction F",
+        cfg.patience.unwrap_or(0)
+    );
+    Ok(())
+}
+
+/// A fault injection's (rank, round), if any.
+type RankRound = Option<(usize, u64)>;
+
+/// The fault injections of this run at `n` ranks: `--fault-panic`'s and `--fault-kill`'s (rank,
+/// round); the kill is done once, so a run continued in place after it (`in_place`) has none.
+fn fault_points(cfg: &TrainConfig, n: usize, in_place: bool) -> anyhow::Result<(RankRound, RankRound)> {
+    let at = |flag: &str, v: &Option<String>| v.as_deref().map(|s| crate::config::parse_rank_round(flag, s, n)).transpose();
+    Ok((at("--fault-panic", &cfg.fault_panic)?, if in_place { None } else { at("--fault-kill", &cfg.fault_kill)? }))
 }
 
 /// The environment variable that makes every rank write the global row of each example it steps
@@ -760,10 +802,12 @@ fn resume_record(
 /// (`Run::trace_mark`).
 pub const TRACE_ENV: &str = "ASAP_TRAIN_TRACE_EXAMPLES";
 
-/// The example trace of this rank ([`TRACE_ENV`]), when asked for.
+/// The example trace of this rank ([`TRACE_ENV`]), when asked for; named by the rank in the
+/// world, which a lost rank's survivors keep (their rank in the shrunk world is another, and a
+/// dead rank's file may end in half a line).
 fn open_trace(comm: &SimpleCommunicator) -> anyhow::Result<Option<std::io::BufWriter<std::fs::File>>> {
     let Ok(prefix) = std::env::var(TRACE_ENV) else { return Ok(None) };
-    let path = format!("{prefix}.rank{}", comm.rank());
+    let path = format!("{prefix}.rank{}", SimpleCommunicator::world().rank());
     let file =
         std::fs::OpenOptions::new().create(true).append(true).open(&path).with_context(|| format!("{TRACE_ENV}: cannot open {path}"));
     let mut trace = std::io::BufWriter::new(collectives::agree(comm, file)?);
@@ -772,13 +816,15 @@ fn open_trace(comm: &SimpleCommunicator) -> anyhow::Result<Option<std::io::BufWr
 }
 
 /// Set-up (collective): the model and its first replica, the optimizer, the resume point, the
-/// sync mode and the metrics file; writes the metrics' start line.
+/// sync mode and the metrics file; writes the metrics' start line. `continued`: what the
+/// survivors of a lost rank continue from (train::shrink), in place of a resume point.
 fn set_up<'a>(
     plan: &'a plan::RunPlan,
     comm: &'a SimpleCommunicator,
     shards: setup::Shards,
     spec: &crate::model::ModelSpec,
     started: Instant,
+    continued: Option<checkpoint::Restored>,
 ) -> anyhow::Result<(Run<'a>, Replica)> {
     let cfg = &plan.cfg;
     // The step search ran between loading and set-up: its time is its own phase.
@@ -790,7 +836,8 @@ fn set_up<'a>(
     let mut params = initial_params(cfg, model.as_ref(), rank);
     let mut rng = Rng::for_stream(cfg.seed, rank as u64 + 1);
     let step_pacer = step_pacer(cfg, n, rank)?;
-    let fault_panic = cfg.fault_panic.as_deref().map(|s| crate::config::parse_rank_round("--fault-panic", s, n)).transpose()?;
+    let in_place = continued.is_some();
+    let (fault_panic, fault_kill) = fault_points(cfg, n, in_place)?;
     let local_n = shards.train.len();
     let mut optimizer = optimizer::Optimizer::new(
         (cfg.sync.spec().keeps_history)(&cfg.modes),
@@ -801,19 +848,15 @@ fn set_up<'a>(
         p,
     )?;
     let steps_per_epoch = plan::steps_per_epoch(cfg, &shards, comm);
-
-    anyhow::ensure!(
-        cfg.patience.is_none() || shards.test.is_some(),
-        "--patience {} stops on the held-out metric, and this run has no held-out set: give --test-data FILE or --test-fraction F",
-        cfg.patience.unwrap_or(0)
-    );
+    check_patience(cfg, &shards)?;
     let mut early = cfg.patience.map(|p| early_stop::EarlyStop::new(p, model.metric_kind()));
     let mut pos = Position { epoch: 0, step_in_epoch: 0, global_step: 0, round: 0, train_seconds: 0.0 };
     let run_id = checkpoint::RunIdentity::new(&plan.resolved, n).with_chosen(&plan.chosen);
     let resize = resize_plan(cfg);
     let ids = shards.rows.map(|rows| elastic::training_ids(rows, resize.holdout)).filter(|ids| ids.len() == local_n);
     let mut dealt = None;
-    let resumed = match resume_point(cfg, comm, &run_id, p, &resize)? {
+    let restored = if in_place { continued } else { resume_point(cfg, comm, &run_id, p, &resize)? };
+    let resumed = match restored {
         Some(r) => {
             (params, pos) = (r.params, r.position);
             rng = match r.resized {
@@ -839,7 +882,7 @@ fn set_up<'a>(
         collectives::agree(comm, early_stop::EarlyStop::restore_state(early.as_mut(), &mut state))?;
         collectives::agree(comm, sync.restore_state(state))?;
     }
-    let rule = elastic::rule(cfg.sync.spec().resize_model.is_some());
+    let rule = if in_place { shrink::RULE } else { elastic::rule(cfg.sync.spec().resize_model.is_some()) };
     let resumed = resumed.map(|(path, rz)| resume_record(&path, rz.as_ref().map(|r| r.from), rule, n, dealt.as_ref(), &pos));
     let trace = open_trace(comm)?;
     let metrics = collectives::agree(comm, MetricsFile::open(cfg.metrics.as_deref(), rank == 0, resumed.is_some()))?;
@@ -870,6 +913,10 @@ fn set_up<'a>(
         cpu_start: comm::process_cpu_seconds().unwrap_or(0.0),
         cpu_wall_start: Instant::now(),
         fault_panic,
+        fault_kill,
+        last_step: Instant::now(),
+        mid_step: false,
+        losses: Vec::new(),
         ids,
         dealt,
         resumed,
@@ -934,10 +981,10 @@ impl Run<'_> {
             );
             if let Some(r) = self.resumed.as_ref().filter(|r| r["ranks_before"] != json!(n)) {
                 let ranks = if n == 1 { "1 rank".to_owned() } else { format!("{n} ranks") };
+                let what = if r["in_place"] == json!(true) { "continued a {}-rank run in place" } else { "resumed a {}-rank checkpoint" };
                 eprintln!(
-                    "asap-train: resumed a {}-rank checkpoint on {ranks}: {}; {} examples were left of epoch {}, dealt over the \
-                     {ranks} in {} steps",
-                    r["ranks_before"],
+                    "asap-train: {} on {ranks}: {}; {} examples were left of epoch {}, dealt over the {ranks} in {} steps",
+                    what.replace("{}", &r["ranks_before"].to_string()),
                     r["rule"].as_str().unwrap_or(elastic::RULE),
                     r["examples_dealt"],
                     r["epoch"],
@@ -1013,10 +1060,12 @@ impl Run<'_> {
     /// One mini-batch step of this rank (with the mode's `before_step` and the emulated compute).
     fn step(&mut self, r: &mut Replica) {
         let cfg = self.cfg;
+        self.last_step = Instant::now();
         let b = cfg.batch_size;
         let this_round = self.pos.round + 1;
         let bk = self.take_batch(r);
         self.trace_batch(&r.batch);
+        self.mid_step = true;
         if let Err(e) = self.sync.before_step(&mut r.params, self.pos.round) {
             comm::abort_job(&format!("{e:#}"), 4);
         }
@@ -1054,6 +1103,7 @@ impl Run<'_> {
         self.step_pacer.after_step_idle(t0, dt, this_round, bk as f64 / b as f64, &mut idle);
         self.pos.step_in_epoch += 1;
         self.pos.global_step += 1;
+        self.mid_step = false;
     }
 
     /// Puts this step's mini-batch into `r.batch`: the next of the pass over the shard, or of the
@@ -1118,6 +1168,14 @@ impl Run<'_> {
         if self.fault_panic == Some((rank, self.pos.round)) {
             panic!("fault injection: --fault-panic {rank}:{}", self.pos.round);
         }
+        if self.fault_kill == Some((rank, self.pos.round)) {
+            let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+            comm::say(&format!(
+                "asap-train: fault injection: rank {rank} kills itself (SIGKILL) at round {} (unix time {unix:.6})",
+                self.pos.round
+            ));
+            comm::ulfm::kill_self();
+        }
         if let Err(e) = self.optimizer.hand_over(self.sync.as_mut()).and_then(|_| self.sync.sync(&mut r.params, self.pos.round)) {
             comm::abort_job(&format!("{e:#}"), 4);
         }
@@ -1171,7 +1229,10 @@ impl Run<'_> {
         let phases = self.phases(self.load_seconds, self.setup_seconds, train_seconds, final_eval_start.elapsed(), final_model_seconds);
         let final_eval = result.eval.clone();
         let summary = self.summary(result, train_seconds, phases, ending);
-        let summary_json = summary.to_json()?;
+        let mut summary_json = summary.to_json()?;
+        if !self.losses.is_empty() {
+            summary_json["ranks_lost"] = json!(self.losses);
+        }
         self.write_metrics(&summary_json);
         phases::mark_summary();
         let saved = self.print_and_save(&summary, &summary_json, &r.params, ending.preempted);

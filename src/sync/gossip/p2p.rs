@@ -167,6 +167,10 @@ impl P2pLinks {
             if done(self) {
                 return Ok(());
             }
+            // A rank was lost (src/comm/ulfm.rs): what is waited for may never come.
+            if crate::comm::ulfm::lost() {
+                bail!("rank {}: round {round}: a rank was lost while waiting for {what}", self.rank);
+            }
             if start.elapsed() > timeout {
                 bail!(
                     "rank {}: round {round}: waited {:.1?} for {what} from rank(s) {:?}, which never arrived; a peer may have \
