@@ -915,16 +915,30 @@ fn release_due(m: &mut Mirror) -> anyhow::Result<()> {
 /// Takes every waiting mirror message: barriers into the clocks; data of clocks <= `t` into
 /// `incoming` and the clocks, later ones kept until this group reaches their clock (so at
 /// `--dc-staleness 0` every group sums the same updates at the same clock).
+///
+/// Data first, then barriers: a sender sends a clock's barrier before its data, and MPI matches
+/// one sender's messages in the order sent, so once a clock's data is taken its barrier can be
+/// taken too, in the same call. Barriers first left a window: a barrier and its data that
+/// arrived between the two loops gave the data and not the barrier. A cut then ended on the
+/// data, and the barrier stayed in MPI, never received, until the next exchange; a barrier of
+/// more than Open MPI's eager limit (4 KiB, some 1,000 indexes) is a rendezvous, so its sender
+/// sat in the cut's wait for its own sends while the receiver sat in the checkpoint's collective
+/// (a deadlock). Found under load 6-13: the first job of tests/gaia.rs
+/// `asap_inside_resumes_and_still_ends_with_equal_copies` (6 ranks, 2 groups, --gaia-inner asap)
+/// hung in 2 of 45 runs at a checkpoint's cut; gdb showed rank 3 in `Gaia::cut`'s wait for its
+/// own sends to group 0 (data or barriers, the only mirror messages; its data had all been
+/// taken, or group 0 would not have left the cut), ranks 4-5 in `await_forwards` behind it and
+/// ranks 0-2 in the checkpoint's collectives, for minutes.
 fn receive(m: &mut Mirror, counts: &mut Counts, t: u64) -> anyhow::Result<()> {
-    while let Some((g, b)) = m.postbox.try_receive(TAG_BARRIER) {
-        let (clock, _) = sparse::header(&b)?;
-        m.clocks.barrier(g, clock);
-        counts.barriers_received += 1;
-    }
     while let Some((g, b)) = m.postbox.try_receive(TAG_DATA) {
         let (clock, _) = sparse::header(&b)?;
         sparse::check(&b, m.incoming.len()).with_context(|| format!("a gaia data message from group {g}"))?;
         m.early.push((clock, g, b));
+    }
+    while let Some((g, b)) = m.postbox.try_receive(TAG_BARRIER) {
+        let (clock, _) = sparse::header(&b)?;
+        m.clocks.barrier(g, clock);
+        counts.barriers_received += 1;
     }
     // Messages of one group arrive in clock order; apply in that order.
     let mut i = 0;
