@@ -259,7 +259,7 @@ pub fn save(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, pos: &Positi
 }
 
 /// Checkpoints in `dir` as (run id, round, path), sorted by round.
-fn list_checkpoints(dir: &Path) -> Vec<(String, u64, PathBuf)> {
+pub(super) fn list_checkpoints(dir: &Path) -> Vec<(String, u64, PathBuf)> {
     let mut v: Vec<(String, u64, PathBuf)> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()

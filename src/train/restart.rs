@@ -156,16 +156,11 @@ pub fn killed_rank(line: &str) -> Option<usize> {
 
 /// The newest checkpoint (by round) in `dir` written since `since`: (path, round).
 fn newest_checkpoint(dir: &Path, since: SystemTime) -> Option<(PathBuf, u64)> {
-    std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let (_, round) = name.strip_prefix("ckpt-")?.strip_suffix(".h5")?.split_once('-')?;
-            let fresh = e.metadata().ok()?.modified().ok()? >= since;
-            fresh.then_some((e.path(), round.parse().ok()?))
-        })
+    super::checkpoint::list_checkpoints(dir)
+        .into_iter()
+        .filter(|(_, _, path)| path.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since))
         .max_by_key(|c| c.1)
+        .map(|(_, round, path)| (path, round))
 }
 
 /// What `asap-train elastic` checks before the first launch: the options it needs, and that the

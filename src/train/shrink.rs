@@ -166,9 +166,17 @@ pub(super) fn run_surviving(
 ) -> anyhow::Result<super::Outcome> {
     // A rank lost while the survivors of another recover (shrinking, reading, setting up) ends
     // the job: only the training loop continues from a loss.
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| surviving(plan, world, shards, spec, started))) {
-        Ok(outcome) => outcome,
-        Err(p) if p.is::<comm::ulfm::RankLost>() => comm::abort_now("a rank was lost while the survivors of another were recovering", 4),
+    ending_the_job_on_loss("a rank was lost while the survivors of another were recovering", || {
+        surviving(plan, world, shards, spec, started)
+    })
+}
+
+/// Runs `f`; a rank lost inside it ends the job with `what` (the places a loss cannot be
+/// continued from), and any other panic goes on unwinding.
+fn ending_the_job_on_loss<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(p) if p.is::<comm::ulfm::RankLost>() => comm::abort_now(what, 4),
         Err(p) => std::panic::resume_unwind(p),
     }
 }
@@ -242,11 +250,7 @@ fn surviving(
 
 /// The run's finish; a rank lost in it ends the job (the model is trained, nothing to go on with).
 fn finish_or_end(run: super::Run<'_>, replica: super::Replica, ending: super::Ending) -> anyhow::Result<super::Outcome> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.finish(replica, ending))) {
-        Ok(outcome) => outcome,
-        Err(p) if p.is::<comm::ulfm::RankLost>() => comm::abort_now("a rank was lost after training, in the final model or evaluation", 4),
-        Err(p) => std::panic::resume_unwind(p),
-    }
+    ending_the_job_on_loss("a rank was lost after training, in the final model or evaluation", || run.finish(replica, ending))
 }
 
 /// This survivor's part of [`continue_from`].
