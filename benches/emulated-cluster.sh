@@ -31,7 +31,8 @@
 # evaluated about every EVAL_EVERY steps (EVAL_EVERY / K rounds, at least 1). INTERVALS="1" (the
 # default) runs each row once at every step, as before.
 #
-# Environment (defaults in brackets): ONLY (a regex: only the rows whose name matches), REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10], INTERVALS [1],
+# Environment (defaults in brackets): ONLY (a regex: only the rows whose name matches), JITTER (an
+# --emulate-jitter form for every row), REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10], INTERVALS [1],
 # MODEL (compute/even/production) [mlr], DILATION (links [8], links32 [24 x NP / 32], scale [100]), NP (links32, production [32], scale [64]),
 # OUT (a directory of an earlier run of the same table whose rows are reused in the printed
 # table), BIN [target/release/asap-train]; NICE [-20]: the ranks' priority (a benchmark beside other jobs
@@ -172,8 +173,11 @@ scale)
     ;;
 *) echo "usage: $0 compute|even|links|links32|production|scale|lan|wan" >&2; exit 2 ;;
 esac
+# JITTER: an --emulate-jitter form for every row (issue 41 item 5; benches/jitter-rounds.sh has
+# this machine's and the ASYNC paper's production-cluster form).
+[ -n "${JITTER:-}" ] && common+=(--emulate-jitter "$JITTER")
 
-echo "# $WHAT: $NP ranks, partition $PARTITION, target $TARGET (on: $TARGET_ON), $REPS runs per row"
+echo "# $WHAT: $NP ranks, partition $PARTITION, target $TARGET (on: $TARGET_ON), $REPS runs per row${JITTER:+, step-time jitter $JITTER}"
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg), binary $BIN"
 INTERVALS=${INTERVALS:-1}
 grid=()   # "NAME|ARGS" per row: each variant at each interval
