@@ -25,7 +25,9 @@
 # one host share its link, as the model's receiver link does. wan: the profile's every link is
 # the WAN link (the model cannot tell a LAN pair from a WAN pair), where netlab's hosts in a
 # group share one bridge and only traffic between the groups crosses the WAN, shared by the
-# group's hosts; `--sync gaia` paces only its WAN messages in the model, so its twin is exact.
+# group's hosts; `--sync gaia` paces only its WAN messages in the model, but its 4 ranks of a
+# group each send to their mirror across, sharing netlab's one WAN link where the model gives
+# each its own (docs/emulation.md). FABRIC=tcp adds TCP's slow start per path to the twin.
 #
 # Rows at every --sync-every in INTERVALS (the tuned baselines of issue 40: the same grid for
 # every row), REPS runs alternating real and emulated. Time = training seconds until the
