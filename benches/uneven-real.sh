@@ -25,7 +25,9 @@
 # one host share its link, as the model's receiver link does. wan: the profile's every link is
 # the WAN link (the model cannot tell a LAN pair from a WAN pair), where netlab's hosts in a
 # group share one bridge and only traffic between the groups crosses the WAN, shared by the
-# group's hosts; `--sync gaia` paces only its WAN messages in the model, so its twin is exact.
+# group's hosts; `--sync gaia` paces only its WAN messages in the model, but its 4 ranks of a
+# group each send to their mirror across, sharing netlab's one WAN link where the model gives
+# each its own (docs/emulation.md). FABRIC=tcp adds TCP's slow start per path to the twin.
 #
 # Rows at every --sync-every in INTERVALS (the tuned baselines of issue 40: the same grid for
 # every row), REPS runs alternating real and emulated. Time = training seconds until the
@@ -36,13 +38,14 @@
 #
 # Environment: REPS [3], INTERVALS [links "4 16", wan "16 64"], ONLY (regex on row names), SCALE
 # [8], TARGET [links 0.80, wan 0.85], EPOCHS [links 10, wan 6], EVAL_EVERY [10], SIDES ["real
-# emulated"], BIN [target/release/asap-train]. The emulated ranks run at nice -20 and this
+# emulated"], FABRIC [ideal: the emulated side's --emulate-fabric; tcp adds TCP's costs, slow
+# start among them], BIN [target/release/asap-train]. The emulated ranks run at nice -20 and this
 # session's autogroup raised (benches/priority.sh); the real runs under setsid (a session at
 # nice 0, as the other hosts' daemons: netlab/wan.sh run says why), the relay at nice -20.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHAT=${1:-links}
-REPS=${REPS:-3} SCALE=${SCALE:-8} EVAL_EVERY=${EVAL_EVERY:-10} SIDES=${SIDES:-real emulated}
+REPS=${REPS:-3} SCALE=${SCALE:-8} EVAL_EVERY=${EVAL_EVERY:-10} SIDES=${SIDES:-real emulated} FABRIC=${FABRIC:-ideal}
 source benches/netlab-lib.sh
 netlab_bench "uneven-$WHAT" hu 10.86.0
 source benches/priority.sh
@@ -64,7 +67,7 @@ links)
     # a short link) x SCALE, the same bytes on a slow link as a 100 Mbit/s port's 20 ms holds.
     # (wan: netlab's default, 2 x DELAY + 20 ms, already grows with the scaled delay.)
     export NETLAB_QUEUE_MS=${NETLAB_QUEUE_MS:-$(f "20 * $SCALE")}
-    emu=(--emulate-bandwidth "$fast,6-7:$slow" --emulate-latency "$lat")
+    emu=(--emulate-bandwidth "$fast,6-7:$slow" --emulate-latency "$lat" --emulate-fabric "$FABRIC")
     variants=(
         "allreduce|--sync allreduce --allreduce-algorithm auto"
         "allreduce diloco|--sync allreduce --allreduce-algorithm auto --outer-optimizer nesterov"
@@ -80,7 +83,7 @@ wan)
     INTERVALS=${INTERVALS:-16 64} TARGET=${TARGET:-0.85} EPOCHS=${EPOCHS:-6}
     rate=$(f "100 / $SCALE") lat=$(f "50 * $SCALE") step=$(f "24.223 * $SCALE")
     setup=(up 2 4 "${rate}mbit" "${lat}ms")
-    emu=(--emulate-bandwidth "$rate" --emulate-latency "$lat")
+    emu=(--emulate-bandwidth "$rate" --emulate-latency "$lat" --emulate-fabric "$FABRIC")
     variants=(
         "allreduce|--sync allreduce --allreduce-algorithm auto"
         "allreduce diloco|--sync allreduce --allreduce-algorithm auto --outer-optimizer nesterov"
@@ -93,10 +96,13 @@ esac
 common=(--model mlp --hidden 1024 --batch-size 256 --lr 0.3 --emulate-compute "$step" --partition iid
     --epochs "$EPOCHS" --own-models 1 --target "$TARGET" --target-on averaged --stop-at-target)
 
-nice -n -20 netlab/wan.sh "${setup[@]}" >/dev/null 2>&1
+# The emulated side alone (SIDES=emulated) needs no netlab hosts.
+[[ $SIDES == *real* ]] && nice -n -20 netlab/wan.sh "${setup[@]}" >/dev/null 2>&1
 echo "# $WHAT: 8 ranks, scale 1/$SCALE (netlab/wan.sh ${setup[*]}; emulated ${emu[*]}), step $step ms, target $TARGET on the averaged model, $REPS runs per row"
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg), binary $(git rev-parse --short HEAD)"
-if [[ $WHAT == links ]]; then
+if [[ $SIDES != *real* ]]; then
+    :
+elif [[ $WHAT == links ]]; then
     echo "# bulk TCP through the relay, fast host 2 -> 3: $(netlab/wan.sh bulk 2 3 8); slow host 6 -> 2: $(netlab/wan.sh bulk 6 2 2)"
 else
     echo "# bulk TCP through the relay, group 0 -> group 1 (host 0 -> 4): $(netlab/wan.sh bulk 0 4 2)"

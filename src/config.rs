@@ -344,7 +344,10 @@ pub struct TrainConfig {
     /// over TCP/Ethernet, as on netlab's real links: payload at 1448/1514 of the rate, a
     /// two-sided message over the 4 MiB eager limit waits a round trip for its rendezvous, a
     /// one-sided put moves at 0.47 of that and waits 84.3 ms and 10.5 one-way latencies more,
-    /// fitted over netlab); docs/emulation.md "Validation".
+    /// fitted over netlab; two-sided messages and the all-reduce ring go through each sender-
+    /// receiver pair's TCP slow start: a new or idle path (over an RTO, RTT + 200 ms) sends 10
+    /// segments in its first round trip and doubles each one until the path is full);
+    /// docs/emulation.md "Validation" and "TCP slow start".
     #[arg(long, value_enum, default_value_t = crate::comm::pace::Fabric::Ideal, help_heading = "Emulated cluster")]
     pub emulate_fabric: crate::comm::pace::Fabric,
     /// A cluster profile (TOML, see clusters/): declared step times per model and batch size,

@@ -234,6 +234,52 @@ fn a_tcp_fabric_charges_one_sided_puts_their_round_trips() {
     assert_eq!(sm["sync_metrics"]["torn"], 0.0);
 }
 
+/// `--emulate-fabric tcp`'s slow start in the all-reduce ring (issue 41 items 4 and 6): two
+/// ranks of MLR (31.4 kB, so 2 ring steps of 15.7 kB) at 8 Mbit/s and 100 ms one way, 1 s
+/// declared steps, a sync after each. The path holds 13 initial windows (956,367 bytes/s x
+/// 200 ms), its RTO is 400 ms. A sync from the initial window (14,480 bytes) sends its first
+/// chunk in two round trips: 200 ms less 14,480 bytes' 15.1 ms more than at the rate; the window
+/// (31 segments after) then halves twice in the 1 s of compute (over 2 RTOs) and is back at
+/// the initial window at every sync. So each round lasts at least 1 s + 31.4 kB over the
+/// rate + 2 latencies (the closed form's) + 184.9 ms; 6 rounds at least 8.51 s, where the
+/// ideal pipe's would be 7.39 s.
+#[test]
+fn a_tcp_fabric_restarts_the_rings_slow_start_after_each_compute_phase() {
+    let dir = scratch("emulate-fabric-slow-start");
+    let m = dir.join("m.jsonl");
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "allreduce",
+        "--model",
+        "mlr",
+        "--epochs",
+        "1",
+        "--max-rounds",
+        "6",
+        "--emulate-compute",
+        "1000",
+        "--emulate-bandwidth",
+        "8",
+        "--emulate-latency",
+        "100",
+        "--emulate-fabric",
+        "tcp",
+        "--metrics",
+        s(&m),
+    ];
+    mpirun(2, &args, 180).expect_ok();
+    let sm = summary(&m);
+    let rate = 1e6 * 1448.0 / 1514.0;
+    let slow_start = 0.2 - 14_480.0 / rate;
+    let round = 1.0 + 31_400.0 / rate + 0.2 + slow_start;
+    let train = sm["train_seconds"].as_f64().unwrap();
+    assert_eq!(sm["rounds"].as_f64(), Some(6.0), "{sm}");
+    assert!(train >= 6.0 * round, "6 rounds of at least {round:.4} s each in {train:.2} s");
+}
+
 /// The receiver's link: three workers send their results to the async coordinator (rank 0),
 /// whose link is 10x slower than theirs. Each path alone runs at rank 0's rate, so without a
 /// model of rank 0's inbound link the three together would bring it 3x its rate. With it, the

@@ -138,6 +138,9 @@ pub enum Fabric {
     /// the TCP eager limit the real links run with (4 MiB) waits a round trip for the receiver's reply before
     /// the rest of it goes (the rendezvous), and one-sided puts (UCX over TCP) wait a fixed
     /// time and round trips and move at about half the payload rate (fitted over netlab).
+    /// Two-sided messages (and the all-reduce ring's steps) go through each path's congestion
+    /// window in slow start ([`TcpWindow`]); one-sided puts keep their fitted costs, which were
+    /// measured with it.
     Tcp,
 }
 
@@ -173,6 +176,115 @@ pub const TCP_ONE_SIDED_EXTRA_LATENCIES: f64 = 10.5;
 
 /// See [`TCP_ONE_SIDED_EXTRA_MS`].
 pub const TCP_ONE_SIDED_RATE_SHARE: f64 = 0.47;
+
+/// TCP's maximum segment: the payload of a full Ethernet frame (MTU 1500 less 20 IP, 20 TCP and
+/// 12 bytes of timestamps), [`TCP_PAYLOAD_SHARE`]'s numerator.
+pub const TCP_MSS: f64 = 1448.0;
+
+/// Linux's initial congestion window in segments (`TCP_INIT_CWND`, RFC 6928): a new
+/// connection, and one restarted after idle, sends this much in its first round trip.
+pub const TCP_INITIAL_WINDOW_SEGMENTS: f64 = 10.0;
+
+/// Linux's floor of the retransmission timeout (`TCP_RTO_MIN`, 200 ms). The kernel's RTO is the
+/// smoothed RTT plus `rttvar`, which it never lets fall under this floor (tcp_rtt_estimator
+/// resets `mdev_max` to `tcp_rto_min` each round trip), so on a steady path RTO = RTT + 200 ms:
+/// 202 ms at 1 ms one way, 1.0 s across netlab's 400 ms WAN.
+pub const TCP_RTO_MIN_SECONDS: f64 = 0.2;
+
+/// The retransmission timeout of a path of round trip `rtt` seconds ([`TCP_RTO_MIN_SECONDS`]).
+pub fn tcp_rto(rtt: f64) -> f64 {
+    rtt + TCP_RTO_MIN_SECONDS
+}
+
+/// One TCP connection's congestion window in one direction (sender to receiver: the window is
+/// the sender's, one per connection, and Open MPI's TCP transport opens one connection per pair
+/// of ranks, so a rank's messages to one peer share it and those to another do not). What
+/// `--emulate-fabric tcp` adds for slow start (issue 41 items 4 and 6): across netlab's WAN (12.5
+/// Mbit/s, 800 ms round trip) one stream of 2 MiB reached 2.76 Mbit/s of 12.5 (`netlab/wan.sh
+/// bulk 0 4 2`, docs/emulation.md); this model gives 2.72 ([`TcpWindow::send`]'s test).
+///
+/// The model: the window `w` (bytes) sends `w` in one round trip while it is under the path's
+/// bandwidth-delay product (rate x RTT) and doubles each round trip (slow start: every acked
+/// byte adds one); from the product up the path is full and bytes leave at the rate. A message
+/// that ends inside a round leaves the window grown by what that round sent. A path idle for
+/// more than an RTO ([`tcp_rto`]) restarts as Linux's `tcp_cwnd_restart` (RFC 2861,
+/// `tcp_slow_start_after_idle` = 1, netlab's default): the window halves once for every RTO
+/// of the idle time after the first, and never falls under the initial window
+/// ([`TCP_INITIAL_WINDOW_SEGMENTS`]); after a compute phase of many RTOs that is the initial
+/// window again. Left out: the connection's handshake (one round trip before the first message
+/// on a pair), loss (the window is capped at the product, where a real one grows on into the
+/// queue until a drop), and delayed ACKs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TcpWindow {
+    /// The congestion window, bytes.
+    cwnd: f64,
+    /// When the last byte sent left (seconds on the caller's clock); None before the first.
+    last_sent: Option<f64>,
+}
+
+impl Default for TcpWindow {
+    fn default() -> Self {
+        TcpWindow::new()
+    }
+}
+
+impl TcpWindow {
+    /// A new connection's window: the initial window.
+    pub fn new() -> Self {
+        TcpWindow { cwnd: TCP_INITIAL_WINDOW_SEGMENTS * TCP_MSS, last_sent: None }
+    }
+
+    /// The congestion window in bytes.
+    pub fn cwnd(&self) -> f64 {
+        self.cwnd
+    }
+
+    /// Linux's restart after idle for a send at `at` on a path of round trip `rtt`.
+    fn restart(&mut self, at: f64, rtt: f64) {
+        let Some(last) = self.last_sent else { return };
+        let rto = tcp_rto(rtt);
+        let mut idle = at - last;
+        if idle <= rto {
+            return;
+        }
+        let restart = self.cwnd.min(TCP_INITIAL_WINDOW_SEGMENTS * TCP_MSS);
+        let mut w = self.cwnd;
+        // while ((delta -= rto) > 0 && cwnd > restart_cwnd) cwnd >>= 1; (in whole segments)
+        loop {
+            idle -= rto;
+            if idle <= 0.0 || w <= restart {
+                break;
+            }
+            w = (w / TCP_MSS / 2.0).floor() * TCP_MSS;
+        }
+        self.cwnd = w.max(restart);
+    }
+
+    /// Sends `bytes` from `at` (seconds on any one clock) over a path of `rate` payload bytes
+    /// per second and round trip `rtt` seconds: returns the seconds until its last byte has
+    /// left (at least `bytes / rate`, exactly that once the window is full), and keeps the
+    /// window for the next message on the path.
+    pub fn send(&mut self, at: f64, bytes: u64, rate: f64, rtt: f64) -> f64 {
+        self.restart(at, rtt);
+        let bdp = rate * rtt;
+        let (mut left, mut took, mut w) = (bytes as f64, 0.0, self.cwnd);
+        while w < bdp && left > 0.0 {
+            if left <= w {
+                took += left / rate;
+                w = (w + left).min(bdp);
+                left = 0.0;
+            } else {
+                left -= w;
+                took += rtt;
+                w = (2.0 * w).min(bdp);
+            }
+        }
+        took += left / rate;
+        self.cwnd = w;
+        self.last_sent = Some(at + took);
+        took
+    }
+}
 
 impl Fabric {
     /// The payload rate of a line of `bytes_per_second`.
@@ -266,6 +378,12 @@ pub struct Pacer {
     start: Instant,
     /// (seconds since start when the message entered the link, bytes), if recording.
     log: Option<Vec<(f64, u64)>>,
+    /// On a TCP fabric: the congestion window of the path to each destination rank, and last
+    /// the one of messages sent without a destination (the rank's own link: [`Pacer::reserve`]).
+    windows: Vec<TcpWindow>,
+    /// The reservations not yet begun when made: (start, path, its window before), so that
+    /// [`Pacer::rewind`] restores the windows of the messages it takes back.
+    undo: std::collections::VecDeque<(Instant, usize, TcpWindow)>,
 }
 
 impl Pacer {
@@ -282,6 +400,8 @@ impl Pacer {
             free_at: now,
             start: now,
             log: None,
+            windows: vec![TcpWindow::new()],
+            undo: Default::default(),
         }
     }
 
@@ -304,6 +424,8 @@ impl Pacer {
             free_at: now,
             start: now,
             log: None,
+            windows: vec![TcpWindow::new(); n + 1],
+            undo: Default::default(),
         }
     }
 
@@ -330,16 +452,29 @@ impl Pacer {
 
     /// Puts `bytes` on the link as soon as it is free (not before `now`); returns when the link
     /// starts carrying them and when their last byte has left (not counting latency). A
-    /// message the fabric holds up (a TCP rendezvous) holds the link that much longer.
+    /// message the fabric holds up (a TCP rendezvous, a congestion window in slow start: the
+    /// rank's own link's window, [`TcpWindow`]) holds the link that much longer.
     pub fn reserve_at(&mut self, bytes: u64, now: Instant) -> (Instant, Instant) {
-        self.reserve_at_rate(bytes, now, self.bytes_per_second, self.latency)
+        let own = self.windows.len() - 1;
+        self.reserve_at_rate(bytes, now, self.bytes_per_second, self.latency, own)
     }
 
     /// [`Pacer::reserve_at`] at `rate` bytes per second (a path slower than this rank's link)
-    /// over a path of one-way `latency`.
-    fn reserve_at_rate(&mut self, bytes: u64, now: Instant, rate: f64, latency: Duration) -> (Instant, Instant) {
+    /// over a path of one-way `latency`, whose TCP window is `windows[path]`.
+    fn reserve_at_rate(&mut self, bytes: u64, now: Instant, rate: f64, latency: Duration, path: usize) -> (Instant, Instant) {
         let start = self.free_at.max(now);
-        let end = start + Duration::from_secs_f64(bytes as f64 / rate) + self.fabric.rendezvous(bytes, rate, latency);
+        let on_link = match self.fabric {
+            Fabric::Ideal => bytes as f64 / rate,
+            Fabric::Tcp => {
+                while self.undo.front().is_some_and(|u| u.0 <= now) {
+                    self.undo.pop_front();
+                }
+                self.undo.push_back((start, path, self.windows[path]));
+                let at = (start - self.start).as_secs_f64();
+                self.windows[path].send(at, bytes, rate, 2.0 * latency.as_secs_f64())
+            }
+        };
+        let end = start + Duration::from_secs_f64(on_link) + self.fabric.rendezvous(bytes, rate, latency);
         self.free_at = end;
         if let Some(log) = &mut self.log {
             log.push(((start - self.start).as_secs_f64(), bytes));
@@ -354,8 +489,14 @@ impl Pacer {
 
     /// [`Pacer::reserve`] for a message to rank `dest`, at the rate of the path there.
     pub fn reserve_to(&mut self, dest: usize, bytes: u64) -> (Instant, Instant) {
+        self.reserve_to_at(dest, bytes, Instant::now())
+    }
+
+    /// [`Pacer::reserve_to`] not before `now`.
+    pub fn reserve_to_at(&mut self, dest: usize, bytes: u64, now: Instant) -> (Instant, Instant) {
         let rate = self.path_rates.as_ref().and_then(|p| p.get(dest).copied()).unwrap_or(self.bytes_per_second);
-        self.reserve_at_rate(bytes, Instant::now(), rate, self.latency_to(dest))
+        let path = dest.min(self.windows.len() - 1);
+        self.reserve_at_rate(bytes, now, rate, self.latency_to(dest), path)
     }
 
     /// A one-sided put of `bytes` to rank `dest`: when the link has delivered it, its last
@@ -395,6 +536,12 @@ impl Pacer {
     /// again from `to` (where the first of them would have started), and the log forgets them.
     pub fn rewind(&mut self, to: Instant, reservations: usize) {
         self.free_at = to;
+        if self.fabric == Fabric::Tcp {
+            for _ in 0..reservations {
+                let Some((_, path, before)) = self.undo.pop_back() else { break };
+                self.windows[path] = before;
+            }
+        }
         if let Some(log) = &mut self.log {
             log.truncate(log.len().saturating_sub(reservations));
         }
@@ -647,19 +794,27 @@ mod tests {
         let rate = 1e6 * 1448.0 / 1514.0;
         assert_eq!(tcp.bytes_per_second, vec![rate, rate]);
         let secs = |d: Duration| d.as_secs_f64();
+        // Up to the eager limit: the bytes over the payload rate, no wait, plus slow start: a
+        // new connection's window (10 x 1448 B) doubles each 100 ms round trip until it holds
+        // the path's 95.6 kB in flight (rate x RTT), which takes m = ceil(log2(BDP / IW)) = 3
+        // round trips carrying IW (2^m - 1) bytes.
         let mut p = Pacer::for_rank(&tcp, 0, None).record();
-        // Up to the eager limit: the bytes over the payload rate, no wait.
         let (s, e) = p.reserve_to(1, TCP_EAGER_BYTES);
-        assert!((secs(e - s) - TCP_EAGER_BYTES as f64 / rate).abs() < 1e-6);
-        // Beyond it: plus a round trip (100 ms) less the eager part's own time on the link (a
-        // 4 MiB eager part takes 4.4 s at this rate: a round trip of 5 s to see the wait).
-        let mut p = Pacer::for_rank(&Links::on(Fabric::Tcp, &[8.0, 8.0], &[2500.0, 2500.0]), 0, None).record();
-        let (_, e) = p.reserve_to(1, TCP_EAGER_BYTES);
-        let big = TCP_EAGER_BYTES + 200_000;
-        let (s2, e2) = p.reserve_to(1, big);
+        let (iw, rtt) = (10.0 * 1448.0, 0.1);
+        let m = (rate * rtt / iw).log2().ceil();
+        assert_eq!(m, 3.0);
+        let want = TCP_EAGER_BYTES as f64 / rate + m * rtt - iw * (2f64.powf(m) - 1.0) / rate;
+        assert!((secs(e - s) - want).abs() < 1e-6, "{} against {want}", secs(e - s));
+        // Right behind it on the same path the window is full: bytes over the rate.
+        let (s2, e2) = p.reserve_to(1, TCP_EAGER_BYTES);
         assert_eq!(s2, e, "one egress queue");
-        let want = big as f64 / rate + (5.0 - TCP_EAGER_BYTES as f64 / rate);
-        assert!((secs(e2 - s2) - want).abs() < 1e-6, "{} against {want}", secs(e2 - s2));
+        assert!((secs(e2 - s2) - TCP_EAGER_BYTES as f64 / rate).abs() < 1e-6);
+        // Beyond the eager limit: plus a round trip less the eager part's own time on the link
+        // (a 4 MiB eager part takes 4.4 s at this rate: a round trip of 5 s to see the wait).
+        let big = TCP_EAGER_BYTES + 200_000;
+        let wait = Fabric::Tcp.rendezvous(big, rate, Duration::from_millis(2500));
+        assert!((secs(wait) - (5.0 - TCP_EAGER_BYTES as f64 / rate)).abs() < 1e-6);
+        assert_eq!(Fabric::Tcp.rendezvous(TCP_EAGER_BYTES, rate, Duration::from_millis(2500)), Duration::ZERO);
         // A round trip shorter than the eager part's time costs nothing.
         assert_eq!(Fabric::Tcp.rendezvous(big, rate, Duration::from_millis(1)), Duration::ZERO);
         // The ideal fabric: the old model, exactly.
@@ -773,5 +928,114 @@ mod tests {
         let peak = peak_rate(p.log(), 1.0);
         assert!(peak <= 1e6 + 1000.0, "{peak}");
         assert!(peak >= 1e6 - 1000.0, "{peak}");
+    }
+
+    /// The closed form of slow start from a window of `w0` bytes on a path of `rate` and
+    /// `rtt`, never reaching the path's bandwidth-delay product: k full round trips carry
+    /// w0 (2^k - 1) bytes, the smallest k with w0 (2^(k+1) - 1) >= bytes, then the rest at
+    /// the rate.
+    fn doubling_series_seconds(bytes: f64, w0: f64, rate: f64, rtt: f64) -> f64 {
+        let k = (bytes / w0 + 1.0).log2().ceil() - 1.0;
+        k * rtt + (bytes - w0 * (2f64.powf(k) - 1.0)) / rate
+    }
+
+    #[test]
+    fn slow_start_doubles_the_window_each_round_trip_up_to_the_paths_product() {
+        let iw = TCP_INITIAL_WINDOW_SEGMENTS * TCP_MSS;
+        // A path whose product is never reached (1 GB/s, 100 ms): 1 MB from a new window.
+        let mut w = TcpWindow::new();
+        let took = w.send(0.0, 1_000_000, 1e9, 0.1);
+        let want = doubling_series_seconds(1e6, iw, 1e9, 0.1);
+        assert!((took - want).abs() < 1e-9, "{took} against {want}");
+        // 1e6 / 14480 = 69.1 windows: rounds of 1, 2, 4, 8, 16, 32 carry 63, the 7th the rest.
+        assert!((want - (0.6 + (1e6 - 63.0 * iw) / 1e9)).abs() < 1e-12);
+        // The window grew by every byte sent: 14480 + 1e6.
+        assert!((w.cwnd() - (iw + 1e6)).abs() < 1e-6);
+        // netlab's WAN at scale 1/8: 12.5 Mbit/s of line (payload 1448/1514 of it), 400 ms
+        // one way. 2 MiB on a new connection: the window fills the product (1.195 MB) after
+        // m = ceil(log2(BDP / IW)) = 7 round trips, carrying IW (2^7 - 1); the rest at the
+        // rate. Measured through the relay (`netlab/wan.sh bulk 0 4 2`): 2.76 Mbit/s.
+        let rate = 12.5e6 / 8.0 * TCP_PAYLOAD_SHARE;
+        let (rtt, bytes) = (0.8, 2.0 * 1048576.0);
+        let m = (rate * rtt / iw).log2().ceil();
+        assert_eq!(m, 7.0);
+        let want = m * rtt + (bytes - iw * (2f64.powf(m) - 1.0)) / rate;
+        let mut w = TcpWindow::new();
+        let took = w.send(0.0, bytes as u64, rate, rtt);
+        assert!((took - want).abs() < 1e-9, "{took} against {want}");
+        let mbps = bytes * 8.0 / (took + rtt / 2.0) / 1e6;
+        assert!((mbps - 2.72).abs() < 0.01, "{mbps} Mbit/s with the last byte's crossing");
+        assert_eq!(w.cwnd(), rate * rtt, "full: the product");
+        // Busy (idle under an RTO = RTT + 200 ms): the full window goes on at the rate.
+        let t = took + 0.99;
+        assert!((w.send(t, 1_000_000, rate, rtt) - 1e6 / rate).abs() < 1e-9);
+        // No round trip, no slow start: the ideal pipe's time.
+        assert_eq!(TcpWindow::new().send(0.0, 5_000_000, 1e6, 0.0), 5.0);
+    }
+
+    #[test]
+    fn an_idle_path_halves_its_window_each_rto_down_to_the_initial_one() {
+        let iw = TCP_INITIAL_WINDOW_SEGMENTS * TCP_MSS;
+        let rate = 12.5e6 / 8.0 * TCP_PAYLOAD_SHARE;
+        let rtt = 0.8;
+        let bdp = rate * rtt;
+        let full = || {
+            let mut w = TcpWindow::new();
+            let took = w.send(0.0, 20_000_000, rate, rtt);
+            assert_eq!(w.cwnd(), bdp);
+            (w, took)
+        };
+        // 3.1 s idle (k 16 steps of 193.8 ms) with an RTO of 1.0 s: Linux's loop subtracts the
+        // RTO 3 times while the rest stays positive (2.1, 1.1, 0.1): three halvings, in whole
+        // segments: floor(BDP / MSS / 8) segments.
+        let (mut w, took) = full();
+        w.restart(took + 3.1, rtt);
+        assert_eq!(w.cwnd(), (bdp / TCP_MSS / 8.0).floor() * TCP_MSS);
+        // An idle of 0.99 s is under the RTO: the window stays.
+        let (mut w, took) = full();
+        w.restart(took + 0.99, rtt);
+        assert_eq!(w.cwnd(), bdp);
+        // 12.4 s (k 64): down to the initial window, never under it; the next 1 MB then costs
+        // the doubling series again.
+        let (mut w, took) = full();
+        let at = took + 12.4;
+        let again = w.send(at, 1_000_000, rate, rtt);
+        let want = doubling_series_seconds(1e6, iw, rate, rtt);
+        assert!(iw * 63.0 < bdp, "the series stays under the product here");
+        assert!((again - want).abs() < 1e-9, "{again} against {want}");
+    }
+
+    #[test]
+    fn a_tcp_pacer_keeps_a_window_per_destination_and_rewinds_it() {
+        // 8 Mbit/s, 50 ms one way (RTT 100 ms, RTO 300 ms).
+        let tcp = Links::on(Fabric::Tcp, &[8.0, 8.0, 8.0], &[50.0, 50.0, 50.0]);
+        let rate = tcp.bytes_per_second[0];
+        let iw = TCP_INITIAL_WINDOW_SEGMENTS * TCP_MSS;
+        let secs = |d: Duration| d.as_secs_f64();
+        let mut p = Pacer::for_rank(&tcp, 0, None);
+        // Reservations asked for at a time to come, so that none has begun when taken back.
+        let t0 = Instant::now() + Duration::from_secs(100);
+        // 3 windows (43,440 B) to rank 1: window 1 and 2 take a round trip each (the path
+        // holds 6.6 windows), the third leaves at the rate; the window is then 4.
+        let (s, e) = p.reserve_to_at(1, 3 * 14_480, t0);
+        assert!((secs(e - s) - (0.1 + 2.0 * iw / rate)).abs() < 1e-9);
+        // Rank 2's path has its own, new window: the same time again.
+        let (s, e) = p.reserve_to_at(2, 3 * 14_480, t0);
+        assert!((secs(e - s) - (0.1 + 2.0 * iw / rate)).abs() < 1e-9);
+        // Rank 1's path was idle for 0.13 s, under its RTO: 4 windows fit its window of 4.
+        let (s, e) = p.reserve_to_at(1, 4 * 14_480, t0);
+        assert!((secs(e - s) - 4.0 * iw / rate).abs() < 1e-9);
+        // Taken back, the window is restored: the same message costs the same again (had the
+        // window stayed grown, to the product, it would cost the same: send 5 windows instead).
+        p.rewind(s, 1);
+        let (s2, e2) = p.reserve_to_at(1, 4 * 14_480, t0);
+        assert_eq!((s2, e2), (s, e));
+        p.rewind(s, 1);
+        let (_, e3) = p.reserve_to_at(1, 5 * 14_480, t0);
+        assert!((secs(e3 - s) - (0.1 + iw / rate)).abs() < 1e-9, "4 windows in one round trip, the 5th behind");
+        // The ideal fabric has no window.
+        let mut q = Pacer::for_rank(&Links::on(Fabric::Ideal, &[8.0, 8.0], &[50.0, 50.0]), 0, None);
+        let (s, e) = q.reserve_to(1, 3 * 14_480);
+        assert!((secs(e - s) - 3.0 * 14_480.0 / 1e6).abs() < 1e-9);
     }
 }

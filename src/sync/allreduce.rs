@@ -16,7 +16,7 @@ use super::groups::OUTER_USES;
 use super::codec::mean::{Compression, CompressedMean};
 use super::{average_replicas, ring_allreduce_bytes, CommStats, ModeState, SyncContext, SyncMode};
 use crate::comm::collectives;
-use crate::comm::pace::{Fabric, Pacer};
+use crate::comm::pace::{Fabric, Pacer, TcpWindow};
 
 /// Options of `--sync allreduce`.
 #[derive(clap::Args, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -97,6 +97,9 @@ pub struct ModelAverage {
     ring: Option<(f64, Duration)>,
     /// What carries the emulated links (`--emulate-fabric`).
     fabric: Fabric,
+    /// On a TCP fabric: the congestion window of this rank's path to its ring successor, kept
+    /// from one sync to the next ([`ring_slow_start_seconds`]).
+    ring_window: TcpWindow,
     /// Rounds whose real all-reduce took longer than the emulated one.
     link_overruns: u64,
     /// `--compress`: the exchange of changes, and the model of the last sync they start from.
@@ -130,7 +133,8 @@ impl ModelAverage {
             None => None,
             Some(c) => Some(CompressedChanges { mean: CompressedMean::new(c, init.len(), &comm)?, last: init.to_vec(), change: Vec::new() }),
         };
-        Ok(ModelAverage { comm, ring_sum, scratch: Vec::new(), stats: CommStats::default(), pacer, ring, fabric, link_overruns: 0, compressed })
+        let stats = CommStats::default();
+        Ok(ModelAverage { comm, ring_sum, scratch: Vec::new(), stats, pacer, ring, fabric, ring_window: TcpWindow::new(), link_overruns: 0, compressed })
     }
 
     /// Replaces `params` by the average, exactly (MPI_Allreduce) or from compressed changes;
@@ -192,7 +196,10 @@ impl SyncMode for ModelAverage {
         let (bytes, received) = self.average(params)?;
         self.stats.comm_seconds += t.elapsed().as_secs_f64();
         if let (Some((rate, latency)), Some(entered)) = (self.ring, entered) {
-            let end = entered + self.emulated_seconds(bytes, rate, latency);
+            let mut end = entered + self.emulated_seconds(bytes, rate, latency);
+            if self.fabric == Fabric::Tcp {
+                end += ring_slow_start_seconds(&mut self.ring_window, self.comm.size() as u32, entered, bytes, rate, latency);
+            }
             let left = end - wall_seconds();
             if left > 0.0 {
                 std::thread::sleep(Duration::from_secs_f64(left));
@@ -269,6 +276,27 @@ pub fn emulated_allreduce_seconds(fabric: Fabric, n: u32, bytes: u64, rate: f64,
     bytes as f64 / rate + (latency + fabric.rendezvous(chunk, rate, latency)).as_secs_f64() * steps as f64
 }
 
+/// What TCP's slow start adds to one emulated all-reduce of `bytes` sent per rank that starts
+/// at `at` (seconds on any one clock) over `n` ranks, `rate` payload bytes per second and
+/// `latency` one way: the ring's 2 (N - 1) steps each send one chunk (`bytes` / (2 (N - 1)))
+/// to the ring successor on one TCP connection, whose `window` ([`TcpWindow`]) carries over
+/// from step to step (a step waits one latency for the predecessor's chunk, under an RTO: no
+/// restart) and from sync to sync (restarted after the compute phase between them). Returns the
+/// seconds beyond the chunks' bytes over the rate; 0 once the window is full. Measured on
+/// netlab's WAN (docs/emulation.md, issue 41 item 6): a ring sync of a 3.3 MB model took
+/// 9.4-9.9 s at k 64 against the ideal model's 6.1 s.
+pub fn ring_slow_start_seconds(window: &mut TcpWindow, n: u32, at: f64, bytes: u64, rate: f64, latency: Duration) -> f64 {
+    let steps = 2 * u64::from(n.max(2) - 1);
+    let chunk = bytes / steps;
+    let (lat, mut t, mut extra) = (latency.as_secs_f64(), at, 0.0);
+    for _ in 0..steps {
+        let took = window.send(t, chunk, rate, 2.0 * lat);
+        extra += took - chunk as f64 / rate;
+        t += took + lat;
+    }
+    extra
+}
+
 /// Seconds since the Unix epoch: one clock for every rank of a job on one machine (what the
 /// emulated collective's start is agreed on).
 fn wall_seconds() -> f64 {
@@ -309,4 +337,34 @@ fn build_allreduce(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> sup
 fn sum_counts(ctx: &SyncContext, run: &super::RunSpec, init: &[f32]) -> anyhow::Result<Box<dyn SyncMode>> {
     let (ring_sum, _) = run.opts.allreduce.allreduce_algorithm.ring(ctx.comm, init.len());
     Ok(Box::new(super::delta_sum::DeltaSum::new(ctx, init, ring_sum)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::pace::{TCP_INITIAL_WINDOW_SEGMENTS, TCP_MSS};
+
+    #[test]
+    fn the_rings_window_grows_across_its_steps_and_restarts_after_a_long_compute_phase() {
+        let iw = TCP_INITIAL_WINDOW_SEGMENTS * TCP_MSS;
+        // 2 ranks: 2 steps of one chunk each; a chunk of 7 initial windows on a path that holds
+        // far more (1 GB/s x 100 ms). Step 1 on a new connection: rounds of 1, 2 and 4 windows,
+        // the last at the rate: 2 round trips beyond its bytes less the 3 windows they carried
+        // (2 RTT - 3 IW / rate). Step 2 starts 50 ms after (under the RTO) with a window of 8:
+        // at the rate.
+        let (rate, lat) = (1e9, Duration::from_millis(50));
+        let bytes = (2.0 * 7.0 * iw) as u64;
+        let mut w = TcpWindow::new();
+        let extra = ring_slow_start_seconds(&mut w, 2, 0.0, bytes, rate, lat);
+        let want = 2.0 * 0.1 - 3.0 * iw / rate;
+        assert!((extra - want).abs() < 1e-9, "{extra} against {want}");
+        // The next sync at 0.4 s, 0.15 s after the last byte (under the RTO of 0.3 s): the
+        // window (15 windows) holds a chunk, nothing added.
+        assert!(ring_slow_start_seconds(&mut w, 2, 0.4, bytes, rate, lat).abs() < 1e-9);
+        // After 100 s of compute (hundreds of RTOs) the window is the initial one again.
+        let again = ring_slow_start_seconds(&mut w, 2, 101.0, bytes, rate, lat);
+        assert!((again - want).abs() < 1e-9, "{again} against {want}");
+        // No latency: no slow start, the closed form alone.
+        assert_eq!(ring_slow_start_seconds(&mut TcpWindow::new(), 8, 0.0, 3_300_000, 1e6, Duration::ZERO), 0.0);
+    }
 }
