@@ -16,20 +16,30 @@ BIN="$OUT/asap-train"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 steps=$((60000 / N / 50))
 stop=$((steps * 3 / 2))   # mid-epoch 1
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 metric() {
-  python3 -c "import json,sys; s=[l for l in map(json.loads, open(sys.argv[1])) if l['event']=='summary'][-1]; print(s['final_metric'], s['rounds'])" "$1"
+  python3 -c "import json,sys; s=[l for l in map(json.loads, open(sys.argv[1])) if l['event']=='summary'][-1]; print(s['final_metric'], s['rounds'])" "$1" 2>/dev/null || echo "no summary"
+}
+# One run; a failed one is reported with its log's last line, and the others go on.
+run() {
+  local n=$1 log=$2; shift 2
+  mpirun -n "$n" $BIN "$@" > "$log" 2>&1 || echo "FAILED (exit $?): $(tail -n 1 "$log")"
 }
 for seed in ${SEEDS:-5}; do
   common=(train --epochs 3 --batch-size 50 --lr 0.05 --seed "$seed" --eval-every 1000000)
   for sync in "${SYNC_LIST[@]}"; do
-    tag=${sync%% *}-s$seed
-    mpirun -n "$N" $BIN "${common[@]}" --sync $sync --metrics "$OUT/$tag-full.jsonl" > /dev/null 2>&1
-    echo "${sync%% *} seed $seed: $N ranks uninterrupted: $(metric "$OUT/$tag-full.jsonl")"
-    mpirun -n "$N" $BIN "${common[@]}" --sync $sync --checkpoint-dir "$OUT/$tag-ck" --max-rounds "$stop" > /dev/null 2>&1
+    # The whole option string names the runs: two variants of one mode must not share files.
+    tag=$(printf '%s' "$sync" | tr -c 'A-Za-z0-9.' '_')-s$seed
+    # A round is --sync-every mini-batches: the cut stays at the same step of mid-epoch 1.
+    k=$(sed -n 's/.*--sync-every[ =]\([0-9]*\).*/\1/p' <<< "$sync"); at=$((stop / ${k:-1}))
+    run "$N" "$OUT/$tag-full.log" "${common[@]}" --sync $sync --metrics "$OUT/$tag-full.jsonl"
+    echo "$sync seed $seed: $N ranks uninterrupted: $(metric "$OUT/$tag-full.jsonl")"
+    run "$N" "$OUT/$tag-ck.log" "${common[@]}" --sync $sync --checkpoint-dir "$OUT/$tag-ck" --max-rounds "$at"
     for m in $MS; do
       cp -r "$OUT/$tag-ck" "$OUT/$tag-ck$m"
-      mpirun -n "$m" $BIN "${common[@]}" --sync $sync --checkpoint-dir "$OUT/$tag-ck$m" --resume --metrics "$OUT/$tag-$m.jsonl" > /dev/null 2>&1
-      echo "${sync%% *} seed $seed: $N -> $m ranks at round $stop: $(metric "$OUT/$tag-$m.jsonl")"
+      run "$m" "$OUT/$tag-$m.log" "${common[@]}" --sync $sync --checkpoint-dir "$OUT/$tag-ck$m" --resume --metrics "$OUT/$tag-$m.jsonl"
+      echo "$sync seed $seed: $N -> $m ranks at round $at: $(metric "$OUT/$tag-$m.jsonl")"
     done
   done
 done
+echo "# runs and logs in $OUT"
