@@ -5,6 +5,7 @@
 #   benches/elastic-resize.sh [N [M ...]]     (default: 8 -> 4 7 10 16; results: elastic-resize.md)
 # SYNCS: the modes, ';'-separated (default: allreduce;asap --graph ring;ssp;bosen --bandwidth-mbps 100).
 # SEEDS: the seeds, space-separated (default: 5).
+# AT_M=1: also the uninterrupted M-rank runs, to tell the resize from the rank count's own effect.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-8}; shift || true
@@ -20,10 +21,10 @@ echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>
 metric() {
   python3 -c "import json,sys; s=[l for l in map(json.loads, open(sys.argv[1])) if l['event']=='summary'][-1]; print(s['final_metric'], s['rounds'])" "$1" 2>/dev/null || echo "no summary"
 }
-# One run; a failed one is reported with its log's last line, and the others go on.
+# One run; a failed one is reported with its log's first error line, and the others go on.
 run() {
   local n=$1 log=$2; shift 2
-  mpirun -n "$n" $BIN "$@" > "$log" 2>&1 || echo "FAILED (exit $?): $(tail -n 1 "$log")"
+  mpirun -n "$n" $BIN "$@" > "$log" 2>&1 || { echo "FAILED (exit $?): $(grep -m 1 'error' "$log")"; return 1; }
 }
 for seed in ${SEEDS:-5}; do
   common=(train --epochs 3 --batch-size 50 --lr 0.05 --seed "$seed" --eval-every 1000000)
@@ -32,13 +33,18 @@ for seed in ${SEEDS:-5}; do
     tag=$(printf '%s' "$sync" | tr -c 'A-Za-z0-9.' '_')-s$seed
     # A round is --sync-every mini-batches: the cut stays at the same step of mid-epoch 1.
     k=$(sed -n 's/.*--sync-every[ =]\([0-9]*\).*/\1/p' <<< "$sync"); at=$((stop / ${k:-1}))
-    run "$N" "$OUT/$tag-full.log" "${common[@]}" --sync $sync --metrics "$OUT/$tag-full.jsonl"
+    run "$N" "$OUT/$tag-full.log" "${common[@]}" --sync $sync --metrics "$OUT/$tag-full.jsonl" || true
     echo "$sync seed $seed: $N ranks uninterrupted: $(metric "$OUT/$tag-full.jsonl")"
-    run "$N" "$OUT/$tag-ck.log" "${common[@]}" --sync $sync --checkpoint-dir "$OUT/$tag-ck" --max-rounds "$at"
+    # A mode that cannot checkpoint (--notify deadline) says so, and has nothing to resume.
+    run "$N" "$OUT/$tag-ck.log" "${common[@]}" --sync $sync --checkpoint-dir "$OUT/$tag-ck" --max-rounds "$at" || continue
     for m in $MS; do
       cp -r "$OUT/$tag-ck" "$OUT/$tag-ck$m"
-      run "$m" "$OUT/$tag-$m.log" "${common[@]}" --sync $sync --checkpoint-dir "$OUT/$tag-ck$m" --resume --metrics "$OUT/$tag-$m.jsonl"
+      run "$m" "$OUT/$tag-$m.log" "${common[@]}" --sync $sync --checkpoint-dir "$OUT/$tag-ck$m" --resume --metrics "$OUT/$tag-$m.jsonl" || true
       echo "$sync seed $seed: $N -> $m ranks at round $at: $(metric "$OUT/$tag-$m.jsonl")"
+      if [ "${AT_M:-0}" = 1 ]; then
+        run "$m" "$OUT/$tag-full$m.log" "${common[@]}" --sync $sync --metrics "$OUT/$tag-full$m.jsonl" || true
+        echo "$sync seed $seed: $m ranks uninterrupted: $(metric "$OUT/$tag-full$m.jsonl")"
+      fi
     done
   done
 done
