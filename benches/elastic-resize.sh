@@ -6,18 +6,19 @@
 # SYNCS: the modes, ';'-separated (default: allreduce;asap --graph ring;ssp;bosen --bandwidth-mbps 100).
 # SEEDS: the seeds, space-separated (default: 5).
 # AT_M=1: also the uninterrupted M-rank runs, to tell the resize from the rank count's own effect.
+# ASAP_TRAIN: the binary to run (default: target/release/asap-train).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-8}; shift || true
 MS=${*:-4 7 10 16}
 IFS=';' read -ra SYNC_LIST <<< "${SYNCS:-allreduce;asap --graph ring;ssp;bosen --bandwidth-mbps 100}"
 OUT=$(mktemp -d /tmp/elastic-resize.XXXX)
-cp target/release/asap-train "$OUT/asap-train"   # a rebuild during the runs cannot change it
+cp "${ASAP_TRAIN:-target/release/asap-train}" "$OUT/asap-train"   # a rebuild during the runs cannot change it
 BIN="$OUT/asap-train"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 steps=$((60000 / N / 50))
 stop=$((steps * 3 / 2))   # mid-epoch 1
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), binary ${ASAP_TRAIN:-target/release/asap-train}, load $(cut -d' ' -f1-3 /proc/loadavg)"
 metric() {
   python3 -c "import json,sys; s=[l for l in map(json.loads, open(sys.argv[1])) if l['event']=='summary'][-1]; print(s['final_metric'], s['rounds'])" "$1" 2>/dev/null || echo "no summary"
 }
