@@ -344,8 +344,9 @@ fn ssp_resumes_4_ranks_on_6_from_the_servers_model_re_partitioned_by_row() {
 }
 
 /// bosen with AdaRevision (S = 1): 4 ranks to round 70; a 2-rank resume stopped at once at round
-/// 70: AdaRevision's accumulated gradient, denominators and row versions laid end to end are the
-/// 4 old servers', so each row's state followed it to its new server (whose shard, of whole rows,
+/// 70: AdaRevision's accumulated gradient and row versions laid end to end are the 4 old servers',
+/// its denominators theirs with their growth since 1 halved (2 workers of 4), so each row's
+/// state followed it to its new server (whose shard, of whole rows,
 /// holds as many parameters as those rows); every client holds every row's current version, every
 /// worker holds nothing older, and each row with a version keeps one snapshot, its accumulated
 /// gradient. 2 ranks then finish, every example once per epoch.
@@ -362,8 +363,15 @@ fn bosen_adarevision_state_follows_its_rows_from_4_ranks_to_2() {
     let (version, _) = laid(&old, 4, "ada_version");
     assert_eq!(version.len(), 10);
     assert!(version.iter().all(|&v| v > 0.0), "every row was updated (else its state is not tested): {version:?}");
-    for name in ["ada_g_sum", "ada_z", "ada_z_max", "ada_version"] {
+    for name in ["ada_g_sum", "ada_version"] {
         assert!(laid(&new, 2, name).0 == laid(&old, 4, name).0, "{name} followed its rows");
+    }
+    // The denominators followed their rows, their growth since 1 scaled to 2 workers of 4.
+    for name in ["ada_z", "ada_z_max"] {
+        // The servers hold f32: the rescaled value rounded once.
+        let want: Vec<f64> = laid(&old, 4, name).0.iter().map(|z| (1.0 + (z - 1.0) * 2.0 / 4.0) as f32 as f64).collect();
+        assert!(laid(&new, 2, name).0 == want, "{name} followed its rows, rescaled");
+        assert!(laid(&old, 4, name).0.iter().any(|&z| z > 1.0), "{name} grew (else the rescaling is not tested)");
     }
     for q in 0..2 {
         let rows = rank_state(&new, q, "shard_rows").unwrap().len();

@@ -261,9 +261,9 @@ pub trait SyncMode {
     }
     /// At a resume on another rank count: this rank's state for [`SyncMode::restore_state`],
     /// from `state` (a fresh one's, with what [`SyncMode::averaged_on_resize`] carried in place)
-    /// and `laid` (the entries [`SyncMode::laid_on_resize`] names, whole). The default keeps
-    /// `state`.
-    fn repartition(&self, state: ModeState, _laid: &ModeState) -> anyhow::Result<ModeState> {
+    /// and `laid` (the entries [`SyncMode::laid_on_resize`] names, whole), written by
+    /// `ranks_before` ranks. The default keeps `state`.
+    fn repartition(&self, state: ModeState, _laid: &ModeState, _ranks_before: usize) -> anyhow::Result<ModeState> {
         Ok(state)
     }
     /// Restores what `save_state` returned (on `--resume`).

@@ -194,8 +194,8 @@ impl SyncMode for Outer {
         self.inner.laid_on_resize(name)
     }
 
-    fn repartition(&self, state: ModeState, laid: &ModeState) -> anyhow::Result<ModeState> {
-        self.inner.repartition(state, laid)
+    fn repartition(&self, state: ModeState, laid: &ModeState, ranks_before: usize) -> anyhow::Result<ModeState> {
+        self.inner.repartition(state, laid, ranks_before)
     }
 
     fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {

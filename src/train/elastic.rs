@@ -49,9 +49,10 @@ pub const RULE: &str = "every replica starts from the average of the old ones; t
 
 /// The rule for the parameter-server modes (ssp, bosen; `crate::sync::ps::resize`).
 pub const SERVER_RULE: &str = "every rank starts from the parameter servers' model, its shards re-partitioned by row with their \
-                               per-row state (AdaRevision's) and every client's cache re-read; every worker at the cut's \
-                               clock, DynSGD's open versions closed; momentum and AdamW's moments are averaged; the \
-                               examples left of the interrupted epoch are each seen once, later epochs shard over the new ranks";
+                               per-row state (AdaRevision's, its denominators' growth scaled by M/N) and every client's cache \
+                               re-read; every worker at the cut's clock, DynSGD's open versions closed; momentum and AdamW's \
+                               moments are averaged; the examples left of the interrupted epoch are each seen once, later \
+                               epochs shard over the new ranks";
 
 /// The rule of a resize: [`SERVER_RULE`] where the model is the servers' (`server_model`), else
 /// [`RULE`].

@@ -750,7 +750,7 @@ fn resized_state(
     }
     // A parameter server's per-row state follows its rows to their new shards.
     let laid = checkpoint::broadcast_state(comm, elastic::laid_end_to_end(&resized.old_states, |name| sync.laid_on_resize(name)));
-    collectives::agree(comm, sync.repartition(state, &laid))
+    collectives::agree(comm, sync.repartition(state, &laid, resized.from))
 }
 
 /// The start line's record of a resume (`from`: the rank count that wrote the checkpoint, when

@@ -746,9 +746,10 @@ impl SyncMode for StaleSynchronous {
         LAID.contains(&name)
     }
 
-    fn repartition(&self, state: ModeState, laid: &ModeState) -> anyhow::Result<ModeState> {
+    fn repartition(&self, state: ModeState, laid: &ModeState, ranks_before: usize) -> anyhow::Result<ModeState> {
         let own = self.server.as_ref().map(|s| (s.range.clone(), self.row_ranges[self.rank].clone(), s.offsets.clone()));
-        repartition(state, laid, &NewShards { workers: self.shards.len(), rows: self.held_version.len(), own })
+        let new = NewShards { workers: self.shards.len(), workers_before: ranks_before, rows: self.held_version.len(), own };
+        repartition(state, laid, &new)
     }
 
     fn restore_state(&mut self, state: ModeState) -> anyhow::Result<()> {
