@@ -443,9 +443,9 @@ pub struct TrainConfig {
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Output")]
     pub checkpoint_every: u64,
     /// Continue from the newest checkpoint in --checkpoint-dir, also one written at another rank
-    /// count (with --partition iid): every rank starts from the replicas' average (ssp, bosen:
-    /// the parameter servers' model, re-partitioned by row), and the examples left of its epoch
-    /// are each seen once (docs/training.md).
+    /// count: every rank starts from the replicas' average (ssp, bosen: the parameter servers'
+    /// model, re-partitioned by row), and the examples left of its epoch are each seen once, as
+    /// often as the uninterrupted run planned them (docs/training.md).
     #[arg(long, help_heading = "Output")]
     pub resume: bool,
     /// Continue from this run's newest checkpoint in --checkpoint-dir when there is one (as
@@ -850,7 +850,8 @@ impl TrainConfig {
         anyhow::ensure!(
             self.partition == "iid",
             "--on-rank-loss continue deals the examples left of an epoch over the survivors, which needs shards that are ranges of \
-             the file: use --partition iid (now {})",
+             the file: use --partition iid (now {}), or `asap-train elastic` (it restarts from the newest checkpoint, and a \
+             checkpoint of a label-skewed run resumes at any rank count)",
             self.partition
         );
         anyhow::ensure!(self.model != crate::model::ModelKind::Lda, "--on-rank-loss continue: --model lda cannot go on without a rank");
