@@ -847,13 +847,6 @@ impl TrainConfig {
             mode.name,
             crate::sync::SyncKind::names_where(|m| m.survives_rank_loss)
         );
-        anyhow::ensure!(
-            self.partition == "iid",
-            "--on-rank-loss continue deals the examples left of an epoch over the survivors, which needs shards that are ranges of \
-             the file: use --partition iid (now {}), or `asap-train elastic` (it restarts from the newest checkpoint, and a \
-             checkpoint of a label-skewed run resumes at any rank count)",
-            self.partition
-        );
         anyhow::ensure!(self.model != crate::model::ModelKind::Lda, "--on-rank-loss continue: --model lda cannot go on without a rank");
         Ok(())
     }

@@ -49,8 +49,7 @@
 //!   all-to-all (`data::partition::decode_rows`) and recorded per rank in the checkpoint.
 //!
 //! Limits: `--balance` does not shrink the dealt mini-batches further; an example dealt twice
-//! may fall into one mini-batch; `--on-rank-loss continue` (train::shrink) still needs
-//! `--partition iid`.
+//! may fall into one mini-batch.
 
 use std::ops::Range;
 
@@ -177,6 +176,45 @@ pub fn left_of_rank(ids: &[u64], walk: &Walk, done: usize) -> Vec<u64> {
             order[from..].iter().map(|&i| ids[i]).collect()
         }
     }
+}
+
+/// The examples a rank holding `ids` still has planned in a shard walk of `steps` mini-batches of
+/// `batch` after `done` of them, from where it stands in memory (`train::shrink`): `current` is
+/// the order of the pass step `done` falls in (used only inside a pass: at a pass's start that
+/// pass is not yet drawn), `rng` its shuffle stream after the passes drawn so far. The same
+/// plan as [`left_of_rank`] reads from the epoch's start.
+pub fn left_in_walk(ids: &[u64], current: &[usize], rng: [u64; 4], batch: usize, steps: usize, done: usize) -> Vec<u64> {
+    let n = ids.len();
+    let per_pass = n.div_ceil(batch).max(1);
+    let mut left = Vec::new();
+    let mut take = |perm: &[usize], pass: usize| {
+        let (first, end) = (done.max(pass * per_pass), steps.min((pass + 1) * per_pass));
+        if first < end {
+            let (from, to) = (((first - pass * per_pass) * batch).min(n), ((end - pass * per_pass) * batch).min(n));
+            left.extend(perm[from..to].iter().map(|&i| ids[i]));
+        }
+    };
+    let mut pass = done / per_pass;
+    if !done.is_multiple_of(per_pass) && current.len() == n {
+        take(current, pass);
+        pass += 1;
+    }
+    let mut rng = Rng::from_state(rng);
+    let mut perm: Vec<usize> = (0..n).collect();
+    while pass * per_pass < steps {
+        perm.iter_mut().enumerate().for_each(|(i, x)| *x = i);
+        rng.shuffle(&mut perm);
+        take(&perm, pass);
+        pass += 1;
+    }
+    left
+}
+
+/// The examples a shard of `n` takes in the first `done` mini-batches of `batch` of a shard walk
+/// (whole passes of `n`, then the part of one).
+pub fn taken_in_walk(n: usize, batch: usize, done: usize) -> u64 {
+    let per_pass = n.div_ceil(batch).max(1);
+    (done / per_pass * n + n.min(done % per_pass * batch)) as u64
 }
 
 /// The examples left of the epoch over all old ranks, ascending (each rank's `ids` with its walk).
@@ -384,6 +422,18 @@ mod tests {
             let mut all = seen_cycling(&ids, rng, 3, 0..done);
             all.extend(left_of_rank(&ids, &walk, done));
             assert_eq!(sorted(all), plan, "after {done} steps");
+        }
+        // From where a rank stands after `done` steps (its pass's order, its stream after it).
+        for done in 0..=8usize {
+            let mut rng_now = Rng::from_state(rng);
+            let mut perm: Vec<usize> = Vec::new();
+            for _ in 0..done.div_ceil(3) {
+                perm = (0..7).collect();
+                rng_now.shuffle(&mut perm);
+            }
+            let left = sorted(left_in_walk(&ids, &perm, rng_now.state(), 3, 8, done));
+            assert_eq!(left, sorted(left_of_rank(&ids, &walk, done)), "in memory after {done} steps");
+            assert_eq!(taken_in_walk(7, 3, done) as usize + left.len(), plan.len(), "after {done} steps");
         }
         let left = left_of_epoch(&[(ids.to_vec(), walk)], 4);
         let (a, b) = ([2u64, 5, 13, 34], [3u64, 8, 21]);
