@@ -832,9 +832,8 @@ impl TrainConfig {
     }
 
     /// Checks settings that do not need the data; messages name the option to fix.
-    /// `--on-rank-loss continue`: a ULFM build, a mode that can live without a rank, shards the
-    /// examples left of an epoch can be dealt over (ranges of the file), and a model trained by
-    /// steps (not `--model lda`).
+    /// `--on-rank-loss continue`: a ULFM build, a mode that can live without a rank, and a model
+    /// trained by steps (not `--model lda`).
     fn check_on_rank_loss(&self) -> anyhow::Result<()> {
         if self.on_rank_loss != OnRankLoss::Continue {
             return Ok(());
