@@ -7,6 +7,7 @@
 # SEEDS: the seeds, space-separated (default: 5).
 # AT_M=1: also the uninterrupted M-rank runs, to tell the resize from the rank count's own effect.
 # ASAP_TRAIN: the binary to run (default: target/release/asap-train).
+# PARTITION: --partition (default: iid; e.g. dirichlet:0.5 for label-skewed shards).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-8}; shift || true
@@ -16,7 +17,7 @@ OUT=$(mktemp -d /tmp/elastic-resize.XXXX)
 cp "${ASAP_TRAIN:-target/release/asap-train}" "$OUT/asap-train"   # a rebuild during the runs cannot change it
 BIN="$OUT/asap-train"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-steps=$((60000 / N / 50))
+steps=$((60000 / N / 50))   # the smallest shard's (iid) and the mean shard's (label-skewed) alike
 stop=$((steps * 3 / 2))   # mid-epoch 1
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), binary ${ASAP_TRAIN:-target/release/asap-train}, load $(cut -d' ' -f1-3 /proc/loadavg)"
 metric() {
@@ -28,7 +29,7 @@ run() {
   mpirun -n "$n" $BIN "$@" > "$log" 2>&1 || { echo "FAILED (exit $?): $(grep -m 1 'error' "$log")"; return 1; }
 }
 for seed in ${SEEDS:-5}; do
-  common=(train --epochs 3 --batch-size 50 --lr 0.05 --seed "$seed" --eval-every 1000000)
+  common=(train --epochs 3 --batch-size 50 --lr 0.05 --seed "$seed" --eval-every 1000000 --partition "${PARTITION:-iid}")
   for sync in "${SYNC_LIST[@]}"; do
     # The whole option string names the runs: two variants of one mode must not share files.
     tag=$(printf '%s' "$sync" | tr -c 'A-Za-z0-9.' '_')-s$seed

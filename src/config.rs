@@ -446,9 +446,9 @@ pub struct TrainConfig {
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Output")]
     pub checkpoint_every: u64,
     /// Continue from the newest checkpoint in --checkpoint-dir, also one written at another rank
-    /// count (with --partition iid): every rank starts from the replicas' average (ssp, bosen:
-    /// the parameter servers' model, re-partitioned by row), and the examples left of its epoch
-    /// are each seen once (docs/training.md).
+    /// count: every rank starts from the replicas' average (ssp, bosen: the parameter servers'
+    /// model, re-partitioned by row), and the examples left of its epoch are each seen once, as
+    /// often as the uninterrupted run planned them (docs/training.md).
     #[arg(long, help_heading = "Output")]
     pub resume: bool,
     /// Continue from this run's newest checkpoint in --checkpoint-dir when there is one (as
@@ -835,9 +835,8 @@ impl TrainConfig {
     }
 
     /// Checks settings that do not need the data; messages name the option to fix.
-    /// `--on-rank-loss continue`: a ULFM build, a mode that can live without a rank, shards the
-    /// examples left of an epoch can be dealt over (ranges of the file), and a model trained by
-    /// steps (not `--model lda`).
+    /// `--on-rank-loss continue`: a ULFM build, a mode that can live without a rank, and a model
+    /// trained by steps (not `--model lda`).
     fn check_on_rank_loss(&self) -> anyhow::Result<()> {
         if self.on_rank_loss != OnRankLoss::Continue {
             return Ok(());
@@ -849,12 +848,6 @@ impl TrainConfig {
             "--on-rank-loss continue: --sync {} cannot go on without one of its ranks (it holds state the others need); --sync {} can",
             mode.name,
             crate::sync::SyncKind::names_where(|m| m.survives_rank_loss)
-        );
-        anyhow::ensure!(
-            self.partition == "iid",
-            "--on-rank-loss continue deals the examples left of an epoch over the survivors, which needs shards that are ranges of \
-             the file: use --partition iid (now {})",
-            self.partition
         );
         anyhow::ensure!(self.model != crate::model::ModelKind::Lda, "--on-rank-loss continue: --model lda cannot go on without a rank");
         Ok(())

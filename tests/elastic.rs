@@ -170,10 +170,10 @@ fn asap_resumes_on_6_then_2_then_4_ranks_with_every_example_once() {
 }
 
 /// none, 2 ranks to round 150 (epoch 1, step 50 of 100), then 4 ranks by --auto-resume: every
-/// example once; and shards dealt by class still refuse a resize, saying why.
+/// example once.
 #[test]
-fn independent_replicas_resume_2_ranks_on_4_and_label_shards_still_refuse() {
-    let (dir, ck, trace) = scratch_with_trace("elastic-none");
+fn independent_replicas_resume_2_ranks_on_4_with_every_example_once() {
+    let (_, ck, trace) = scratch_with_trace("elastic-none");
     let sync = ["--sync", "none"];
     // --auto-resume, as slurm/asap-train.sbatch runs a requeued job: a fresh start at first,
     // then the 2-rank checkpoint found at 4 ranks.
@@ -181,15 +181,160 @@ fn independent_replicas_resume_2_ranks_on_4_and_label_shards_still_refuse() {
     let b = job(4, &args(&sync, &ck, &["--auto-resume"]), &trace.join("b"));
     assert!(b.stderr.contains("resumed a 2-rank checkpoint on 4 ranks"), "{}", b.stderr);
     assert_every_example_once(&trace, 3, "none 2 -> 4 ranks");
+}
 
-    let ck_label = dir.join("ck-label");
-    let label = ["--sync", "allreduce", "--partition", "by-label:5"];
-    mpirun(2, &args(&label, &ck_label, &["--max-rounds", "20"]), 120).expect_ok();
-    mpirun(3, &args(&label, &ck_label, &["--resume"]), 120).expect_failure(&[
-        "written by 2 ranks",
-        "resume it with 2 ranks",
-        "--partition by-label:5 deals the examples by class",
-    ]);
+/// How often each example id was seen in each epoch by each rank of the job whose traces are
+/// `dir/PREFIX.rank<r>`, for each prefix of `prefixes` (summed over them): rank -> epoch -> id -> times.
+type PerRank = Vec<std::collections::BTreeMap<u64, std::collections::BTreeMap<u64, u32>>>;
+fn seen_per_rank(dir: &Path, prefixes: &[&str], ranks: usize) -> PerRank {
+    let mut out: PerRank = vec![Default::default(); ranks];
+    for (r, seen) in out.iter_mut().enumerate() {
+        for prefix in prefixes {
+            let text = std::fs::read_to_string(dir.join(format!("{prefix}.rank{r}"))).unwrap_or_default();
+            for line in text.lines().filter(|l| !l.starts_with('#')) {
+                let (epoch, id) = line.split_once(' ').unwrap();
+                *seen.entry(epoch.parse().unwrap()).or_default().entry(id.parse().unwrap()).or_default() += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The ranks' counts of one epoch summed: id -> times.
+fn epoch_of(per_rank: &PerRank, epoch: u64) -> std::collections::BTreeMap<u64, u32> {
+    let mut all = std::collections::BTreeMap::new();
+    for rank in per_rank {
+        for (&id, &k) in rank.get(&epoch).into_iter().flatten() {
+            *all.entry(id).or_default() += k;
+        }
+    }
+    all
+}
+
+/// A label-skewed (`partition`) allreduce job's options on t10k: `args`' with it.
+fn skewed_args<'a>(partition: &'a str, ck: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    args(&["--sync", "allreduce", "--partition", partition], ck, extra)
+}
+
+/// A label-skewed run (`partition`) checkpointed by 4 ranks at round 70 (epoch 1, step 20 of 50)
+/// and resumed on `m` ranks, checked against independent oracles from the traces:
+/// - the uninterrupted 4-rank run's trace is the plan: its epoch 1 (with the repeats of the
+///   shards that cycle) is, example by example and count by count, the interrupted run's epoch 1
+///   before the checkpoint plus the resumed run's after it;
+/// - the shards of a fresh `m`-rank run, read from its trace with one mini-batch as large as the
+///   data (each rank steps once on its whole shard): each resumed rank's examples in the
+///   interrupted epoch and the next are its own shard's, and its next epoch is one of a fresh
+///   `m`-rank run: ceil(floor(10000 / m) / 50) steps of 50 over the shard, passes of ceil(n / 50)
+///   steps, so every example of the shard seen floor(steps / pass) or one more times, and
+///   `full x n + min(n, rest x 50)` examples in all.
+///
+/// `stop`: where the resumed run is stopped and continued again at `m` ranks (a same-count resume
+/// inside the dealt epoch), whose model must then be bit-identical to a resume not stopped.
+fn label_skewed_resize(name: &str, partition: &str, m: usize, stop: Option<&str>) {
+    let (dir, ck, trace) = scratch_with_trace(name);
+    let full_trace = dir.join("full");
+    std::fs::create_dir_all(&full_trace).unwrap();
+    job(4, &skewed_args(partition, &dir.join("ck-full"), &[]), &full_trace.join("u"));
+    job(4, &skewed_args(partition, &ck, &["--max-rounds", "70"]), &trace.join("a"));
+    let ck_direct = dir.join("ck-direct");
+    copy_dir(&ck, &ck_direct);
+    let mut resumed = vec!["b"];
+    let end = dir.join("end.h5");
+    match stop {
+        None => {
+            let b = job(m, &skewed_args(partition, &ck, &["--resume", "--save-model", s(&end)]), &trace.join("b"));
+            assert!(b.stderr.contains(&format!("resumed a 4-rank checkpoint on {m} ranks")), "{}", b.stderr);
+        }
+        Some(round) => {
+            let b = job(m, &skewed_args(partition, &ck, &["--resume", "--max-rounds", round]), &trace.join("b"));
+            assert!(b.stderr.contains(&format!("resumed a 4-rank checkpoint on {m} ranks")), "{}", b.stderr);
+            let c = job(m, &skewed_args(partition, &ck, &["--resume", "--save-model", s(&end)]), &trace.join("c"));
+            assert!(!c.stderr.contains("resumed a"), "a same-count resume is no resize: {}", c.stderr);
+            resumed.push("c");
+            let direct = dir.join("direct.h5");
+            let trace_direct = dir.join("trace-direct");
+            std::fs::create_dir_all(&trace_direct).unwrap();
+            job(m, &skewed_args(partition, &ck_direct, &["--resume", "--save-model", s(&direct)]), &trace_direct.join("d"));
+            assert!(read_model(&end) == read_model(&direct), "a same-count resume inside the dealt epoch changed the model");
+        }
+    }
+
+    let full = seen_per_rank(&full_trace, &["u"], 4);
+    let before = seen_per_rank(&trace, &["a"], 4);
+    let after = seen_per_rank(&trace, &resumed, m);
+    let planned = epoch_of(&full, 1);
+    assert!(planned.values().any(|&k| k > 1), "{partition}: some shard cycles in an epoch (else the repeats are not tested)");
+    assert!(planned.len() < EXAMPLES as usize, "{partition}: some shard is cut in an epoch (else the cut is not tested)");
+    assert_eq!(epoch_of(&before, 0), epoch_of(&full, 0), "{partition}: epoch 0 before the checkpoint is the plan's");
+    let mut seen = epoch_of(&before, 1);
+    let split = seen.values().sum::<u32>();
+    for (id, k) in epoch_of(&after, 1) {
+        *seen.entry(id).or_default() += k;
+    }
+    assert!(split > 0 && seen.values().sum::<u32>() > split, "{partition}: the checkpoint is inside epoch 1");
+    assert!(seen == planned, "{partition} 4 -> {m}: epoch 1 is not the uninterrupted run's plan, each planned occurrence once");
+
+    // A fresh m-rank run's shards: one step of a mini-batch larger than any shard.
+    let shard_trace = dir.join("shards");
+    std::fs::create_dir_all(&shard_trace).unwrap();
+    let shards_ck = dir.join("ck-shards");
+    let one_step = [
+        "train",
+        "--data",
+        DATA,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "10000",
+        "--seed",
+        "11",
+        "--lr",
+        "0.05",
+        "--sync",
+        "allreduce",
+        "--partition",
+        partition,
+        "--checkpoint-dir",
+        s(&shards_ck),
+    ];
+    job(m, &one_step, &shard_trace.join("s"));
+    let shards: Vec<std::collections::BTreeMap<u64, u32>> = seen_per_rank(&shard_trace, &["s"], m).iter().map(|r| r[&0].clone()).collect();
+    assert_eq!(shards.iter().map(|s| s.len()).sum::<usize>() as u64, EXAMPLES, "the {m} shards cover the data");
+    assert!(shards.iter().all(|s| s.values().all(|&k| k == 1)), "one step, each shard once");
+    let steps = (EXAMPLES as usize / m).div_ceil(50);
+    for (q, shard) in shards.iter().enumerate() {
+        for epoch in [1, 2] {
+            let outside: Vec<&u64> =
+                after[q].get(&epoch).into_iter().flatten().map(|(id, _)| id).filter(|id| !shard.contains_key(id)).take(3).collect();
+            assert!(
+                outside.is_empty(),
+                "{partition} 4 -> {m}: new rank {q} saw examples of other ranks' shards in epoch {epoch}: {outside:?}"
+            );
+        }
+        let n = shard.len();
+        let pass = n.div_ceil(50);
+        let (times, rest) = (steps / pass, steps % pass);
+        let next = &after[q][&2];
+        let total: u32 = next.values().sum();
+        assert_eq!(total as usize, times * n + n.min(rest * 50), "{partition} 4 -> {m}: new rank {q}'s epoch 2 over its shard of {n}");
+        let most = times + usize::from(rest > 0);
+        assert!(
+            shard.keys().all(|id| (times..=most).contains(&(next.get(id).copied().unwrap_or(0) as usize))),
+            "{partition} 4 -> {m}: new rank {q} saw each example of its shard {times} to {most} times in epoch 2"
+        );
+    }
+}
+
+/// dirichlet:0.5 (shards of very unequal size: small ones cycle, large ones are cut), 4 ranks on 2.
+#[test]
+fn a_label_skewed_run_resumes_4_ranks_on_2_with_the_planned_examples() {
+    label_skewed_resize("elastic-skewed-2", "dirichlet:0.5", 2, None);
+}
+
+/// dirichlet:0.5, 4 ranks on 6, stopped 10 steps into the dealt rest and resumed at 6 again.
+#[test]
+fn a_label_skewed_run_resumes_4_ranks_on_6_with_the_planned_examples() {
+    label_skewed_resize("elastic-skewed-6", "dirichlet:0.5", 6, Some("80"));
 }
 
 /// The other replica modes and asap's variants resize too (4 ranks to round 70, then 2 to the

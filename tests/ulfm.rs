@@ -168,3 +168,108 @@ fn allreduce_and_none_shrink_and_go_on() {
     survive(4, 2, 700, &["--sync", "allreduce"]);
     survive(4, 3, 300, &["--sync", "none"]);
 }
+
+/// Per epoch, how often each example id was seen, in the traces `dir/PREFIX.rank<r>` of the ranks
+/// `ranks`; a last line without its newline (cut by the SIGKILL) is left out.
+fn seen_by(dir: &Path, prefix: &str, ranks: &[usize]) -> HashMap<usize, HashMap<u64, u32>> {
+    let mut seen: HashMap<usize, HashMap<u64, u32>> = HashMap::new();
+    for r in ranks {
+        let text = std::fs::read_to_string(dir.join(format!("{prefix}.rank{r}"))).unwrap_or_default();
+        let whole = if text.ends_with('\n') { &text[..] } else { &text[..text.rfind('\n').map_or(0, |i| i + 1)] };
+        for line in whole.lines().filter(|l| !l.starts_with('#')) {
+            let (ep, id) = line.split_once(' ').unwrap();
+            *seen.entry(ep.parse().unwrap()).or_default().entry(id.parse().unwrap()).or_default() += 1;
+        }
+    }
+    seen
+}
+
+/// `a` less `b`, count by count (None where `b` holds more of some id than `a`).
+fn less(a: &HashMap<u64, u32>, b: &HashMap<u64, u32>) -> Option<HashMap<u64, u32>> {
+    let mut out = a.clone();
+    for (id, &k) in b {
+        let have = out.get_mut(id)?;
+        *have = have.checked_sub(k)?;
+    }
+    out.retain(|_, k| *k > 0);
+    Some(out)
+}
+
+/// A label-skewed run (dirichlet:0.5, allreduce, t10k in mini-batches of 50) of 4 ranks whose
+/// rank 2 is killed at round 70 (epoch 1, step 20 of 50), against the uninterrupted run's trace
+/// as its plan: the epoch before is the plan's (the dead rank's trace, cut by the kill, in it); in the epoch of the loss nothing is seen that
+/// was not planned, nor more often (a small shard's repeats are planned, a large shard's rest is
+/// not), what the plan held and was not seen is the dead rank's, and the survivors saw exactly
+/// what they had seen and were dealt, which with the dropped is the plan.
+#[test]
+fn a_label_skewed_run_goes_on_after_a_kill_with_its_planned_examples() {
+    let Some(m) = ulfm_launcher() else {
+        eprintln!("skipped: the ULFM build is not under test (make test-ulfm runs it)");
+        return;
+    };
+    let dir = scratch("ulfm-skewed");
+    let traces = dir.join("trace");
+    std::fs::create_dir_all(&traces).unwrap();
+    let data = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+    let metrics_file = dir.join("m.jsonl");
+    let common = [
+        "train",
+        "--data",
+        data,
+        "--epochs",
+        "3",
+        "--batch-size",
+        "50",
+        "--sync-every",
+        "1",
+        "--lr",
+        "0.05",
+        "--seed",
+        "11",
+        "--eval-every",
+        "1000000",
+        "--sync",
+        "allreduce",
+        "--partition",
+        "dirichlet:0.5",
+        "--on-rank-loss",
+        "continue",
+    ];
+    let env = |p: &str| vec![("ASAP_TRAIN_TRACE_EXAMPLES", traces.join(p).to_string_lossy().into_owned())];
+    let run = |extra: &[&str], prefix: &str| {
+        let env = env(prefix);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let job = ulfm_job(&m, 4, &[&common[..], extra].concat(), &env, 300);
+        assert!(!job.timed_out, "the job hung:\n{}", job.stderr);
+        job.expect_ok()
+    };
+    run(&[], "u");
+    run(&["--fault-kill", "2:70", "--metrics", s(&metrics_file)], "k");
+    let rec = metrics(&metrics_file).into_iter().find(|v| v["event"] == "rank_lost").expect("the loss recorded");
+    let epoch = rec["epoch"].as_u64().unwrap() as usize;
+    assert_eq!(epoch, 1, "{rec}");
+    let plan = seen_by(&traces, "u", &[0, 1, 2, 3]);
+    let seen = seen_by(&traces, "k", &[0, 1, 2, 3]);
+    let survivors = seen_by(&traces, "k", &[0, 1, 3]);
+    // The dead rank's trace loses what it had not written out when it was killed.
+    assert!(survivors[&0] == seen_by(&traces, "u", &[0, 1, 3])[&0], "epoch 0 of the survivors is the plan's");
+    assert!(less(&seen_by(&traces, "u", &[2])[&0], &seen_by(&traces, "k", &[2])[&0]).is_some(), "epoch 0 of the dead rank is in the plan");
+    let planned = &plan[&1];
+    assert!(planned.values().any(|&k| k > 1), "some shard cycles (else the repeats are not tested)");
+    let missing = less(planned, &seen[&1]).expect("epoch 1: an example seen more often than planned, or not planned");
+    let dead_plan = &seen_by(&traces, "u", &[2])[&1];
+    assert!(less(dead_plan, &missing).is_some(), "epoch 1: what the plan held and was not seen is the dead rank's");
+    let total: u64 = planned.values().map(|&k| k as u64).sum();
+    let (kept, dropped) = (
+        rec["examples_seen_in_epoch"].as_u64().unwrap() + rec["examples_dealt"].as_u64().unwrap(),
+        rec["examples_dropped"].as_u64().unwrap(),
+    );
+    assert_eq!(kept + dropped, total, "seen, dealt and dropped are the plan: {rec}");
+    let by_survivors: u64 = survivors[&1].values().map(|&k| k as u64).sum();
+    let survivors_before: u64 = rec["examples_seen_in_epoch"].as_u64().unwrap();
+    assert!(
+        survivors_before + rec["examples_dealt"].as_u64().unwrap() == by_survivors,
+        "the survivors saw what they had seen and were dealt: {rec}"
+    );
+    assert_eq!(seen.keys().count(), 3, "three epochs traced");
+}

@@ -1,7 +1,8 @@
 //! Label-skewed partitions (`--partition`): which rank each training example goes to, decided
 //! from its class, its global position and a seed alone. Every rank decides for its own examples
 //! and needs nothing from the others. Moving the rows there is the caller's business
-//! (`train::setup`, one all-to-all).
+//! (`train::setup`, one all-to-all); each row travels with its global id (its row in the file),
+//! by which a resume at another rank count deals the examples (`train::elastic`).
 //! - `iid`: examples stay where the reader put them (contiguous shards of the file).
 //! - `by-label:K`: rank r holds the K classes r*K, r*K+1, ... (mod C); an example of class c goes
 //!   to one of the ranks holding c, drawn per example.
@@ -156,12 +157,15 @@ pub fn class_of(label: f32, source: &str) -> Result<usize, String> {
     Ok(if label < 0.0 { 0 } else { label as usize })
 }
 
-/// Serialises the rows of `d` going to each of `ranks` ranks (`dest[i]` for row i): per row the
-/// label, then the dense values, or the sparse row's length, indices and values.
-pub fn encode_rows(d: &super::Dataset, dest: &[usize], ranks: usize) -> Result<Vec<Vec<u8>>, String> {
+/// Serialises the rows of `d` going to each of `ranks` ranks (`dest[i]` for row i): per row its
+/// global id (`ids[i]`, its row in the file, as two 32-bit words, low first), the label, then the
+/// dense values, or the sparse row's length, indices and values.
+pub fn encode_rows(d: &super::Dataset, ids: &[u64], dest: &[usize], ranks: usize) -> Result<Vec<Vec<u8>>, String> {
     let mut out = vec![Vec::new(); ranks];
     for (i, &r) in dest.iter().enumerate() {
         let b = &mut out[r];
+        b.extend_from_slice(&(ids[i] as u32).to_ne_bytes());
+        b.extend_from_slice(&((ids[i] >> 32) as u32).to_ne_bytes());
         b.extend_from_slice(&d.labels[i].to_ne_bytes());
         match d.row(i) {
             super::Row::Dense(x) => x.iter().for_each(|v| b.extend_from_slice(&v.to_ne_bytes())),
@@ -176,12 +180,12 @@ pub fn encode_rows(d: &super::Dataset, dest: &[usize], ranks: usize) -> Result<V
     Ok(out)
 }
 
-/// Rebuilds a dataset from the buffers [`encode_rows`] made on every rank, in rank order;
-/// `like` gives the feature kind, width and source.
-pub fn decode_rows(like: &super::Dataset, parts: &[Vec<u8>]) -> Result<super::Dataset, String> {
+/// Rebuilds a dataset from the buffers [`encode_rows`] made on every rank, in rank order, with
+/// each row's global id; `like` gives the feature kind, width and source.
+pub fn decode_rows(like: &super::Dataset, parts: &[Vec<u8>]) -> Result<(super::Dataset, Vec<u64>), String> {
     use super::{Csr, Dataset, Features};
     let bad = || format!("{}: a partition message is malformed", like.source);
-    let mut labels = Vec::new();
+    let (mut labels, mut ids) = (Vec::new(), Vec::new());
     let mut features = match &like.features {
         Features::Dense { d, .. } => Features::Dense { x: Vec::new(), d: *d },
         Features::Sparse(c) => Features::Sparse(Csr { indptr: vec![0], ncols: c.ncols, ..Default::default() }),
@@ -192,8 +196,10 @@ pub fn decode_rows(like: &super::Dataset, parts: &[Vec<u8>]) -> Result<super::Da
         if part.len() % 4 != 0 {
             return Err(bad());
         }
-        while let Some(l) = words.next() {
-            labels.push(f32::from_ne_bytes(l));
+        while let Some(lo) = words.next() {
+            let hi = words.next().ok_or_else(bad)?;
+            ids.push(u64::from(u32::from_ne_bytes(lo)) | u64::from(u32::from_ne_bytes(hi)) << 32);
+            labels.push(f32::from_ne_bytes(words.next().ok_or_else(bad)?));
             match &mut features {
                 Features::Dense { x, d } => {
                     for _ in 0..*d {
@@ -217,7 +223,7 @@ pub fn decode_rows(like: &super::Dataset, parts: &[Vec<u8>]) -> Result<super::Da
     if let Features::Sparse(c) = &mut features {
         c.ncols = c.ncols.max(c.indices.iter().map(|&j| j as usize + 1).max().unwrap_or(0));
     }
-    Ok(Dataset { features, labels, source: like.source.clone(), first_row: usize::MAX })
+    Ok((Dataset { features, labels, source: like.source.clone(), first_row: usize::MAX }, ids))
 }
 
 #[cfg(test)]
@@ -233,9 +239,10 @@ mod codec_tests {
             source: "d".into(),
             first_row: 0,
         };
-        let parts = encode_rows(&dense, &[1, 0, 1], 2).unwrap();
-        let back = decode_rows(&dense, &parts).unwrap();
+        let parts = encode_rows(&dense, &[5, 6, 1 << 40 | 7], &[1, 0, 1], 2).unwrap();
+        let (back, ids) = decode_rows(&dense, &parts).unwrap();
         assert_eq!(back.labels, [1.0, 0.0, 2.0]);
+        assert_eq!(ids, [6, 5, 1 << 40 | 7], "each row keeps its global id, above 2^32 too");
         assert_eq!(back.features, Features::Dense { x: vec![2.0, 3.0, 0.0, 1.0, 4.0, 5.0], d: 2 });
         let sparse = Dataset {
             features: Features::Sparse(Csr { indptr: vec![0, 2, 2, 3], indices: vec![0, 7, 3], data: vec![1.0, 2.0, 3.0], ncols: 9 }),
@@ -243,7 +250,7 @@ mod codec_tests {
             source: "s".into(),
             first_row: 0,
         };
-        let back = decode_rows(&sparse, &encode_rows(&sparse, &[0, 0, 0], 1).unwrap()).unwrap();
+        let (back, _) = decode_rows(&sparse, &encode_rows(&sparse, &[0, 1, 2], &[0, 0, 0], 1).unwrap()).unwrap();
         assert_eq!(back.features, sparse.features);
         assert!(decode_rows(&sparse, &[vec![0, 0, 0]]).is_err());
         assert!(class_of(0.5, "f").unwrap_err().contains("class labels"));

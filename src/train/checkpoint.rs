@@ -9,7 +9,10 @@
 //! and renames it, so a crash never leaves a half-written checkpoint under the real name.
 //!
 //! For resumes at another rank count ([`super::elastic`]) it also holds each rank's file rows
-//! (`example_rows`, ranks x 2, `u64::MAX` where the shard is no range of the file) and, inside an
+//! (`example_rows`, ranks x 2, `u64::MAX` where the shard is no range of the file), where they
+//! are not (a label-skewed `--partition`) every rank's example ids laid end to end
+//! (`example_ids`, ascending within each rank's part) with each rank's count
+//! (`example_id_counts`; 0 where a rank knew no ids), and, inside an
 //! epoch dealt at an earlier resize, the examples dealt (`dealt_ids`) and the steps they take
 //! (attribute `dealt_steps`); `step_in_epoch` then counts the steps into them.
 
@@ -183,6 +186,9 @@ pub struct Contents<'a> {
     pub spec_json: &'a str,
     /// This rank's file rows (`setup::Shards::rows`).
     pub rows: Option<(u64, u64)>,
+    /// This rank's example ids, on every rank where the shards are no ranges of the file
+    /// (`--partition` other than iid; empty where unknown), else None on every rank.
+    pub ids: Option<&'a [u64]>,
     /// This rank's share of the current epoch's examples dealt at a resize, while it lasts.
     pub dealt: Option<&'a Dealt>,
 }
@@ -194,6 +200,7 @@ pub fn save(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, pos: &Positi
     let all = collectives::gather(comm, 0, params);
     let rngs = collectives::gather(comm, 0, &epoch_rng);
     let rows = collectives::gather(comm, 0, &c.rows.map_or([u64::MAX; 2], |(a, b)| [a, b]));
+    let ids = c.ids.map(|ids| collectives::gather_varcount(comm, 0, ids));
     // Every rank keeps its share of a dealt epoch; the checkpoint holds them all.
     let dealt = c.dealt.map(|d| {
         let mut ids: Vec<u64> = collectives::gather_varcount(comm, 0, &d.ids).into_iter().flatten().collect();
@@ -216,6 +223,11 @@ pub fn save(comm: &SimpleCommunicator, dir: &str, id: &RunIdentity, pos: &Positi
             f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, params.len()), all).unwrap()).create("params")?;
             f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, 4), rngs).unwrap()).create("rng")?;
             f.new_dataset_builder().with_data(&Array2::from_shape_vec((n, 2), rows).unwrap()).create("example_rows")?;
+            if let Some(ids) = &ids {
+                let counts: Vec<u64> = ids.iter().map(|v| v.len() as u64).collect();
+                f.new_dataset_builder().with_data(&Array1::from_vec(ids.concat())).create("example_ids")?;
+                f.new_dataset_builder().with_data(&Array1::from_vec(counts)).create("example_id_counts")?;
+            }
             if let Some((ids, steps)) = &dealt {
                 f.new_dataset_builder().with_data(&Array1::from_vec(ids.clone())).create("dealt_ids")?;
                 f.new_attr::<u64>().create("dealt_steps")?.write_scalar(&(*steps as u64))?;
@@ -453,19 +465,7 @@ fn read_resized(path: &Path, from: usize, n_params: usize, plan: &ResizePlan) ->
     let rngs = read_rngs(&f, path, from)?;
     let pos = read_position(&f).with_context(|| damaged(path))?;
     let dealt = read_dealt(&f).with_context(|| damaged(path))?;
-    let Ok(rows) = f.dataset("example_rows").and_then(|d| d.read_2d::<u64>()) else {
-        bail!(
-            "checkpoint {} records no example rows (an older asap-train wrote it), so the examples its epoch has left are unknown: \
-             resume it with {from} ranks",
-            path.display()
-        );
-    };
-    anyhow::ensure!(rows.dim() == (from, 2), "checkpoint {} is damaged: its example rows have shape {:?}", path.display(), rows.dim());
-    let ids: Vec<Vec<u64>> = rows.rows().into_iter().map(|r| elastic::training_ids((r[0], r[1]), plan.holdout)).collect();
-    if rows.iter().any(|&x| x == u64::MAX) {
-        bail!("checkpoint {}: the shards of the run that wrote it are no ranges of the file: resume it with {from} ranks", path.display());
-    }
-    let shard_steps = ids.iter().map(|v| v.len().div_ceil(plan.batch)).min().unwrap_or(0);
+    let (ids, shard_steps) = old_examples(&f, path, from, plan)?;
     let walks: Vec<(Vec<u64>, Walk)> = ids
         .iter()
         .cloned()
@@ -497,6 +497,50 @@ fn read_resized(path: &Path, from: usize, n_params: usize, plan: &ResizePlan) ->
         }
     };
     Ok((model, pos, left, states, per_example))
+}
+
+/// Every old rank's training examples (global ids, ascending) in checkpoint `f` at `path`, written
+/// by `from` ranks, and the steps of its epochs (`super::plan::steps_per_epoch`: the smallest
+/// shard's mini-batches where the shards are ranges of the file, `--partition iid`, else the mean
+/// shard's, over which smaller shards cycle).
+fn old_examples(f: &hdf5::File, path: &Path, from: usize, plan: &ResizePlan) -> anyhow::Result<(Vec<Vec<u64>>, usize)> {
+    let Ok(rows) = f.dataset("example_rows").and_then(|d| d.read_2d::<u64>()) else {
+        bail!(
+            "checkpoint {} records no example rows (an older asap-train wrote it), so the examples its epoch has left are unknown: \
+             resume it with {from} ranks",
+            path.display()
+        );
+    };
+    anyhow::ensure!(rows.dim() == (from, 2), "checkpoint {} is damaged: its example rows have shape {:?}", path.display(), rows.dim());
+    if rows.iter().all(|&x| x != u64::MAX) {
+        let ids: Vec<Vec<u64>> = rows.rows().into_iter().map(|r| elastic::training_ids((r[0], r[1]), plan.holdout)).collect();
+        let steps = ids.iter().map(|v| v.len().div_ceil(plan.batch)).min().unwrap_or(0);
+        return Ok((ids, steps));
+    }
+    let read = (|| -> hdf5::Result<(Vec<u64>, Vec<u64>)> {
+        Ok((f.dataset("example_ids")?.read_raw::<u64>()?, f.dataset("example_id_counts")?.read_raw::<u64>()?))
+    })();
+    let no_ids = || {
+        format!("checkpoint {}: the shards of the run that wrote it are no ranges of the file and it records no example ids (an older asap-train wrote it): resume it with {from} ranks", path.display())
+    };
+    let (all, counts) = read.map_err(|_| anyhow::anyhow!(no_ids()))?;
+    anyhow::ensure!(counts.len() == from && counts.iter().all(|&c| c > 0), "{}", no_ids());
+    anyhow::ensure!(
+        counts.iter().sum::<u64>() == all.len() as u64,
+        "checkpoint {} is damaged: its example id counts sum to {}, it holds {} ids",
+        path.display(),
+        counts.iter().sum::<u64>(),
+        all.len()
+    );
+    let mut ids = Vec::with_capacity(from);
+    let mut rest = &all[..];
+    for &c in &counts {
+        let (head, tail) = rest.split_at(c as usize);
+        ids.push(head.to_vec());
+        rest = tail;
+    }
+    let steps = (all.len() / from).div_ceil(plan.batch);
+    Ok((ids, steps))
 }
 
 /// [`restore`] at another rank count than the `from` that wrote checkpoint `path`.

@@ -36,9 +36,20 @@
 //!   shard over M as a fresh M-rank run does. A checkpoint inside such an epoch records the
 //!   examples dealt ([`Dealt`]): a resume at the same count continues it bit for bit, one at
 //!   another count deals what is left of it again.
+//! - **Label-skewed partitions** (`--partition by-label:K`, `dirichlet:ALPHA`): the same rule
+//!   over a multiset. An epoch there is a pass over the mean shard: a smaller shard cycles (each
+//!   pass reshuffled), a larger one is cut, so the plan holds some examples more than once and
+//!   some not at all. What is dealt is every occurrence the uninterrupted N-rank run still had
+//!   planned ([`left_of_rank`] follows the passes as `Replica::new_pass` draws them), each to the
+//!   rank that holds its example in the M-rank partition of the same seed (the shards the new
+//!   ranks read; an example's rank is a rule of its class, its file row and the seed), so each
+//!   planned occurrence is seen once and nothing else: the interrupted epoch trains on what the
+//!   uninterrupted one would have, its weight of each class included, and later epochs are an
+//!   M-rank run's. The examples' ids are their file rows, carried through the partition's
+//!   all-to-all (`data::partition::decode_rows`) and recorded per rank in the checkpoint.
 //!
-//! Limits: the shards must be contiguous ranges of the file (`--partition iid`, the default);
-//! `--balance` does not shrink the dealt mini-batches further.
+//! Limits: `--balance` does not shrink the dealt mini-batches further; an example dealt twice
+//! may fall into one mini-batch.
 
 use std::ops::Range;
 
@@ -96,7 +107,8 @@ pub enum Walk<'a> {
 }
 
 /// A rank's training examples as global row ids, ascending: the file rows `rows` less the ones
-/// the held-out split takes (`holdout`: fraction and seed, when the split applies).
+/// the held-out split takes (`holdout`: fraction and seed, when the split applies). The ids a
+/// label-skewed `--partition` deals by (`train::setup`).
 pub fn training_ids(rows: (u64, u64), holdout: Option<(f64, u64)>) -> Vec<u64> {
     (rows.0..rows.1).filter(|&g| holdout.is_none_or(|(f, seed)| !crate::data::held_out(g, f, seed))).collect()
 }
@@ -110,7 +122,9 @@ pub fn dealt_order(dealt_ids: &[u64], own_ids: &[u64], rng: &mut Rng) -> Vec<usi
     perm.into_iter().map(|p| mine[p]).collect()
 }
 
-/// The local indices of the examples of `own_ids` among `dealt_ids` (both ascending), ascending.
+/// The local indices of the examples of `own_ids` among `dealt_ids` (both ascending), ascending:
+/// an example dealt k times (a cycling shard's repeats, under a label-skewed `--partition`) is
+/// in it k times.
 pub fn share_of(dealt_ids: &[u64], own_ids: &[u64]) -> Vec<usize> {
     let mut mine = Vec::new();
     let mut j = 0;
@@ -118,8 +132,9 @@ pub fn share_of(dealt_ids: &[u64], own_ids: &[u64]) -> Vec<usize> {
         while j < dealt_ids.len() && dealt_ids[j] < g {
             j += 1;
         }
-        if dealt_ids.get(j) == Some(&g) {
+        while dealt_ids.get(j) == Some(&g) {
             mine.push(i);
+            j += 1;
         }
     }
     mine
@@ -133,15 +148,28 @@ pub fn dealt_batch(len: usize, steps: usize, k: usize) -> Range<usize> {
 }
 
 /// The examples (global ids) a rank holding `ids` had still planned in its epoch after `done`
-/// steps of `walk`.
+/// steps of `walk`: those of its mini-batches `done..steps`. A shard walk's step k takes the
+/// mini-batch k % p of pass k / p over the shard (p = ceil(n / batch) steps a pass, the last
+/// taking what is left), each pass in a fresh order drawn from the stream (`Replica::new_pass`);
+/// so a shard smaller than the epoch cycles, and its examples are planned once per pass.
 pub fn left_of_rank(ids: &[u64], walk: &Walk, done: usize) -> Vec<u64> {
     match walk {
         Walk::Shard { rng, batch, steps } => {
             let n = ids.len();
+            let per_pass = n.div_ceil(*batch).max(1);
+            let mut rng = Rng::from_state(*rng);
             let mut perm: Vec<usize> = (0..n).collect();
-            Rng::from_state(*rng).shuffle(&mut perm);
-            let (from, to) = ((done * batch).min(n), (steps * batch).min(n));
-            perm[from..to.max(from)].iter().map(|&i| ids[i]).collect()
+            let mut left = Vec::new();
+            for pass in 0..steps.div_ceil(per_pass) {
+                perm.iter_mut().enumerate().for_each(|(i, x)| *x = i);
+                rng.shuffle(&mut perm);
+                let (first, end) = (done.max(pass * per_pass), *steps.min(&((pass + 1) * per_pass)));
+                if first < end {
+                    let (from, to) = (((first - pass * per_pass) * batch).min(n), ((end - pass * per_pass) * batch).min(n));
+                    left.extend(perm[from..to].iter().map(|&i| ids[i]));
+                }
+            }
+            left
         }
         Walk::Dealt { rng, dealt } => {
             let order = dealt_order(&dealt.ids, ids, &mut Rng::from_state(*rng));
@@ -149,6 +177,45 @@ pub fn left_of_rank(ids: &[u64], walk: &Walk, done: usize) -> Vec<u64> {
             order[from..].iter().map(|&i| ids[i]).collect()
         }
     }
+}
+
+/// The examples a rank holding `ids` still has planned in a shard walk of `steps` mini-batches of
+/// `batch` after `done` of them, from where it stands in memory (`train::shrink`): `current` is
+/// the order of the pass step `done` falls in (used only inside a pass: at a pass's start that
+/// pass is not yet drawn), `rng` its shuffle stream after the passes drawn so far. The same
+/// plan as [`left_of_rank`] reads from the epoch's start.
+pub fn left_in_walk(ids: &[u64], current: &[usize], rng: [u64; 4], batch: usize, steps: usize, done: usize) -> Vec<u64> {
+    let n = ids.len();
+    let per_pass = n.div_ceil(batch).max(1);
+    let mut left = Vec::new();
+    let mut take = |perm: &[usize], pass: usize| {
+        let (first, end) = (done.max(pass * per_pass), steps.min((pass + 1) * per_pass));
+        if first < end {
+            let (from, to) = (((first - pass * per_pass) * batch).min(n), ((end - pass * per_pass) * batch).min(n));
+            left.extend(perm[from..to].iter().map(|&i| ids[i]));
+        }
+    };
+    let mut pass = done / per_pass;
+    if !done.is_multiple_of(per_pass) && current.len() == n {
+        take(current, pass);
+        pass += 1;
+    }
+    let mut rng = Rng::from_state(rng);
+    let mut perm: Vec<usize> = (0..n).collect();
+    while pass * per_pass < steps {
+        perm.iter_mut().enumerate().for_each(|(i, x)| *x = i);
+        rng.shuffle(&mut perm);
+        take(&perm, pass);
+        pass += 1;
+    }
+    left
+}
+
+/// The examples a shard of `n` takes in the first `done` mini-batches of `batch` of a shard walk
+/// (whole passes of `n`, then the part of one).
+pub fn taken_in_walk(n: usize, batch: usize, done: usize) -> u64 {
+    let per_pass = n.div_ceil(batch).max(1);
+    (done / per_pass * n + n.min(done % per_pass * batch)) as u64
 }
 
 /// The examples left of the epoch over all old ranks, ascending (each rank's `ids` with its walk).
@@ -316,6 +383,64 @@ mod tests {
             vec![("rows".to_owned(), vec![3.0])],
         ];
         assert_eq!(laid_end_to_end(&old, |n| n == "rows"), vec![("rows".to_owned(), vec![1.0, 2.0, 3.0])]);
+    }
+
+    /// What a rank sees in steps `range` of a shard walk that cycles: pass k / p in a fresh
+    /// order each (the training loop's `new_pass`), mini-batch k % p of it.
+    fn seen_cycling(ids: &[u64], rng: [u64; 4], batch: usize, range: Range<usize>) -> Vec<u64> {
+        let (n, mut rng) = (ids.len(), Rng::from_state(rng));
+        let per_pass = n.div_ceil(batch);
+        let mut perm: Vec<usize> = Vec::new();
+        let mut seen = Vec::new();
+        for k in 0..range.end {
+            if k % per_pass == 0 {
+                perm = (0..n).collect();
+                rng.shuffle(&mut perm);
+            }
+            let s = k % per_pass;
+            if k >= range.start {
+                seen.extend(perm[s * batch..((s + 1) * batch).min(n)].iter().map(|&i| ids[i]));
+            }
+        }
+        seen
+    }
+
+    /// A shard of 7 in mini-batches of 3 over an epoch of 8 steps (passes of 3 steps: 3, 3 and
+    /// 1 examples): what is left after each step, with the steps before, is the epoch's plan,
+    /// repeats and all; dealt again over 2 shards, each takes its repeats.
+    #[test]
+    fn a_cycling_shard_leaves_its_planned_repeats() {
+        let ids = [2u64, 3, 5, 8, 13, 21, 34];
+        let rng = Rng::for_stream(7, 1).state();
+        let walk = Walk::Shard { rng, batch: 3, steps: 8 };
+        let sorted = |mut v: Vec<u64>| {
+            v.sort_unstable();
+            v
+        };
+        let plan = sorted(seen_cycling(&ids, rng, 3, 0..8));
+        assert_eq!(plan.len(), 7 + 7 + 6, "two whole passes and two steps of a third");
+        for done in 0..=8 {
+            let mut all = seen_cycling(&ids, rng, 3, 0..done);
+            all.extend(left_of_rank(&ids, &walk, done));
+            assert_eq!(sorted(all), plan, "after {done} steps");
+        }
+        // From where a rank stands after `done` steps (its pass's order, its stream after it).
+        for done in 0..=8usize {
+            let mut rng_now = Rng::from_state(rng);
+            let mut perm: Vec<usize> = Vec::new();
+            for _ in 0..done.div_ceil(3) {
+                perm = (0..7).collect();
+                rng_now.shuffle(&mut perm);
+            }
+            let left = sorted(left_in_walk(&ids, &perm, rng_now.state(), 3, 8, done));
+            assert_eq!(left, sorted(left_of_rank(&ids, &walk, done)), "in memory after {done} steps");
+            assert_eq!(taken_in_walk(7, 3, done) as usize + left.len(), plan.len(), "after {done} steps");
+        }
+        let left = left_of_epoch(&[(ids.to_vec(), walk)], 4);
+        let (a, b) = ([2u64, 5, 13, 34], [3u64, 8, 21]);
+        let shares = [Dealt { ids: left.clone(), steps: 0, total: 0 }.share(&a), Dealt { ids: left.clone(), steps: 0, total: 0 }.share(&b)];
+        assert_eq!(sorted([shares[0].ids.clone(), shares[1].ids.clone()].concat()), left);
+        assert_eq!(share_of(&[1, 1, 3, 5, 5, 5], &[1, 2, 5]), [0, 0, 2, 2, 2]);
     }
 
     #[test]

@@ -526,6 +526,7 @@ impl Run<'_> {
             config_json: &serde_json::to_string(self.cfg)?,
             spec_json: &serde_json::to_string(self.model.spec())?,
             rows: self.shards.rows,
+            ids: (self.cfg.partition != "iid").then(|| self.ids.as_deref().unwrap_or(&[])),
             dealt: self.dealt.as_ref().filter(|_| !at_epoch_end),
         };
         checkpoint::save(self.comm, &dir, &self.run_id, &pos, &contents)?;
@@ -669,7 +670,7 @@ fn total_rounds(cfg: &TrainConfig, steps_per_epoch: usize, pos: &Position, dealt
 }
 
 /// Whether and how a checkpoint of another rank count can be continued (train::elastic): in the
-/// modes that declare it, with shards that are ranges of the file.
+/// modes that declare it, under every `--partition`.
 fn resize_plan(cfg: &TrainConfig) -> checkpoint::ResizePlan {
     let mode = cfg.sync.spec();
     let allowed = if !mode.elastic {
@@ -677,11 +678,6 @@ fn resize_plan(cfg: &TrainConfig) -> checkpoint::ResizePlan {
             "--sync {} cannot change its rank count at a resume; --sync {} can",
             mode.name,
             crate::sync::SyncKind::names_where(|m| m.elastic)
-        ))
-    } else if cfg.partition.parse() != Ok(crate::data::partition::Partition::Iid) {
-        Err(format!(
-            "--partition {} deals the examples by class, so its checkpoints resume only at the rank count that wrote them",
-            cfg.partition
         ))
     } else {
         Ok(())
@@ -821,7 +817,7 @@ fn open_trace(comm: &SimpleCommunicator) -> anyhow::Result<Option<std::io::BufWr
 fn set_up<'a>(
     plan: &'a plan::RunPlan,
     comm: &'a SimpleCommunicator,
-    shards: setup::Shards,
+    mut shards: setup::Shards,
     spec: &crate::model::ModelSpec,
     started: Instant,
     continued: Option<checkpoint::Restored>,
@@ -853,7 +849,7 @@ fn set_up<'a>(
     let mut pos = Position { epoch: 0, step_in_epoch: 0, global_step: 0, round: 0, train_seconds: 0.0 };
     let run_id = checkpoint::RunIdentity::new(&plan.resolved, n).with_chosen(&plan.chosen);
     let resize = resize_plan(cfg);
-    let ids = shards.rows.map(|rows| elastic::training_ids(rows, resize.holdout)).filter(|ids| ids.len() == local_n);
+    let ids = shards.take_ids(resize.holdout);
     let mut dealt = None;
     let restored = if in_place { continued } else { resume_point(cfg, comm, &run_id, p, &resize)? };
     let resumed = match restored {

@@ -28,6 +28,22 @@ pub struct Shards {
     /// (its examples are those rows less the held-out ones: `train::elastic::training_ids`); None
     /// when the shard is no contiguous range of the file (`--partition` other than iid).
     pub rows: Option<(u64, u64)>,
+    /// This rank's training examples as global ids (their rows in the file), ascending, where the
+    /// shard is no range of the file: the rows a label-skewed `--partition` moved here, each with
+    /// its id (`data::partition::decode_rows`). None under iid (`rows` says it).
+    pub ids: Option<Vec<u64>>,
+}
+
+impl Shards {
+    /// This rank's training examples as global ids, ascending (from `rows` less the held-out
+    /// split's, `holdout`, or the partition's `ids`, which it takes); None where unknown.
+    pub fn take_ids(&mut self, holdout: Option<(f64, u64)>) -> Option<Vec<u64>> {
+        let ids = match self.rows {
+            Some(rows) => Some(super::elastic::training_ids(rows, holdout)),
+            None => self.ids.take(),
+        };
+        ids.filter(|ids| ids.len() == self.train.len())
+    }
 }
 
 fn load(cfg: &TrainConfig, path: &str, shown: &str, format: Format, rank: usize, n: usize) -> anyhow::Result<Dataset> {
@@ -182,6 +198,7 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
     };
     let zero_based = resolve_zero_based(cfg, &mut train, test.as_mut(), comm);
     let read_rows = (train.first_row != usize::MAX).then(|| (train.first_row as u64, (train.first_row + train.len()) as u64));
+    let holdout = (test.is_none() && cfg.test_fraction > 0.0).then_some((cfg.test_fraction, cfg.seed));
     let (train, test) = match (test, cfg.test_fraction > 0.0) {
         (None, true) => {
             let (tr, te) = data::split_holdout(train, cfg.test_fraction, cfg.seed);
@@ -194,7 +211,9 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
         None => (train, test),
     };
     let iid = cfg.partition.parse() == Ok(data::partition::Partition::Iid);
-    let train = partition(cfg, train, comm)?;
+    // Every training example's global id, its row in the file (train::elastic::training_ids).
+    let read_ids = read_rows.map(|rows| super::elastic::training_ids(rows, holdout)).filter(|ids| ids.len() == train.len());
+    let (train, ids) = partition(cfg, train, read_ids, comm)?;
     let rows = read_rows.filter(|_| iid);
     let total_train = collectives::sum_u64(comm, train.len() as u64);
     let total_test = collectives::sum_u64(comm, test.as_ref().map_or(0, |t| t.len() as u64));
@@ -210,7 +229,7 @@ pub fn load_shards(cfg: &TrainConfig, comm: &SimpleCommunicator) -> anyhow::Resu
             total_train.max(1)
         );
     }
-    Ok(Shards { train, test, total_train, total_test, scaling: None, zero_based, rows })
+    Ok(Shards { train, test, total_train, total_test, scaling: None, zero_based, rows, ids })
 }
 
 /// `--zero-based`, and under `auto` the LIBSVM files were read with indices as written; unless some rank saw
@@ -247,26 +266,41 @@ fn resolve_zero_based(cfg: &TrainConfig, train: &mut Dataset, test: Option<&mut 
 }
 
 /// `--partition`: moves every training example to the rank its class and the seed choose, in
-/// one all-to-all (each rank read only its contiguous part of the file before).
-fn partition(cfg: &TrainConfig, train: Dataset, comm: &SimpleCommunicator) -> anyhow::Result<Dataset> {
+/// one all-to-all (each rank read only its contiguous part of the file before), with its global
+/// id (`read_ids`: its row in the file, where the reader knows it). Returns the shard and, under
+/// a label-skewed partition, its examples' ids (ascending: the senders' parts arrive in rank
+/// order, each ascending, and rank r read rows before rank r + 1's).
+fn partition(
+    cfg: &TrainConfig,
+    train: Dataset,
+    read_ids: Option<Vec<u64>>,
+    comm: &SimpleCommunicator,
+) -> anyhow::Result<(Dataset, Option<Vec<u64>>)> {
     use crate::data::partition::{class_of, class_shares, decode_rows, destination, encode_rows, Partition};
     let p: Partition = cfg.partition.parse().map_err(anyhow::Error::msg)?;
     if p == Partition::Iid {
-        return Ok(train);
+        return Ok((train, None));
     }
     let (rank, n) = (comm.rank() as usize, comm.size() as usize);
     let classes: anyhow::Result<Vec<usize>> = train.labels.iter().map(|&l| class_of(l, &cfg.data).map_err(anyhow::Error::msg)).collect();
     let classes = agree(comm, classes)?;
     let n_classes = collectives::max_u64(comm, classes.iter().max().map_or(0, |&c| c as u64 + 1)) as usize;
     let shares = agree(comm, class_shares(p, n_classes, n, cfg.seed).map_err(anyhow::Error::msg))?;
-    // A global position per example: its row in the file, or (rank, local row) once a held-out
-    // split has made the shard non-contiguous.
-    let global = |i: usize| if train.first_row == usize::MAX { ((rank as u64) << 40) + i as u64 } else { (train.first_row + i) as u64 };
-    let dest: Vec<usize> = classes.iter().enumerate().map(|(i, &c)| destination(&shares, c, global(i), cfg.seed)).collect();
-    let out = agree(comm, encode_rows(&train, &dest, n).map_err(anyhow::Error::msg))?;
+    // A global id per example: its row in the file (the held-out split kept the rows' ids), so
+    // an example goes to the same rank of an M-rank partition whoever read it. A reader that
+    // does not know its rows (none of the file readers today) falls back to (rank, local row).
+    let known = collectives::min_u64(comm, u64::from(read_ids.is_some())) == 1;
+    let ids = match read_ids.filter(|_| known) {
+        Some(ids) => ids,
+        None => (0..train.len()).map(|i| ((rank as u64) << 40) + i as u64).collect(),
+    };
+    let dest: Vec<usize> = classes.iter().enumerate().map(|(i, &c)| destination(&shares, c, ids[i], cfg.seed)).collect();
+    let out = agree(comm, encode_rows(&train, &ids, &dest, n).map_err(anyhow::Error::msg))?;
+    drop(ids);
     let parts = collectives::all_to_all_bytes(comm, &out)?;
     drop(out);
-    agree(comm, decode_rows(&train, &parts).map_err(anyhow::Error::msg))
+    let (train, ids) = agree(comm, decode_rows(&train, &parts).map_err(anyhow::Error::msg))?;
+    Ok((train, (known && ids.windows(2).all(|w| w[0] < w[1])).then_some(ids)))
 }
 
 /// Every rank's count of training examples per class, at rank 0 (empty elsewhere): what a

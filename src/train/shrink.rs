@@ -20,6 +20,11 @@
 //!   examples not yet stepped on by a survivor are **dropped for the rest of that epoch** (its
 //!   own position died with it): counted in the metrics as `examples_dropped`. Later epochs shard
 //!   the whole training set over N - 1 ranks as a fresh run does, so no example is lost for good.
+//!   Under a label-skewed `--partition` a survivor's "not yet stepped on" is the rest of its
+//!   epoch's plan, as a resize reads it (train::elastic: a small shard's remaining passes, not a
+//!   large one's unplanned rest; [`elastic::left_in_walk`] from its pass's order and stream in
+//!   memory), dealt to the ranks holding the examples in the N - 1-rank partition; the dead
+//!   rank's rest of its plan is the dropped.
 //! - **Run plan**: the options the run resolved at N ranks (learning rate, graph kind, schedule)
 //!   are kept; the run identity records N - 1 ranks, so its later checkpoints resume at N - 1.
 //! - **Record**: a `rank_lost` line in the metrics (which rank, when, the steps and examples,
@@ -66,14 +71,10 @@ pub fn left_of_pass(ids: &[u64], perm: &[usize], dealt: Option<(&Dealt, &[usize]
 
 /// What the survivors continue from, agreed over `comm` (the shrunk world; collective): the
 /// survivors' average replica, the furthest epoch with the examples its survivors had left,
-/// the old states on rank 0, and the loss's record (without the set-up's seconds).
-pub fn continue_from(
-    comm: &SimpleCommunicator,
-    me: Survivor,
-    from: usize,
-    dead: &[usize],
-    total_train: u64,
-) -> (Restored, serde_json::Value) {
+/// the old states on rank 0, and the loss's record (without the set-up's seconds). `planned`:
+/// the examples an epoch of the old ranks takes ([`epoch_plan`]), of which those neither seen
+/// nor dealt are the dropped.
+pub fn continue_from(comm: &SimpleCommunicator, me: Survivor, from: usize, dead: &[usize], planned: u64) -> (Restored, serde_json::Value) {
     let n = comm.size() as usize;
     let p = &me.pos;
     let epoch = collectives::max_u64(comm, p.epoch as u64) as usize;
@@ -98,7 +99,7 @@ pub fn continue_from(
         train_seconds: max_f64(comm, p.train_seconds),
     };
     let stalled = max_f64(comm, me.last_step.elapsed().as_secs_f64());
-    let dropped = total_train.saturating_sub(seen + left.len() as u64);
+    let dropped = planned.saturating_sub(seen + left.len() as u64);
     let record = json!({
         "event": "rank_lost",
         "dead_ranks": dead,
@@ -132,6 +133,16 @@ pub fn continue_from(
 pub const RULE: &str = "the survivors continue from the average of their replicas over a graph rebuilt on them; the examples \
                         they had left of the epoch are dealt over them and the dead rank's are dropped for the rest of it; \
                         later epochs shard over the survivors";
+
+/// The examples an epoch of the ranks of `comm` takes (collective): every training example once,
+/// or under a label-skewed `--partition` every shard's walk over the epoch's steps summed (a
+/// smaller shard's passes repeat it, a larger one is cut).
+fn epoch_plan(run: &super::Run<'_>, comm: &SimpleCommunicator) -> u64 {
+    if run.cfg.partition == "iid" {
+        return run.shards.total_train;
+    }
+    collectives::sum_u64(comm, elastic::taken_in_walk(run.shards.train.len(), run.cfg.batch_size, run.steps_per_epoch))
+}
 
 fn all_counts(comm: &SimpleCommunicator, mine: usize) -> Vec<i32> {
     collectives::all_gather_varcount(comm, &[mine as i32], &vec![1; comm.size() as usize])
@@ -224,6 +235,7 @@ fn surviving(
             losses.push(rec);
         }
         run.losses = losses.clone();
+        let planned = epoch_plan(&run, comm);
         let trained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.train(&mut replica)));
         let payload = match trained {
             Ok(ending) => return finish_or_end(run, replica, ending?),
@@ -233,7 +245,7 @@ fn surviving(
         drop(payload);
         let caught = Instant::now();
         let me = survivor(&run, &replica);
-        let (from, total_train) = (comm.size() as usize, run.shards.total_train);
+        let from = comm.size() as usize;
         // The old mode's windows and links cannot be freed (collectives with the dead rank).
         let super::Run { sync, .. } = run;
         std::mem::forget(sync);
@@ -241,7 +253,7 @@ fn surviving(
         let shrinking = caught.elapsed().as_secs_f64();
         // Leaked: freeing a communicator is collective, and it lives to the end of the run.
         comm = Box::leak(Box::new(shrunk));
-        let (restored, mut record) = continue_from(comm, me, from, &dead, total_train);
+        let (restored, mut record) = continue_from(comm, me, from, &dead, planned);
         // The slowest survivor's time from catching the loss to the shrunk world.
         record["shrink_seconds"] = json!(max_f64(comm, shrinking));
         continued = Some((restored, record, caught));
@@ -260,13 +272,22 @@ fn survivor(run: &super::Run<'_>, r: &super::Replica) -> Survivor {
     let step = run.pos.step_in_epoch + usize::from(run.mid_step);
     let dealt = run.dealt.as_ref().map(|d| (d, &r.dealt_order[..]));
     let pass = dealt.map_or(ids.len(), |(_, o)| o.len());
-    let left = if step >= run.epoch_steps() { Vec::new() } else { left_of_pass(ids, &r.perm, dealt, step, run.cfg.batch_size) };
+    let b = run.cfg.batch_size;
+    // A label-skewed shard's walk cycles or is cut: what is left is the rest of its plan.
+    let skewed = dealt.is_none() && run.cfg.partition != "iid";
+    let step = step.min(run.epoch_steps());
+    let left = match (step >= run.epoch_steps(), skewed) {
+        (true, _) => Vec::new(),
+        (false, true) => elastic::left_in_walk(ids, &r.perm, r.rng.state(), b, run.steps_per_epoch, step),
+        (false, false) => left_of_pass(ids, &r.perm, dealt, step, b),
+    };
+    let seen = if skewed { elastic::taken_in_walk(ids.len(), b, step) } else { pass.saturating_sub(left.len()) as u64 };
     let mut pos = run.pos.clone();
     pos.train_seconds = run.train_seconds();
     Survivor {
         pos,
         params: r.params.clone(),
-        seen: pass.saturating_sub(left.len()) as u64,
+        seen,
         left,
         state: [run.sync.save_state(), run.optimizer.save_state(), run.early_stop.as_ref().map_or(Vec::new(), |e| e.save_state())].concat(),
         last_step: run.last_step,
