@@ -15,6 +15,10 @@
 //! (src/sync/gossip/p2p.rs) end their wait, and [`crate::comm::abort_job`], where every error
 //! of a training round goes, unwinds to the training loop ([`RankLost`]) instead of ending the
 //! job. There the survivors shrink the world ([`shrink`]) and continue (src/train/shrink.rs).
+//! Only there: the handler is told where the program is ([`enter`], [`Phase`]), and a loss in
+//! any other phase (start-up, the recovery from another loss, the finish) ends the job at once,
+//! each survivor exiting with status 4 and a line naming the phase; after any failure the job is
+//! ended by exiting, never by `MPI_Abort` ([`failed_ever`]; the measurements are in shim.c).
 
 use mpi::topology::SimpleCommunicator;
 
