@@ -57,7 +57,7 @@ pub fn library() -> MpiLibrary {
 ///   runs of a C program whose first call is an `MPI_Allreduce` (0 of 2 with the fence), and in
 ///   3 of 3 runs of asap-train with that setting (ranks 6, 6, 0 held back; 0 of 2 with the
 ///   fence, both trained to the end); unprovoked, in 1 of 5 uninterrupted 8-rank jobs at load
-///   13-16, the "open failure" of benches/ulfm-kill.md.
+///   13-16, the "open failure" of benches/ulfm-kill.md (`benches/ulfm-init-race.sh` repeats it).
 /// - `UCX_TLS=^sysv` (every UCX transport but System V shared memory), for Open MPI only: at
 ///   shutdown osc/ucx destroys each window's UCX worker, and every endpoint of a worker detaches
 ///   its peer's System V segment with `shmdt`, which UCX's memory hooks follow by reading
