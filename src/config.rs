@@ -367,7 +367,8 @@ pub struct TrainConfig {
     #[arg(long, value_name = "RANK:ROUND", hide = true)]
     pub fault_panic: Option<String>,
     /// Fault injection for tests: RANK:ROUND makes RANK kill itself with SIGKILL at ROUND, as
-    /// `kill -9` would (once: a run that goes on after it, --on-rank-loss continue, forgets it).
+    /// `kill -9` would (once: a run that goes on after it, --on-rank-loss continue, forgets it);
+    /// ROUND 0: during start-up, before the first collective.
     #[arg(long, value_name = "RANK:ROUND", hide = true)]
     pub fault_kill: Option<String>,
 

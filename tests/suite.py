@@ -7,6 +7,7 @@ longest first, and prints each one's output whole when it ends (cargo's "Running
     tests/suite.py --jobs 1         # one at a time, as `cargo test -- --test-threads=1` did
     tests/suite.py asap train       # only these binaries (names of tests/*.rs, or "lib")
     tests/suite.py --mpich          # also the MPICH subset (the Makefile's MPICH_* variables)
+    tests/suite.py --ulfm           # also tests/ulfm.rs against the ULFM build (ULFM_ENV, ULFM_RUN_ENV)
 
 Why side by side: most of a test's wall time is spent waiting, not computing: launchers
 starting, ranks sleeping out an emulated link or a declared step, a stopped rank waited for
@@ -43,6 +44,7 @@ SECONDS = {
     "slurm": 101,
     "async_mode": 96,
     "mpich": 77,
+    "ulfm-ompi5": 65,
     "bosen": 75,
     "preempt": 73,
     "ssp": 60,
@@ -113,11 +115,27 @@ def mpich_job(cargo, mpich_env, subset):
     return Job("mpich", "the MPICH subset (" + ", ".join(src for _, src, _ in built) + ")", ["bash", "-c", script], env)
 
 
+def ulfm_job(cargo, build_env, run_env):
+    """tests/ulfm.rs against the ULFM build (a target directory of its own, PyPI's Open MPI 5):
+    the in-place tests that the Debian build's run of tests/ulfm.rs skips (the Makefile's
+    ULFM_ENV to build, ULFM_RUN_ENV to run)."""
+    built = build(cargo, dict(os.environ, **build_env), ["--test", "ulfm"])
+    exe = [exe for name, _, exe in built if name == "ulfm"][0]
+    env = dict(os.environ, **build_env, **run_env)
+    return Job("ulfm-ompi5", f"tests/ulfm.rs against the ULFM build ({os.path.relpath(exe)})", [exe, "--test-threads=1"], env)
+
+
+def env_pairs(name):
+    """KEY=VALUE words of the environment variable `name` as a dict."""
+    return dict(kv.split("=", 1) for kv in shlex.split(os.environ[name]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=3, help="binaries at a time (default 3)")
     ap.add_argument("--cargo", default=os.environ.get("CARGO", "cargo"))
     ap.add_argument("--mpich", action="store_true", help="also the MPICH subset (MPICH_ENV and MPICH_SUBSET from the environment)")
+    ap.add_argument("--ulfm", action="store_true", help="also tests/ulfm.rs against the ULFM build (ULFM_ENV and ULFM_RUN_ENV from the environment)")
     ap.add_argument("only", nargs="*", help="binaries to run (default: all)")
     args = ap.parse_args()
 
@@ -129,8 +147,9 @@ def main():
         sys.exit(f"tests/suite.py: no test binary named {', '.join(unknown)}; the binaries are: {names}")
     jobs = jobs_of(binaries, env, set(args.only))
     if args.mpich:
-        mpich_env = dict(kv.split("=", 1) for kv in shlex.split(os.environ["MPICH_ENV"]))
-        jobs.append(mpich_job(args.cargo, mpich_env, shlex.split(os.environ["MPICH_SUBSET"])))
+        jobs.append(mpich_job(args.cargo, env_pairs("MPICH_ENV"), shlex.split(os.environ["MPICH_SUBSET"])))
+    if args.ulfm:
+        jobs.append(ulfm_job(args.cargo, env_pairs("ULFM_ENV"), env_pairs("ULFM_RUN_ENV")))
     jobs.sort(key=lambda j: -SECONDS.get(j.name, DEFAULT_SECONDS))
 
     start = time.monotonic()

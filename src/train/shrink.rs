@@ -37,6 +37,7 @@ use serde_json::json;
 
 use super::checkpoint::{Position, Resized, Restored};
 use super::elastic::{self, Dealt};
+use crate::comm::ulfm::Phase;
 use crate::comm::{self, collectives};
 
 /// What one survivor knows of itself when the loss unwinds to the training loop.
@@ -236,13 +237,20 @@ fn surviving(
         }
         run.losses = losses.clone();
         let planned = epoch_plan(&run, comm);
+        // Only here does the error handler let the survivors go on from a loss; anywhere else a
+        // loss ends the job at once (src/comm/ulfm.rs, Phase).
+        comm::ulfm::enter(Phase::Training);
         let trained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.train(&mut replica)));
         let payload = match trained {
-            Ok(ending) => return finish_or_end(run, replica, ending?),
+            Ok(ending) => {
+                comm::ulfm::enter(Phase::Finishing);
+                return finish_or_end(run, replica, ending?);
+            }
             Err(payload) if payload.is::<comm::ulfm::RankLost>() => payload,
             Err(payload) => std::panic::resume_unwind(payload),
         };
         drop(payload);
+        comm::ulfm::enter(Phase::Recovering);
         let caught = Instant::now();
         let me = survivor(&run, &replica);
         let from = comm.size() as usize;
