@@ -75,6 +75,25 @@ fn a_mode_that_cannot_lose_a_rank_is_refused() {
         .expect_failure(&["--sync ssp cannot go on without one of its ranks", "--sync allreduce, asap or none can"]);
 }
 
+/// On the ULFM build, a run without `--on-rank-loss continue` that loses a rank ends with the
+/// dead rank named and status 4, as the Debian build's launcher names it (issue 42: "a killed
+/// rank in a mode that cannot continue is still named"). Before, the wheel's default handler
+/// ended this job naming no rank, with status 75, which slurm/asap-train.sbatch takes for a
+/// preemption.
+#[test]
+fn a_rank_lost_where_the_run_cannot_go_on_is_named() {
+    let Some(m) = ulfm_launcher() else {
+        eprintln!("skipped: the ULFM build is not under test (make test-ulfm runs it)");
+        return;
+    };
+    let args = ["train", "--epochs", "1", "--sync", "ssp", "--fault-kill", "2:20"];
+    let job = ulfm_job(&m, 4, &args, &[], 120).expect_failure(&[
+        "rank 2 kills itself (SIGKILL) at round 20",
+        "rank(s) 2 of MPI_COMM_WORLD lost (a process failure); this run cannot go on without them",
+    ]);
+    assert_eq!(job.status, Some(4), "the survivors' status:\n{}", job.stderr);
+}
+
 /// Every (epoch, example id) in the traces under `prefix` (`.rank{r}` files); a line cut short by
 /// the SIGKILL (the dead rank's last) is skipped.
 fn traced(dir: &Path) -> Vec<(usize, u64)> {

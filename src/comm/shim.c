@@ -26,11 +26,33 @@ MPI_Op asap_mpi_op_no_op(void) { return MPI_NO_OP; }
 static volatile int asap_ulfm_lost_flag = 0;
 static volatile int asap_ulfm_failed_flag = 0;
 static const char *volatile asap_ulfm_outside = "before training started";
+/* Set for a run without `--on-rank-loss continue`: every loss ends the job, naming the dead. */
+static volatile int asap_ulfm_stop = 0;
 
 /* Writes `line` to stderr in one write (a launcher forwarding ranks' output cannot cut it). */
 static void asap_ulfm_say(const char *line) {
     ssize_t ignored = write(2, line, strlen(line));
     (void)ignored;
+}
+
+/* Writes the MPI_COMM_WORLD ranks of the processes `comm` knows to have failed ("2" or "2 5") into
+ * `out`, or "unknown" where it knows none yet (MPIX_Comm_get_failed: the failures this process
+ * has been told of). */
+static void asap_ulfm_failed_ranks(MPI_Comm comm, char *out, size_t n) {
+    snprintf(out, n, "unknown");
+    MPI_Group failed, world;
+    if (MPIX_Comm_get_failed(comm, &failed) != MPI_SUCCESS) return;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int size = 0;
+    MPI_Group_size(failed, &size);
+    size_t used = 0;
+    for (int i = 0; i < size && used + 16 < n; i++) {
+        int w = MPI_UNDEFINED;
+        MPI_Group_translate_ranks(failed, 1, &i, world, &w);
+        used += (size_t)snprintf(out + used, n - used, used ? " %d" : "%d", w);
+    }
+    MPI_Group_free(&failed);
+    MPI_Group_free(&world);
 }
 
 static void asap_ulfm_on_error(MPI_Comm *comm, int *code, ...) {
@@ -41,12 +63,26 @@ static void asap_ulfm_on_error(MPI_Comm *comm, int *code, ...) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (cls == MPIX_ERR_PROC_FAILED || cls == MPIX_ERR_PROC_FAILED_PENDING || cls == MPIX_ERR_REVOKED) {
         __atomic_store_n(&asap_ulfm_failed_flag, 1, __ATOMIC_SEQ_CST);
+        char dead[128];
+        asap_ulfm_failed_ranks(*comm, dead, sizeof dead);
+        if (asap_ulfm_stop) {
+            /* Without this the wheel's default handler (MPI_ERRORS_ARE_FATAL) ended an ssp job
+             * whose rank 2 was SIGKILLed in 1.6 s naming no rank, with status 75, which
+             * slurm/asap-train.sbatch takes for a preemption (2026-11-29). */
+            snprintf(line, sizeof line,
+                     "asap-train: error on rank %d: rank(s) %s of MPI_COMM_WORLD lost (a process failure); this run "
+                     "cannot go on without them, so the job ends (--on-rank-loss continue goes on for --sync "
+                     "asap, none and allreduce; asap-train elastic restarts any mode on fewer ranks)\n",
+                     rank, dead);
+            asap_ulfm_say(line);
+            _exit(4);
+        }
         const char *outside = asap_ulfm_outside;
         if (outside) {
             snprintf(line, sizeof line,
                      "asap-train: error on rank %d: a rank was lost %s; --on-rank-loss continue goes on only from a "
-                     "loss during training, so the job ends\n",
-                     rank, outside);
+                     "loss during training, so the job ends (lost: rank(s) %s of MPI_COMM_WORLD)\n",
+                     rank, outside, dead);
             asap_ulfm_say(line);
             _exit(4);
         }
@@ -68,8 +104,11 @@ static void asap_ulfm_on_error(MPI_Comm *comm, int *code, ...) {
 }
 
 /* Sets the handler on `comm`; communicators derived from it later inherit it. (Windows keep
- * MPI_ERRORS_RETURN, src/comm/window.rs: their errors come back as codes already.) */
-int asap_ulfm_install(MPI_Comm comm) {
+ * MPI_ERRORS_RETURN, src/comm/window.rs: their errors come back as codes already.) With `stop`
+ * every process failure ends the job, naming the dead ranks (a run without --on-rank-loss
+ * continue); without, a loss in the training loop is recorded for the program to recover. */
+int asap_ulfm_install(MPI_Comm comm, int stop) {
+    asap_ulfm_stop = stop;
     MPI_Errhandler eh;
     int rc = MPI_Comm_create_errhandler(asap_ulfm_on_error, &eh);
     if (rc != MPI_SUCCESS) return rc;

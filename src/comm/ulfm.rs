@@ -44,7 +44,7 @@ mod ffi_ulfm {
     use mpi::ffi::MPI_Comm;
     use std::ffi::c_int;
     extern "C" {
-        pub fn asap_ulfm_install(comm: MPI_Comm) -> c_int;
+        pub fn asap_ulfm_install(comm: MPI_Comm, stop: c_int) -> c_int;
         pub fn asap_ulfm_lost() -> c_int;
         pub fn asap_ulfm_shrink(comm: MPI_Comm, out: *mut MPI_Comm, dead: *mut c_int, max: c_int) -> c_int;
         pub fn asap_ulfm_set_outside(where_: *const std::ffi::c_char);
@@ -111,11 +111,7 @@ pub fn failed_ever() -> bool {
 /// as [`lost`] instead of ending the job. Call before the communicators of the run are made.
 #[cfg(ulfm)]
 pub fn install(world: &SimpleCommunicator) -> anyhow::Result<()> {
-    use mpi::raw::AsRaw;
-    // SAFETY: `world` is a live communicator; the shim creates an error handler from a C
-    // function of its own and sets it on the communicator, touching nothing else.
-    let rc = unsafe { ffi_ulfm::asap_ulfm_install(world.as_raw()) };
-    anyhow::ensure!(rc == 0, "cannot set the ULFM error handler (MPI error code {rc})");
+    set_handler(world, false)?;
     ENABLED.store(true, std::sync::atomic::Ordering::SeqCst);
     Ok(())
 }
@@ -124,6 +120,28 @@ pub fn install(world: &SimpleCommunicator) -> anyhow::Result<()> {
 #[cfg(not(ulfm))]
 pub fn install(_world: &SimpleCommunicator) -> anyhow::Result<()> {
     anyhow::bail!("{MISSING}")
+}
+
+/// For a run without `--on-rank-loss continue` on the ULFM build: a process failure ends the
+/// job with status 4 and a line naming the dead ranks, as the Debian build's launcher names
+/// them. Without it the wheel's default handler ended an ssp job whose rank 2 was SIGKILLed
+/// naming no rank, with status 75, a preemption's (2026-11-29). Nothing without ULFM.
+pub fn install_stop(world: &SimpleCommunicator) -> anyhow::Result<()> {
+    #[cfg(ulfm)]
+    set_handler(world, true)?;
+    #[cfg(not(ulfm))]
+    let _ = world;
+    Ok(())
+}
+
+#[cfg(ulfm)]
+fn set_handler(world: &SimpleCommunicator, stop: bool) -> anyhow::Result<()> {
+    use mpi::raw::AsRaw;
+    // SAFETY: `world` is a live communicator; the shim creates an error handler from a C
+    // function of its own and sets it on the communicator, touching nothing else.
+    let rc = unsafe { ffi_ulfm::asap_ulfm_install(world.as_raw(), stop as std::ffi::c_int) };
+    anyhow::ensure!(rc == 0, "cannot set the ULFM error handler (MPI error code {rc})");
+    Ok(())
 }
 
 /// Whether a process failure was seen since the last [`shrink`] (false unless [`install`]ed).

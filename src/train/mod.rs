@@ -544,9 +544,11 @@ impl Run<'_> {
 pub fn run(merged: Merged, comm: &SimpleCommunicator, print_config: bool) -> anyhow::Result<Outcome> {
     let cfg = &merged.options;
     let started = Instant::now();
+    // Before any communicator is derived from the world: they inherit its error handler.
     if cfg.on_rank_loss == crate::config::OnRankLoss::Continue {
-        // Before any communicator is derived from the world: they inherit its error handler.
         comm::ulfm::install(comm)?;
+    } else {
+        comm::ulfm::install_stop(comm)?;
     }
     // `--fault-kill RANK:0`: a rank lost during start-up, before the first collective.
     let (rank, n) = (comm.rank() as usize, comm.size() as usize);
