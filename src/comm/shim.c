@@ -64,8 +64,8 @@ static void asap_ulfm_on_error(MPI_Comm *comm, int *code, ...) {
     if (cls == MPIX_ERR_PROC_FAILED || cls == MPIX_ERR_PROC_FAILED_PENDING || cls == MPIX_ERR_REVOKED) {
         __atomic_store_n(&asap_ulfm_failed_flag, 1, __ATOMIC_SEQ_CST);
         char dead[128];
-        asap_ulfm_failed_ranks(*comm, dead, sizeof dead);
         if (asap_ulfm_stop) {
+            asap_ulfm_failed_ranks(*comm, dead, sizeof dead);
             /* Without this the wheel's default handler (MPI_ERRORS_ARE_FATAL) ended an ssp job
              * whose rank 2 was SIGKILLed in 1.6 s naming no rank, with status 75, which
              * slurm/asap-train.sbatch takes for a preemption (2026-11-29). */
@@ -79,6 +79,7 @@ static void asap_ulfm_on_error(MPI_Comm *comm, int *code, ...) {
         }
         const char *outside = asap_ulfm_outside;
         if (outside) {
+            asap_ulfm_failed_ranks(*comm, dead, sizeof dead);
             snprintf(line, sizeof line,
                      "asap-train: error on rank %d: a rank was lost %s; --on-rank-loss continue goes on only from a "
                      "loss during training, so the job ends (lost: rank(s) %s of MPI_COMM_WORLD)\n",
