@@ -8,7 +8,9 @@ netlab_bench() {
     local src=${BIN:-$PWD/target/release/asap-train}
     BIN=/tmp/$1-bin-$$
     cp "$src" "$BIN"
-    export BIN NETLAB_NAME=$2 NETLAB_NET=$3
+    # NETLAB_BENCH_NAME / NETLAB_BENCH_NET run a second copy of a bench beside one with the
+    # script's own name (its exit takes its set-up down by name)
+    export BIN NETLAB_NAME=${NETLAB_BENCH_NAME:-$2} NETLAB_NET=${NETLAB_BENCH_NET:-$3}
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
     out=runs/$1-$(date +%H%M%S)
     mkdir -p "$out"
