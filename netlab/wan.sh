@@ -187,7 +187,7 @@ up() {
         ((${#UPLINKS[@]} == 0)) || { rate=0; delay=0; }
         # The relay models the link, not a program on a loaded host: it runs under SCHED_FIFO
         # where permitted (else nice -10), so other jobs' CPU use does not stretch the delay
-        # (at load ~100 with plain priority it fell up to 1.1 s behind). It blocks in poll()
+        # (at load ~100 with plain priority it fell up to 1.1 s behind). It blocks in select()
         # between frames, ~15 % of a core at 100 Mbit/s.
         # NETLAB_RELAY_PRIO=inherit keeps the caller's priority instead (e.g. under `nice -n 19`
         # on a machine whose other users must not be disturbed; then read the relay's lateness
