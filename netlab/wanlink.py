@@ -184,7 +184,7 @@ def main():
     ap.add_argument("--uplink", action="append", type=uplink, default=None,
                     help="RATE_MBIT:DELAY_MS of each tap's own link, one per --tap (hosts on one switch)")
     ap.add_argument("--stats", default=None)
-    ap.add_argument("--trace", default=None, help="write every frame's read and write times and TCP header here at exit")
+    ap.add_argument("--trace", default=None, help="write every frame's read and write times and TCP header here (at exit and on SIGUSR1)")
     ap.add_argument("--ready", default=None, help="create this file once the taps are open")
     a = ap.parse_args()
     g = len(a.tap)
