@@ -33,7 +33,9 @@
 # Names: namespaces gaia-NAME-h0.. (hosts) and gaia-NAME-sw (bridges, taps, relay); no
 # interface is made outside them, so `down` is deleting those namespaces (and the relay, by
 # its pid file). NETLAB_QUEUE_MS sets the relay's drop-tail buffer (default 2 x DELAY + 20 ms),
-# NETLAB_IDLE_RESTART the hosts' net.ipv4.tcp_slow_start_after_idle (default 1, Linux's).
+# NETLAB_IDLE_RESTART the hosts' net.ipv4.tcp_slow_start_after_idle (default 1, Linux's),
+# NETLAB_TRACE a file for the relay's per-frame trace (wanlink.py --trace, written at `down`
+# and on SIGUSR1), NETLAB_CC the hosts' TCP congestion control (default cubic, Linux's).
 # NETLAB_NAME (default wan) and NETLAB_NET (default 10.77.0) let two set-ups
 # coexist; NETLAB_EAGER (default 4194304) is Open MPI's TCP eager limit in bytes. Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), iproute2, /dev/net/tun and python3.
 # State (hostfile, host -> namespace map, relay pid, log and counters): $NETLAB_DIR
@@ -167,6 +169,16 @@ up() {
         # default, 1, restarts slow start after an idle RTO, which a program that computes
         # between messages meets every round). benches/emulation-links.sh measures both.
         ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_slow_start_after_idle="${NETLAB_IDLE_RESTART:-1}"
+        # Congestion control: Linux's default, cubic, whatever this machine's is (a new
+        # namespace inherits the host's: bbr here). Under bbr a connection that only ever
+        # carried small messages learns a low bandwidth from its app-limited rounds and paces
+        # its sends at ~2.9x that: on 2 hosts at 10 ms one way, rank 1's 31 KB asap message took
+        # 8 ms to leave (`ss -tin`: bw 9.8 Mbit/s, pacing_rate 28 Mbit/s) while rank 0's, whose
+        # connection had carried the data set, left at once (bw 96 Mbit/s). The program's
+        # --emulate-fabric tcp models Linux's defaults. NETLAB_CC picks another. Set on the
+        # route (congctl): a namespace may not set its default to an algorithm outside the
+        # host's tcp_allowed_congestion_control ("Operation not permitted").
+        ip -n "$ns" route replace "$NET.0/24" dev eth0 proto kernel scope link src "$ip" congctl "${NETLAB_CC:-cubic}"
         echo "$ip $ns $((h / H))" >> "$DIR/hosts"
     done
     if ((shaped)); then
@@ -175,7 +187,7 @@ up() {
         ((${#UPLINKS[@]} == 0)) || { rate=0; delay=0; }
         # The relay models the link, not a program on a loaded host: it runs under SCHED_FIFO
         # where permitted (else nice -10), so other jobs' CPU use does not stretch the delay
-        # (at load ~100 with plain priority it fell up to 1.1 s behind). It blocks in poll()
+        # (at load ~100 with plain priority it fell up to 1.1 s behind). It blocks in select()
         # between frames, ~15 % of a core at 100 Mbit/s.
         # NETLAB_RELAY_PRIO=inherit keeps the caller's priority instead (e.g. under `nice -n 19`
         # on a machine whose other users must not be disturbed; then read the relay's lateness
@@ -184,7 +196,7 @@ up() {
         chrt -f 20 true 2>/dev/null && prio=(chrt -f 20)
         [[ ${NETLAB_RELAY_PRIO:-} == inherit ]] && prio=()
         ip netns exec "$sw" "${prio[@]}" "$PY" "$HERE/wanlink.py" "${taps[@]}" --rate-mbit "$rate" --delay-ms "$delay" \
-            ${NETLAB_QUEUE_MS:+--queue-ms "$NETLAB_QUEUE_MS"} \
+            ${NETLAB_QUEUE_MS:+--queue-ms "$NETLAB_QUEUE_MS"} ${NETLAB_TRACE:+--trace "$NETLAB_TRACE"} \
             --stats "$DIR/link.json" --ready "$DIR/wanlink.ready" > "$DIR/wanlink.log" 2>&1 &
         echo $! > "$DIR/wanlink.pid"
         for _ in $(seq 100); do [[ -f $DIR/wanlink.ready ]] && break; sleep 0.1; done
@@ -245,7 +257,7 @@ run() {
     # A launch that hangs is killed by its caller's timeout, and its sockets go with it (issue 27:
     # Open MPI's TCP connect between two namespace hosts refused, 3 times in 10 whole-suite runs
     # beside two CPU burners, each host counting one refused connect more than in a run that
-    # works; the cause was host 1 starved of CPU, see the autogroup warning below). So every
+    # works; the cause was host 1 starved of CPU, see the autogroups below). So every
     # NETLAB_SOCKETS_S seconds (default 30) while the job runs, each host's TCP
     # sockets with their owners (`ss -tanp`) replace $DIR/sockets.txt, which `stats` prints: the
     # listeners a hung job's ranks hold, and the state of the connect that failed.
@@ -256,17 +268,33 @@ run() {
     # Host 0's ranks run in this session; Open MPI's daemon on every other host opens its own
     # session, and where the kernel groups processes by session (autogroups), sessions share
     # the CPU by their group's nice, not the processes'. A caller whose group is raised (e.g.
-    # a shell that ran benches/priority.sh before it restored it) starves the other hosts:
+    # a shell that ran benches/priority.sh before it restored it) starved the other hosts:
     # at -20 beside two burners, the other host's ranks had 0 s of CPU after 80 s (issue 27).
-    local ag
+    # So the watcher below raises every other host's groups to this session's nice as their
+    # processes appear (every 0.2 s). Before (until 2026-11-29), under benches/priority.sh at
+    # load 3-6, host 1's rank of a 2-host ring allreduce (MLR, 1 ms one way) drifted 4-11 %
+    # behind its declared steps and the ring, which waits for it at every step, took 1.10 s
+    # where the same training with both hosts' ranks at nice 0 took 0.64 (docs/emulation.md).
+    local ag raise=
     ag=$(cat /proc/self/autogroup 2>/dev/null) || ag=
     if [[ -n $ag && ${ag##* } != 0 && $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null) == 1 ]]; then
-        echo "netlab: warning: this session's autogroup is at nice ${ag##* }, the other hosts' daemons and ranks at 0 (their own sessions): the hosts do not get equal CPU. Run from a session at 0 (e.g. under setsid)." >&2
+        raise=${ag##* }
     fi
     local every=${NETLAB_SOCKETS_S:-30} rc=0
     (
-        while sleep "$every"; do
+        n=0
+        while sleep 0.2; do
             [[ -d $DIR ]] || exit 0
+            if [[ -n $raise ]]; then
+                while read -r _ ns _; do
+                    [[ $ns == "$h0" ]] && continue
+                    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+                        g=$(cat "/proc/$pid/autogroup" 2>/dev/null) || continue
+                        [[ ${g##* } == "$raise" ]] || echo "$raise" > "/proc/$pid/autogroup" 2>/dev/null || true
+                    done
+                done < "$DIR/hosts"
+            fi
+            (((n += 1) % (every * 5) == 0)) || continue
             { date -u +%T; while read -r ip ns _; do echo "== $ns ($ip)"; ip netns exec "$ns" ss -tanp; done < "$DIR/hosts"; } \
                 > "$DIR/sockets.tmp" 2>&1 && mv -f "$DIR/sockets.tmp" "$DIR/sockets.txt"
         done

@@ -28,6 +28,11 @@ actually left the uplink for the switch, and was actually written into the host'
 how late the relay ran: a link at R carries at most R x (1 s + the latest frame's lateness) plus
 one frame in any second (tests/netlab.rs checks it).
 
+--trace FILE (netlab/wan.sh: NETLAB_TRACE) records every frame twice, when the relay read it and
+when it wrote it out, with its TCP header (ports, seq, ack, flags, payload bytes), written to
+FILE (one line each, times in seconds of the monotonic clock) at exit and on SIGUSR1 (appended): the wire-level view
+where tcpdump is missing (docs/emulation.md, the ring's round trip).
+
 R = 0: no rate limit. The taps must exist (ip tuntap add mode tap) and be in their bridges.
 On SIGTERM/SIGINT it writes per-link counters to FILE (JSON) and exits 0; on SIGUSR1 it writes
 them and continues.
@@ -144,6 +149,19 @@ class Switch:
                 for h in range(len(self.rate))]
 
 
+def tcp_summary(fr):
+    """"sport dport seq ack flags payload" of a TCP/IPv4 frame, "-" for anything else."""
+    if len(fr) < 34 or fr[12:14] != b"\x08\x00" or fr[23] != 6:
+        return "-"
+    ihl = (fr[14] & 15) * 4
+    total = struct.unpack_from("!H", fr, 16)[0]
+    o = 14 + ihl
+    if len(fr) < o + 14:
+        return "-"
+    sport, dport, seq, ack, off, flags = struct.unpack_from("!HHIIBB", fr, o)
+    return f"{sport} {dport} {seq} {ack} {flags:#04x} {total - ihl - (off >> 4) * 4}"
+
+
 def uplink(text):
     """RATE_MBIT:DELAY_MS of one host's link."""
     try:
@@ -166,6 +184,7 @@ def main():
     ap.add_argument("--uplink", action="append", type=uplink, default=None,
                     help="RATE_MBIT:DELAY_MS of each tap's own link, one per --tap (hosts on one switch)")
     ap.add_argument("--stats", default=None)
+    ap.add_argument("--trace", default=None, help="write every frame's read and write times and TCP header here (at exit and on SIGUSR1)")
     ap.add_argument("--ready", default=None, help="create this file once the taps are open")
     a = ap.parse_args()
     g = len(a.tap)
@@ -191,6 +210,20 @@ def main():
     where = {}  # MAC -> group
     stop = [False]
 
+    trace = [] if a.trace else None
+
+    def dump_trace():
+        """Appends the frames traced so far to the trace file and forgets them."""
+        with open(a.trace, "a") as f:
+            for t, what, g, fr in trace:
+                f.write(f"{t:.6f} {what} {g} {len(fr)} {tcp_summary(fr)}\n")
+        trace.clear()
+
+    def on_usr1(*_):
+        dump()
+        if trace is not None:
+            dump_trace()
+
     def dump():
         if not a.stats:
             return
@@ -211,6 +244,8 @@ def main():
         """Writes frame `fr`, due at `rel`, into tap d at t, counting how late it left; False when
         the tap's queue is full (the frame is dropped)."""
         lateness = t - rel
+        if trace is not None:
+            trace.append((t, "out", d, fr))
         late_max[0] = max(late_max[0], lateness)
         late["over_1ms"] += lateness > 1e-3
         late["over_10ms"] += lateness > 1e-2
@@ -228,11 +263,8 @@ def main():
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    signal.signal(signal.SIGUSR1, lambda *_: dump())
+    signal.signal(signal.SIGUSR1, on_usr1)
     fd_group = {fd: i for i, fd in enumerate(fds)}
-    poll = select.poll()
-    for fd in fds:
-        poll.register(fd, select.POLLIN)
     now = time.monotonic
     if a.ready:
         open(a.ready, "w").close()
@@ -240,12 +272,17 @@ def main():
         t = now()
         nxt = sw.next_event() if sw is not None else min((q[0][0] for q in links.values() if q), default=None)
         timeout = None if nxt is None else max(0.0, nxt - t)
+        # select(), not poll(): poll takes whole milliseconds and Python rounds its timeout up, so
+        # a frame due in 1.07 ms left 2 ms later, and a burst's last frames waited for the next
+        # whole millisecond (at 1 ms one way: 0.38 ms late on average, 0.87 at p90, 1.0 for
+        # the tail of each of the ring allreduce's 11-frame steps, one more crossing's worth
+        # a step; docs/emulation.md). select's timeout is in microseconds.
         try:
-            ready = poll.poll(None if timeout is None else timeout * 1e3)
+            ready, _, _ = select.select(fds, [], [], timeout)
         except InterruptedError:
             continue
         t = now()
-        for fd, _ in ready:
+        for fd in ready:
             s = fd_group[fd]
             for _ in range(256):
                 try:
@@ -258,6 +295,8 @@ def main():
                     break
                 if len(fr) < 14:
                     continue
+                if trace is not None:
+                    trace.append((t, "in", s, fr))
                 src = fr[6:12]
                 where[src] = s
                 dst = fr[0:6]
@@ -294,6 +333,8 @@ def main():
                 if not release(d, fr, rel, t):
                     drops[(s, d)] += 1
     dump()
+    if trace is not None:
+        dump_trace()
 
 
 if __name__ == "__main__":

@@ -195,11 +195,11 @@ fn a_tcp_fabric_carries_its_payload_share_of_the_line() {
     assert!(sm["train_seconds"].as_f64().unwrap() >= 60.0 * 31_400.0 / payload);
 }
 
-/// `--emulate-fabric tcp` for one-sided puts: each put moves at 0.47 of the payload rate and
-/// waits 84.3 ms and 10.5 one-way latencies more than the ideal pipe's one (UCX over TCP, fitted
+/// `--emulate-fabric tcp` for one-sided puts: each put moves at 0.77 of the payload rate and
+/// waits 2.4 ms and 13.4 one-way latencies more than the ideal pipe's one (UCX over TCP, fitted
 /// over netlab's real links). Two ranks of asap over rma at 8 Mbit/s and 5 ms one way, 20
-/// rounds: every round's put alone takes 31.4 kB / 449,492 bytes/s + 84.3 ms + 11.5 x 5 ms =
-/// 211 ms, so training lasts at least 20 of them (4.2 s); the ideal pipe's would be 36 ms a
+/// rounds: every round's put alone takes 31.4 kB / 736,433 bytes/s + 2.4 ms + 14.4 x 5 ms =
+/// 117 ms, so training lasts at least 20 of them (2.3 s); the ideal pipe's would be 38 ms a
 /// round.
 #[test]
 fn a_tcp_fabric_charges_one_sided_puts_their_round_trips() {
@@ -228,7 +228,7 @@ fn a_tcp_fabric_charges_one_sided_puts_their_round_trips() {
     ];
     mpirun(2, &args, 180).expect_ok();
     let sm = summary(&m);
-    let put = 31_400.0 / (1e6 * 1448.0 / 1514.0 * 0.47) + 0.0843 + 11.5 * 0.005;
+    let put = 31_400.0 / (1e6 * 1448.0 / 1514.0 * 0.77) + 0.0024 + 14.4 * 0.005;
     let train = sm["train_seconds"].as_f64().unwrap();
     assert!(train >= 20.0 * put, "20 rounds of {put:.3} s each in {train:.2} s");
     assert_eq!(sm["sync_metrics"]["torn"], 0.0);

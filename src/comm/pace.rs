@@ -162,20 +162,23 @@ pub const TCP_EAGER_BYTES: u64 = 4 << 20;
 /// MPI, so a put waits a fixed time and more latencies ([`TCP_ONE_SIDED_EXTRA_MS`] +
 /// [`TCP_ONE_SIDED_EXTRA_LATENCIES`] one-way latencies) and moves its bytes at a share of the
 /// payload rate ([`TCP_ONE_SIDED_RATE_SHARE`]). Fitted on benches/emulation-links.sh's
-/// asap --transport rma rows of 2026-11-29 at load 9-10 (100 Mbit/s, one put a round, extra =
-/// real minus ideal-model seconds over 40 or 20 rounds): MLR at 1 ms one way 94.8 ms a round,
-/// at 10 ms 189 ms, so 84.3 ms + 10.5 latencies; MLP 3.3 MB at 1 ms 409 ms, of which 95 is the
-/// fixed part and 314 the bytes beyond the payload rate's 277 ms: a share of 277 / 591 = 0.47.
-/// The 10 ms bandwidth-bound row is the check outside the fit. The quiet machine's round at
-/// 10 ms (benches/asap-transport.sh: 171.8 ms, 139 over the ideal's) is 26 % under the fit:
-/// this transport's cost moves with the load.
-pub const TCP_ONE_SIDED_EXTRA_MS: f64 = 84.3;
+/// asap --transport rma rows of 2026-11-29 20:00 UTC at load 4-6 (100 Mbit/s, one put a round,
+/// netlab with the relay's timer at microseconds, cubic and both hosts' ranks at one priority;
+/// extra = real minus the ideal pipe's seconds over 40 or 20 rounds): MLR at 1 ms one way
+/// 16.6 ms a round, at 10 ms 137.0 ms, so 2.4 ms + 13.4 latencies; MLP 3.3 MB at 1 ms 98.4 ms,
+/// of which 15.8 are those and 82.6 the bytes beyond the payload rate's 272 ms: a share of
+/// 272 / 355 = 0.77. The 10 ms bandwidth-bound row is the check outside
+/// the fit. The first fit (84.3 ms + 10.5 latencies at 0.47 of the rate, at load 9-10, on
+/// netlab before those fixes) read the real rma round at 1 ms 3.5x too slow once they were in.
+/// This transport's cost moves with the load (UCX progresses a put only when the target calls
+/// into MPI).
+pub const TCP_ONE_SIDED_EXTRA_MS: f64 = 2.4;
 
 /// See [`TCP_ONE_SIDED_EXTRA_MS`].
-pub const TCP_ONE_SIDED_EXTRA_LATENCIES: f64 = 10.5;
+pub const TCP_ONE_SIDED_EXTRA_LATENCIES: f64 = 13.4;
 
 /// See [`TCP_ONE_SIDED_EXTRA_MS`].
-pub const TCP_ONE_SIDED_RATE_SHARE: f64 = 0.47;
+pub const TCP_ONE_SIDED_RATE_SHARE: f64 = 0.77;
 
 /// TCP's maximum segment: the payload of a full Ethernet frame (MTU 1500 less 20 IP, 20 TCP and
 /// 12 bytes of timestamps), [`TCP_PAYLOAD_SHARE`]'s numerator.
