@@ -35,6 +35,10 @@ pub struct LinkRecord {
     pub group_link: Option<(u64, u64)>,
 }
 
+/// One reservation of a group link: (start, end) in wall-clock nanoseconds, bytes, receiving
+/// group.
+type Taken = (u64, u64, u64, usize);
+
 /// This rank's handle on the group links of the job (collective to make: every rank holds one).
 pub struct GroupLink {
     window: Window,
@@ -45,6 +49,8 @@ pub struct GroupLink {
     /// them by this one offset, so a process's own times keep their order.
     base: (Instant, u64),
     log: Option<RefCell<Vec<LinkRecord>>>,
+    /// With the log: every reservation this rank made.
+    taken: Option<RefCell<Vec<Taken>>>,
 }
 
 impl std::fmt::Debug for GroupLink {
@@ -92,7 +98,8 @@ impl GroupLink {
         let window = Window::allocate(comm, 8 * groups).map_err(|e| anyhow::anyhow!("--emulate-groups: the group links' window: {e}"))?;
         let base = (Instant::now(), wall_ns_now());
         let log = record.then(|| RefCell::new(Vec::new()));
-        Ok(GroupLink { window, groups, ranks, rank: comm.rank() as usize, base, log })
+        let taken = record.then(|| RefCell::new(Vec::new()));
+        Ok(GroupLink { window, groups, ranks, rank: comm.rank() as usize, base, log, taken })
     }
 
     /// The number of groups.
@@ -129,8 +136,12 @@ impl GroupLink {
     /// when the link is free, whichever is later; returns the link's (start, end). Every rank of
     /// the group reserves in the same slot (on the group's first rank), so their reservations
     /// never overlap: a compare-and-swap that finds the slot changed reads it again.
-    pub fn reserve(&self, to_group: usize, earliest: Instant, seconds: f64) -> anyhow::Result<(Instant, Instant)> {
+    /// `bytes` is what the reservation carries, for the log.
+    pub fn reserve(&self, to_group: usize, earliest: Instant, bytes: u64, seconds: f64) -> anyhow::Result<(Instant, Instant)> {
         let (start, end) = self.reserve_ns(to_group, self.ns_of(earliest), seconds)?;
+        if let Some(log) = &self.taken {
+            log.borrow_mut().push((start, end, bytes, to_group));
+        }
         Ok((self.instant_of(start), self.instant_of(end)))
     }
 
@@ -175,6 +186,15 @@ impl GroupLink {
             };
             log.borrow_mut().push(rec);
         }
+    }
+
+    /// The group link's reservations as CSV: `start_ns,end_ns,bytes,to_group`.
+    pub fn taken_csv(&self) -> String {
+        let mut text = String::from("start_ns,end_ns,bytes,to_group\n");
+        for (s, e, b, g) in self.taken.as_ref().map_or(Vec::new(), |t| t.borrow().clone()) {
+            text.push_str(&format!("{s},{e},{b},{g}\n"));
+        }
+        text
     }
 
     /// The messages recorded so far.

@@ -511,46 +511,50 @@ impl Pacer {
         self.group_link.as_ref().filter(|g| g.group(dest) != g.group(self.rank)).cloned()
     }
 
-    /// A message of `bytes` to `dest` in another group, handed over at `now`: it takes this
-    /// rank's link (its NIC, at the LAN rate) in turn; its path (one connection) after the
-    /// path's last message, for `on_path(self, start)` seconds; and the group link (a FIFO at
-    /// the WAN rate shared by the group's ranks, as the relay's queue is) for its bytes' time
-    /// at that rate. Its last byte has left when both the path and the group link are done.
+    /// A message of `bytes` to `dest` in another group, handed over at `now` (a one-sided
+    /// `put`, or two-sided): it takes this rank's link (its NIC, at the LAN rate) in turn; its
+    /// path (one connection) after the path's last message; and the group link (a FIFO at the
+    /// WAN rate shared by the group's ranks, as the relay's queue is) for its bytes' time at
+    /// that rate. Its last byte has left when both its path and the group link have carried it.
     /// Returns (start on this rank's link, end). The rank's own link is free again after the
     /// bytes' time at its rate, whatever the path and the WAN wait for (a connection waiting for
     /// its window holds no other connection's frames), so a message within the group never
     /// waits on the WAN.
     ///
     /// The group link is asked for the bytes' time ending no earlier than the path alone would
-    /// end the message: a path in slow start sends most of its bytes in its last round trips
+    /// end the message: in slow start a path sends most of its bytes in its last round trips
     /// (the window doubles each one), so messages that slow-start together meet on the shared
-    /// link there, as flows do on a real one. Reserving from the path's start instead let four
-    /// 814 kB gaia messages take the link one after another in its first 2.2 s while their
-    /// paths, each alone, still took 4.2 s to send them: the shared link never bound (the tcp
-    /// twin's gaia row 31.24 s with the group link, 31.21 s without, netlab 37.78 s).
-    fn reserve_across(
-        &mut self,
-        link: &GroupLink,
-        dest: usize,
-        bytes: u64,
-        now: Instant,
-        on_path: impl FnOnce(&mut Self, Instant) -> f64,
-    ) -> (Instant, Instant) {
+    /// link there, as flows do on a real one. Measured on the tcp twin of netlab's WAN
+    /// (docs/emulation.md, "WAN over real netlab links"; NoLoCo k 16, gaia k 16; netlab 68.95
+    /// and 37.78 s): taken from the path's start, slow start hid the link (four 814 kB gaia
+    /// messages took it one after another in its first 2.2 s while their paths, each alone,
+    /// still took 4.2 s: 64.98 and 31.24 s, gaia as without the link, 31.21); taken a window a
+    /// round trip (each window one burst into the FIFO, the next round a round trip after the
+    /// burst began), every burst queued behind all the others' in a queue without the relay's
+    /// bound (820 ms) or its drops, and each wait lengthened that flow's round trips (NoLoCo
+    /// 98.1 and 111.2 s); ending where the path alone ends, 78.26 and 40.88 s.
+    fn reserve_across(&mut self, link: &GroupLink, dest: usize, bytes: u64, now: Instant, put: bool) -> (Instant, Instant) {
         let start = self.free_at.max(now);
         let path_start = start.max(self.path_free[dest]);
-        let alone = on_path(self, path_start);
-        let path_end = path_start + Duration::from_secs_f64(alone);
-        let wan = bytes as f64 / self.path_rate(dest);
+        let (rate, latency) = (self.path_rate(dest), self.latency_to(dest));
+        let alone = match (self.fabric, put) {
+            (Fabric::Tcp, false) => self.windowed(path_start, now, dest, bytes, rate, latency),
+            (_, true) => bytes as f64 / self.fabric.one_sided_rate(rate),
+            (Fabric::Ideal, false) => bytes as f64 / rate,
+        };
+        let wan = bytes as f64 / rate;
         let ready = path_start + Duration::from_secs_f64((alone - wan).max(0.0));
-        let (g_start, g_end) =
-            link.reserve(link.group(dest), ready, wan).unwrap_or_else(|e| super::abort_job(&format!("rank {}: {e:#}", self.rank), 4));
-        let end = path_end.max(g_end);
+        let on_link = link
+            .reserve(link.group(dest), ready, bytes, wan)
+            .unwrap_or_else(|e| super::abort_job(&format!("rank {}: {e:#}", self.rank), 4));
+        let rendezvous = if put { Duration::ZERO } else { self.fabric.rendezvous(bytes, rate, latency) };
+        let end = (path_start + Duration::from_secs_f64(alone)).max(on_link.1) + rendezvous;
         self.path_free[dest] = end;
         self.free_at = start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_second);
         if let Some(log) = &mut self.log {
             log.push(((start - self.start).as_secs_f64(), bytes));
         }
-        link.record(now, start, end, bytes, dest, Some((g_start, g_end)));
+        link.record(now, start, end, bytes, dest, Some(on_link));
         (start, end)
     }
 
@@ -644,14 +648,7 @@ impl Pacer {
         let latency = self.latency_to(dest);
         let path = dest.min(self.windows.len() - 1);
         if let Some(link) = self.across(dest) {
-            let fabric = self.fabric;
-            return self.reserve_across(&link, dest, bytes, now, |p, start| {
-                let on_path = match fabric {
-                    Fabric::Ideal => bytes as f64 / rate,
-                    Fabric::Tcp => p.windowed(start, now, path, bytes, rate, latency),
-                };
-                on_path + fabric.rendezvous(bytes, rate, latency).as_secs_f64()
-            });
+            return self.reserve_across(&link, dest, bytes, now, false);
         }
         let (start, end) = self.reserve_at_rate(bytes, now, rate, latency, path);
         if let Some(link) = &self.group_link {
@@ -668,8 +665,7 @@ impl Pacer {
         let rate = self.path_rate(dest);
         let latency = self.latency_to(dest);
         if let Some(link) = self.across(dest) {
-            let put_rate = self.fabric.one_sided_rate(rate);
-            let (_, end) = self.reserve_across(&link, dest, bytes, Instant::now(), |_, _| bytes as f64 / put_rate);
+            let (_, end) = self.reserve_across(&link, dest, bytes, Instant::now(), true);
             return end + latency + self.fabric.one_sided_extra(latency);
         }
         let start = self.free_at.max(Instant::now());

@@ -1284,8 +1284,10 @@ impl Run<'_> {
             // The messages' times on the links, on the wall clock, where groups share WAN links.
             let written = match &self.group_link {
                 Some(g) => {
-                    let path = outputs::link_log_path(prefix, self.comm.rank() as usize);
-                    std::fs::write(&path, g.log_csv()).with_context(|| format!("cannot write the link log {path}"))
+                    let (path, wan) = outputs::link_log_paths(prefix, self.comm.rank() as usize);
+                    std::fs::write(&path, g.log_csv())
+                        .and_then(|_| std::fs::write(&wan, g.taken_csv()))
+                        .with_context(|| format!("cannot write the link logs {path} and {wan}"))
                 }
                 None => Ok(()),
             };
