@@ -33,7 +33,7 @@
 #
 # Environment (defaults in brackets): ONLY (a regex: only the rows whose name matches), JITTER (an
 # --emulate-jitter form for every row), REPS [3], PARTITION [iid], EPOCHS, TARGET, EVAL_EVERY [10], INTERVALS [1],
-# MODEL (compute/even/production) [mlr], DILATION (links [8], links32 [24 x NP / 32], scale [100]), NP (links32, production [32], scale [64]),
+# MODEL (compute/even/production) [mlr], LINK_GROUPS (wan: --emulate-groups) [off], DILATION (links [8], links32 [24 x NP / 32], scale [100]), NP (links32, production [32], scale [64]),
 # OUT (a directory of an earlier run of the same table whose rows are reused in the printed
 # table), BIN [target/release/asap-train]; NICE [-20]: the ranks' priority (a benchmark beside other jobs
 # needs its ranks woken on time); BENCH_LOCK (a file: every mpirun runs under `flock` on it, so that
@@ -107,6 +107,10 @@ lan | wan)
     NP=8; EPOCHS=${EPOCHS:-10}; TARGET=${TARGET:-0.80}; DILATION=${DILATION:-8}
     [ "$WHAT" = lan ] && profile=clusters/1gbe.toml || profile=clusters/wan-2dc.toml
     common=(--cluster "$profile" --dilation "$DILATION" --model mlp --hidden 1024 --batch-size 256 --lr 0.3)
+    # wan: LINK_GROUPS [off] is --emulate-groups: off keeps every rank's own WAN link for every pair
+    # (the model the wan tables were measured with); 2 takes the profile's data centres, each
+    # sharing one WAN link, with 10 GbE within.
+    [ "$WHAT" = wan ] && common+=(--emulate-groups "${LINK_GROUPS:-off}")
     slow=(); bal=()
     variants=(
         "allreduce|--sync allreduce"

@@ -22,12 +22,12 @@
 # The graphs and the ring are symmetric under the shift. Every rank's own model is not scored
 # (--own-models 1): gathering 8 replicas of 3.3 MB over the slow links took 39-63 s an
 # evaluation. The emulated profile gives every rank its own link; netlab's hosts too, and senders to
-# one host share its link, as the model's receiver link does. wan: the profile's every link is
-# the WAN link (the model cannot tell a LAN pair from a WAN pair), where netlab's hosts in a
-# group share one bridge and only traffic between the groups crosses the WAN, shared by the
-# group's hosts; `--sync gaia` paces only its WAN messages in the model, but its 4 ranks of a
-# group each send to their mirror across, sharing netlab's one WAN link where the model gives
-# each its own (docs/emulation.md). FABRIC=tcp adds TCP's slow start per path to the twin.
+# one host share its link, as the model's receiver link does. wan: netlab's hosts in a group
+# share one bridge and only traffic between the groups crosses the WAN, shared by the group's
+# hosts; the twin declares the same groups (--emulate-groups 2: a LAN within a group, one WAN
+# link per direction shared by the sending group's ranks; LINK_GROUPS=off gives every rank its own
+# WAN link for every pair, the twin before 2026-11-29; docs/emulation.md). FABRIC=tcp adds
+# TCP's slow start per path to the twin.
 #
 # Rows at every --sync-every in INTERVALS (the tuned baselines of issue 40: the same grid for
 # every row), REPS runs alternating real and emulated. Time = training seconds until the
@@ -40,13 +40,15 @@
 # [8], TARGET [links 0.80, wan 0.85], PARTITION [iid; e.g. by-label:2, shards of two classes
 # each, where the target needs communication: `--sync none` stays at 33 %], EPOCHS [links 10, wan 6], EVAL_EVERY [10], SIDES ["real
 # emulated"], FABRIC [ideal: the emulated side's --emulate-fabric; tcp adds TCP's costs, slow
-# start among them], BIN [target/release/asap-train]. The emulated ranks run at nice -20 and this
+# start among them], LINK_GROUPS [wan: 2, the twin's --emulate-groups: each group's ranks share one
+# WAN link, as netlab's do; off: every rank its own WAN link for every pair, the twin before
+# 2026-11-29], BIN [target/release/asap-train]. The emulated ranks run at nice -20 and this
 # session's autogroup raised (benches/priority.sh); the real runs under setsid (a session at
 # nice 0, as the other hosts' daemons: netlab/wan.sh run says why), the relay at nice -20.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHAT=${1:-links}
-REPS=${REPS:-3} SCALE=${SCALE:-8} EVAL_EVERY=${EVAL_EVERY:-10} SIDES=${SIDES:-real emulated} FABRIC=${FABRIC:-ideal}
+REPS=${REPS:-3} SCALE=${SCALE:-8} EVAL_EVERY=${EVAL_EVERY:-10} SIDES=${SIDES:-real emulated} FABRIC=${FABRIC:-ideal} LINK_GROUPS=${LINK_GROUPS:-2}
 source benches/netlab-lib.sh
 netlab_bench "uneven-$WHAT" hu 10.86.0
 source benches/priority.sh
@@ -89,7 +91,9 @@ wan)
     INTERVALS=${INTERVALS:-16 64} TARGET=${TARGET:-0.85} EPOCHS=${EPOCHS:-6}
     rate=$(f "100 / $SCALE") lat=$(f "50 * $SCALE") step=$(f "24.223 * $SCALE")
     setup=(up 2 4 "${rate}mbit" "${lat}ms")
-    emu=(--emulate-bandwidth "$rate" --emulate-latency "$lat" --emulate-fabric "$FABRIC")
+    emu=(--emulate-bandwidth "$rate" --emulate-latency "$lat" --emulate-fabric "$FABRIC" --emulate-groups "$LINK_GROUPS")
+    # The groups' LAN: wan-2dc's 10 GbE and 15 us, scaled (netlab's bridge is unshaped).
+    [[ $LINK_GROUPS != off ]] && emu+=(--emulate-lan-bandwidth "$(f "10000 / $SCALE")" --emulate-lan-latency "$(f "0.015 * $SCALE")")
     variants=(
         "allreduce|--sync allreduce --allreduce-algorithm auto"
         "allreduce diloco|--sync allreduce --allreduce-algorithm auto --outer-optimizer nesterov"

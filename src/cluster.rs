@@ -10,9 +10,12 @@
 //!   carries the links: the real transport's costs the model adds);
 //! - optionally `[jitter]`: each step time's variance by the same keys as `[compute]`, an
 //!   `--emulate-jitter` form (`bench --write-profile` measures it).
+//! - optionally `groups`: the ranks in that many data centres (`--emulate-groups`), with
+//!   `lan_bandwidth_mbps` and `lan_latency_ms` the LAN within each (the links above are then the
+//!   WAN between them, one link per ordered pair of groups shared by the sending group's ranks).
 //!
 //! The profile fills `--emulate-compute`, `--emulate-jitter`, `--emulate-bandwidth`,
-//! `--emulate-latency` and `--straggler` where the command line and the config file left them unset; an explicit option
+//! `--emulate-latency`, `--emulate-groups` (and its LAN) and `--straggler` where the command line and the config file left them unset; an explicit option
 //! wins. The profiles kept in the repository are in `clusters/`.
 
 use std::collections::BTreeMap;
@@ -40,6 +43,13 @@ pub struct Profile {
     pub straggler: Option<String>,
     /// What carries the links (`--emulate-fabric`); unset: ideal.
     pub fabric: Option<crate::comm::pace::Fabric>,
+    /// The ranks in this many data centres of contiguous ranks (`--emulate-groups`); unset: one
+    /// link per rank for every pair.
+    pub groups: Option<usize>,
+    /// With `groups`: the LAN within a data centre, Mbit/s of every rank's own link.
+    pub lan_bandwidth_mbps: Option<f64>,
+    /// With `groups`: the LAN's one-way latency in milliseconds.
+    pub lan_latency_ms: Option<f64>,
     /// Time dilation D: the emulated cluster runs D times slower than the one described (step
     /// times and latencies x D, rates / D), so that 8-64 ranks sharing a few cores keep up with
     /// their declared times. Every ratio between runs is unchanged; seconds divide by D.
@@ -70,6 +80,19 @@ impl Profile {
             let min = b.overrides.iter().map(|o| o.2).fold(b.default, f64::min);
             anyhow::ensure!(min > 0.0, "{path}: bandwidth_mbps {b}: every rate must be positive");
         }
+        if let Some(g) = p.groups {
+            anyhow::ensure!(g >= 2, "{path}: groups = {g}: give 2 or more data centres (or leave groups out for one link per rank)");
+        }
+        if let Some(b) = p.lan_bandwidth_mbps {
+            anyhow::ensure!(b.is_finite() && b > 0.0, "{path}: lan_bandwidth_mbps = {b}: must be a positive number of Mbit/s");
+        }
+        if let Some(l) = p.lan_latency_ms {
+            anyhow::ensure!(l.is_finite() && l >= 0.0, "{path}: lan_latency_ms = {l}: must be a number of milliseconds >= 0");
+        }
+        anyhow::ensure!(
+            p.groups.is_some() || (p.lan_bandwidth_mbps.is_none() && p.lan_latency_ms.is_none()),
+            "{path}: lan_bandwidth_mbps and lan_latency_ms are the LAN within `groups`' data centres: add `groups = G`, or drop them"
+        );
         Ok(p)
     }
 
@@ -104,6 +127,12 @@ pub struct Emulation<'a> {
     pub jitter: &'a mut Option<Jitter>,
     /// `--emulate-fabric` (at its default, ideal, a profile's `fabric` fills it).
     pub fabric: &'a mut crate::comm::pace::Fabric,
+    /// `--emulate-groups` (Some(0): off, which a profile does not fill).
+    pub groups: &'a mut Option<usize>,
+    /// `--emulate-lan-bandwidth`.
+    pub lan_bandwidth: &'a mut Option<f64>,
+    /// `--emulate-lan-latency`.
+    pub lan_latency: &'a mut Option<f64>,
 }
 
 fn one() -> f64 {
@@ -145,6 +174,18 @@ pub fn apply(path: &str, e: Emulation) -> anyhow::Result<()> {
     // Like the latency: the option at its default (ideal) takes the profile's.
     if *e.fabric == crate::comm::pace::Fabric::Ideal {
         *e.fabric = p.fabric.unwrap_or_default();
+    }
+    if e.groups.is_none() {
+        *e.groups = p.groups;
+    }
+    // The LAN where there are groups (an explicit `--emulate-groups off` leaves none).
+    if e.groups.is_some_and(|g| g > 0) {
+        if e.lan_bandwidth.is_none() {
+            *e.lan_bandwidth = p.lan_bandwidth_mbps.map(|b| b / p.dilation);
+        }
+        if e.lan_latency.is_none() {
+            *e.lan_latency = p.lan_latency_ms.map(|l| l * p.dilation);
+        }
     }
     Ok(())
 }
@@ -225,6 +266,29 @@ mod tests {
         std::fs::write(&path, "name = \"t\"\n[jitter]\n\"mlr:64\" = \"0:1,1:0.5\"\n").unwrap();
         let e = apply_to(&mut cfg.clone()).unwrap_err().to_string();
         assert!(e.contains("c.toml") && e.contains("must not fall"), "{e}");
+    }
+
+    /// A profile's `groups` fills `--emulate-groups` with its LAN, dilated as the links are;
+    /// `--emulate-groups off` keeps the per-rank links; a bad value names the file.
+    #[test]
+    fn a_profile_fills_its_groups_and_their_lan() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.toml");
+        let text = "name = \"g\"\ndilation = 4\nbandwidth_mbps = 100\nlatency_ms = 50\ngroups = 2\nlan_bandwidth_mbps = 10000\nlan_latency_ms = 0.015\n[compute]\n\"mlr:256\" = 1\n";
+        std::fs::write(&path, text).unwrap();
+        let cluster = Some(path.to_string_lossy().into_owned());
+        let mut cfg = TrainConfig { cluster: cluster.clone(), batch_size: 256, ..TrainConfig::default() };
+        apply_to(&mut cfg).unwrap();
+        assert_eq!((cfg.emulate_groups, cfg.emulate_lan_bandwidth, cfg.emulate_lan_latency), (Some(2), Some(2500.0), Some(0.06)));
+        let mut off = TrainConfig { cluster: cluster.clone(), batch_size: 256, emulate_groups: Some(0), ..TrainConfig::default() };
+        apply_to(&mut off).unwrap();
+        assert_eq!((off.emulate_groups, off.emulate_lan_bandwidth, off.emulate_lan_latency), (Some(0), None, None));
+        std::fs::write(&path, text.replace("groups = 2", "groups = 1")).unwrap();
+        let e = apply_to(&mut cfg.clone()).unwrap_err().to_string();
+        assert!(e.contains("g.toml") && e.contains("groups = 1"), "{e}");
+        std::fs::write(&path, text.replace("groups = 2\n", "")).unwrap();
+        let e = apply_to(&mut cfg.clone()).unwrap_err().to_string();
+        assert!(e.contains("add `groups = G`"), "{e}");
     }
 
     #[test]

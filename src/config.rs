@@ -350,6 +350,25 @@ pub struct TrainConfig {
     /// docs/emulation.md "Validation" and "TCP slow start".
     #[arg(long, value_enum, default_value_t = crate::comm::pace::Fabric::Ideal, help_heading = "Emulated cluster")]
     pub emulate_fabric: crate::comm::pace::Fabric,
+    /// Emulate G data centres: the ranks in G equal groups of contiguous ranks (as gaia's
+    /// --groups G). A pair within a group talks over the LAN (--emulate-lan-bandwidth,
+    /// --emulate-lan-latency); a pair across over --emulate-bandwidth's link (the WAN: its rate,
+    /// latency and TCP window per pair), and the ranks of a group share one WAN link to each
+    /// other group, as a data centre's hosts share its uplink: a message across leaves when both
+    /// its pair's path and that shared link have carried it. off: every pair takes the per-rank
+    /// links (the model before this option). Needs --emulate-bandwidth and --emulate-latency with
+    /// one value for every rank, and every rank on one machine. A --cluster profile's `groups`
+    /// fills it; docs/emulation.md.
+    #[arg(long, value_name = "G|off", value_parser = emulate_groups, help_heading = "Emulated cluster")]
+    pub emulate_groups: Option<usize>,
+    /// The LAN of --emulate-groups: Mbit/s of every rank's own link (its NIC) within its group
+    /// [default: 10000, or a --cluster profile's `lan_bandwidth_mbps`].
+    #[arg(long, value_name = "MBPS", value_parser = lan_rate, help_heading = "Emulated cluster")]
+    pub emulate_lan_bandwidth: Option<f64>,
+    /// The LAN of --emulate-groups: one-way latency in milliseconds within a group [default: 0,
+    /// or a --cluster profile's `lan_latency_ms`].
+    #[arg(long, value_name = "MS", value_parser = lan_latency, help_heading = "Emulated cluster")]
+    pub emulate_lan_latency: Option<f64>,
     /// A cluster profile (TOML, see clusters/): declared step times per model and batch size,
     /// link bandwidth and latency, optional per-rank heterogeneity. It fills --emulate-compute,
     /// --emulate-bandwidth, --emulate-latency and --straggler where they are not given.
@@ -421,7 +440,9 @@ pub struct TrainConfig {
     #[arg(long, value_name = "FILE.jsonl", help_heading = "Output")]
     pub metrics: Option<String>,
     /// Write every paced send of each rank (seconds since start, bytes) to PREFIX.rank<R>.csv, to
-    /// check a bandwidth budget or emulation (needs --emulate-bandwidth or --sync bosen).
+    /// check a bandwidth budget or emulation (needs --emulate-bandwidth or --sync bosen). With
+    /// --emulate-groups also PREFIX.links.rank<R>.csv: every message's times on the wall clock
+    /// (handed over, started, last byte out) and, across groups, on the shared group link.
     #[arg(long, value_name = "PREFIX", help_heading = "Output")]
     pub send_log: Option<String>,
     /// Write the final model to this HDF5 file.
@@ -662,6 +683,9 @@ impl TrainConfig {
             straggler: &mut self.straggler,
             jitter: &mut self.emulate_jitter,
             fabric: &mut self.emulate_fabric,
+            groups: &mut self.emulate_groups,
+            lan_bandwidth: &mut self.emulate_lan_bandwidth,
+            lan_latency: &mut self.emulate_lan_latency,
         }
     }
 
@@ -896,6 +920,7 @@ impl TrainConfig {
             self.emulate_fabric == crate::comm::pace::Fabric::Ideal || self.emulate_bandwidth.is_some(),
             "--emulate-fabric tcp needs --emulate-bandwidth (the emulated links it carries): give --emulate-bandwidth MBPS, or leave --emulate-fabric at ideal"
         );
+        self.validate_groups()?;
         if let Some(ms) = self.emulate_compute {
             anyhow::ensure!(
                 ms.is_finite() && ms > 0.0 && ms <= 1e6,
@@ -967,6 +992,61 @@ impl TrainConfig {
             "--patience stops on the held-out metric of SGD runs; --model lda reports perplexity once at the end: drop --patience"
         );
         Ok(())
+    }
+}
+
+impl TrainConfig {
+    /// `--emulate-groups` G (Some(0): off) and its LAN: they split --emulate-bandwidth's links,
+    /// which must then be one WAN link for every rank. Whether G divides the ranks is checked
+    /// where the rank count is known (`train::plan::emulated_links`).
+    fn validate_groups(&self) -> anyhow::Result<()> {
+        let on = self.emulate_groups.filter(|&g| g > 0);
+        anyhow::ensure!(
+            on.is_some() || (self.emulate_lan_bandwidth.is_none() && self.emulate_lan_latency.is_none()),
+            "--emulate-lan-bandwidth and --emulate-lan-latency are the LAN within --emulate-groups' groups: give --emulate-groups G, or drop them"
+        );
+        let Some(g) = on else { return Ok(()) };
+        let Some(b) = &self.emulate_bandwidth else {
+            anyhow::bail!(
+                "--emulate-groups {g} splits the emulated links into a LAN within each group and a WAN between them: give                  --emulate-bandwidth MBPS (the WAN link) or a --cluster profile, or drop --emulate-groups"
+            )
+        };
+        anyhow::ensure!(
+            b.is_uniform() && self.emulate_latency.is_uniform(),
+            "--emulate-groups {g}: the WAN link between groups has one rate and latency, but --emulate-bandwidth {b} /              --emulate-latency {} differ per rank: give each one value, or --emulate-groups off for per-rank links",
+            self.emulate_latency
+        );
+        Ok(())
+    }
+}
+
+/// `--emulate-groups`: a number of groups >= 2, or `off` (stored as 0: a profile's `groups` no
+/// longer fills it).
+fn emulate_groups(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    if s == "off" {
+        return Ok(0);
+    }
+    match s.parse::<usize>() {
+        Ok(g) if g >= 2 => Ok(g),
+        Ok(g) => Err(format!("{g} group(s) have no link between them: give 2 or more groups (data centres), or off")),
+        Err(_) => Err(format!("expected a number of groups (2 or more) or off, got {s:?}")),
+    }
+}
+
+/// `--emulate-lan-bandwidth`: Mbit/s, positive and at most 1e7.
+fn lan_rate(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 && x <= 1e7 => Ok(x),
+        _ => Err(format!("expected a positive, finite number of Mbit/s, at most 1e7, got {s:?}")),
+    }
+}
+
+/// `--emulate-lan-latency`: milliseconds, >= 0 and at most 1e6.
+fn lan_latency(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && (0.0..=1e6).contains(&x) => Ok(x),
+        _ => Err(format!("expected a finite number of milliseconds from 0 to 1e6, got {s:?}")),
     }
 }
 

@@ -499,6 +499,134 @@ fn jittered_steps_have_the_declared_quantiles() {
     assert!(printed.contains(&format!("step-time jitter {quantiles}: mean factor 1.133 declared")), "{printed}");
 }
 
+/// One row of a `--send-log` link log (`--emulate-groups`): wall-clock nanoseconds.
+struct LinkRow {
+    requested: u64,
+    start: u64,
+    end: u64,
+    bytes: u64,
+    dest: usize,
+    group: Option<(u64, u64)>,
+}
+
+fn read_link_log(path: &std::path::Path) -> Vec<LinkRow> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), 7, "{l}");
+            let n = |i: usize| f[i].parse::<u64>().unwrap();
+            let group = (!f[5].is_empty()).then(|| (n(5), n(6)));
+            LinkRow { requested: n(0), start: n(1), end: n(2), bytes: n(3), dest: n(4) as usize, group }
+        })
+        .collect()
+}
+
+/// `--emulate-groups 2` (issue 41 item 6): 4 ranks in 2 groups of 2, every rank sending its 31 kB
+/// MLR model to every other each round (asap over two-sided messages on the complete graph, on
+/// the tcp fabric: slow start across), so both ranks of a group send across at once. Checked on
+/// the pacers' own reservations (the link logs), against oracles of their own:
+/// - each group's link to the other is one FIFO shared by its ranks: merged, its reservations
+///   never overlap, each lasts its bytes at the WAN's payload rate, they carry every byte sent
+///   across, and the bytes that start on it in any 1 s window stay within that rate (+ one
+///   message); a message has left only once the group link has carried it;
+/// - every rank's own link (its NIC) is a FIFO at the LAN's payload rate, replayed here from the
+///   times the messages were handed over: each message starts exactly when that replay says, so
+///   a message within a group waits only for the rank's own earlier bytes at the LAN rate, never
+///   on the WAN, and takes its bytes' time at the LAN rate.
+#[test]
+fn a_group_shares_one_wan_link_and_its_lan_never_waits_on_it() {
+    let dir = scratch("emulate-groups");
+    let (m, log) = (dir.join("m.jsonl"), dir.join("sends"));
+    // WAN 8 Mbit/s = 1e6 bytes/s of line, 5 ms one way; LAN 800 Mbit/s = 1e8 bytes/s, 0 ms.
+    let args = [
+        "train",
+        "--data",
+        &t10k(),
+        "--sync",
+        "asap",
+        "--transport",
+        "p2p",
+        "--graph",
+        "complete",
+        "--epochs",
+        "1",
+        "--max-rounds",
+        "30",
+        "--emulate-compute",
+        "20",
+        "--emulate-bandwidth",
+        "8",
+        "--emulate-latency",
+        "5",
+        "--emulate-fabric",
+        "tcp",
+        "--emulate-groups",
+        "2",
+        "--emulate-lan-bandwidth",
+        "800",
+        "--metrics",
+        s(&m),
+        "--send-log",
+        s(&log),
+    ];
+    mpirun(4, &args, 240).expect_ok();
+    let logs: Vec<Vec<LinkRow>> = (0..4).map(|r| read_link_log(&dir.join(format!("sends.links.rank{r}.csv")))).collect();
+    let share = 1448.0 / 1514.0;
+    let (wan, lan) = (1e6 * share, 1e8 * share);
+    let ns = |secs: f64| (secs * 1e9).round() as i64;
+    for (r, l) in logs.iter().enumerate() {
+        let group = r / 2;
+        assert!(l.iter().any(|x| x.group.is_none()) && l.iter().any(|x| x.group.is_some()), "rank {r} sent within and across");
+        // The NIC replayed: a FIFO at the LAN rate from the hand-over times.
+        let mut nic_free = 0u64;
+        for x in l {
+            assert_eq!(x.group.is_some(), x.dest / 2 != group, "rank {r} to {}: the group link only across groups", x.dest);
+            let want = x.requested.max(nic_free);
+            let late = x.start as i64 - want as i64;
+            assert!(late.abs() <= 2_000, "rank {r}: a message to {} started {late} ns off the NIC replay", x.dest);
+            nic_free = x.start + ns(x.bytes as f64 / lan) as u64;
+            match x.group {
+                None => {
+                    let took = x.end as i64 - x.start as i64;
+                    assert!((took - ns(x.bytes as f64 / lan)).abs() <= 2_000, "rank {r}: {took} ns within a group, not at the LAN rate");
+                }
+                Some((gs, ge)) => {
+                    assert!(gs >= x.start && x.end >= ge, "rank {r}: a message across leaves after its time on the group link")
+                }
+            }
+        }
+    }
+    for group in 0..2 {
+        let ranks = 2 * group..2 * group + 2;
+        let mut taken: Vec<(u64, u64, u64)> = Vec::new();
+        for r in ranks.clone() {
+            let text = std::fs::read_to_string(dir.join(format!("sends.wan.rank{r}.csv"))).unwrap();
+            for l in text.lines().skip(1) {
+                let f: Vec<u64> = l.split(',').map(|v| v.parse().unwrap()).collect();
+                assert_eq!(f[3], 1 - group as u64, "rank {r} reserved only its group's link to the other");
+                assert!((f[1] as i64 - f[0] as i64 - ns(f[2] as f64 / wan)).abs() <= 2_000, "rank {r}: a burst not at the WAN rate: {l}");
+                taken.push((f[0], f[1], f[2]));
+            }
+        }
+        let across: u64 = logs[ranks].iter().flatten().filter(|x| x.group.is_some()).map(|x| x.bytes).sum();
+        assert_eq!(taken.iter().map(|t| t.2).sum::<u64>(), across, "group {group}: the link carried every byte sent across");
+        taken.sort();
+        assert!(taken.len() >= 2 * 30 * 2, "group {group}: 2 ranks x 30 rounds x 2 messages across at least");
+        for w in taken.windows(2) {
+            assert!(w[1].0 >= w[0].1, "group {group}: two bursts on the shared link at once: {:?} and {:?}", w[0], w[1]);
+        }
+        let starts: Vec<(f64, u64)> = taken.iter().map(|&(s, _, b)| (s as f64 / 1e9, b)).collect();
+        let span = starts.last().unwrap().0 - starts[0].0;
+        assert!(span > 1.5, "group {group}: the run must span a few windows ({span:.2} s)");
+        let msg = starts.iter().map(|x| x.1).max().unwrap() as f64;
+        let peak = asap_train::comm::pace::peak_rate(&starts, 1.0);
+        assert!(peak <= wan + msg, "group {group}'s ranks put {peak} bytes in one second on their WAN link of {wan} bytes/s");
+    }
+    assert_eq!(summary(&m)["sync_metrics"]["torn"], 0.0);
+}
+
 /// Bad emulation options stop every rank with a message naming the option and the fix.
 #[test]
 fn bad_emulation_options_are_refused() {
@@ -520,6 +648,12 @@ fn bad_emulation_options_are_refused() {
         (&["--emulate-jitter", "0:1,1:2"], "give --emulate-compute"),
         (&["--emulate-compute", "5", "--emulate-jitter", "0:1,0.5:0.9,1:2"], "the factors must not fall"),
         (&["--emulate-compute", "5", "--emulate-jitter", "0.5:1,1:2"], "must start at P = 0"),
+        (&["--emulate-groups", "2"], "--emulate-groups 2 splits the emulated links"),
+        (&["--emulate-groups", "1", "--emulate-bandwidth", "100"], "give 2 or more groups"),
+        (&["--emulate-groups", "3", "--emulate-bandwidth", "100"], "2 ranks do not split into 3 equal groups"),
+        (&["--emulate-groups", "2", "--emulate-bandwidth", "100,0:10"], "differ per rank"),
+        (&["--emulate-lan-bandwidth", "1000"], "give --emulate-groups G"),
+        (&["--emulate-groups", "off", "--emulate-lan-latency", "1"], "give --emulate-groups G"),
     ];
     for (extra, needle) in cases {
         let mut args = vec!["train", "--data", data.as_str(), "--epochs", "1", "--max-rounds", "2"];

@@ -36,6 +36,9 @@ const TABLE_OPTIONS: &[&str] = &[
     "emulate_bandwidth",
     "emulate_latency",
     "emulate_fabric",
+    "emulate_groups",
+    "emulate_lan_bandwidth",
+    "emulate_lan_latency",
 ];
 
 /// A table of `rows` x `row_len` float32 values sharded over the ranks (each rank serves a block

@@ -4,6 +4,7 @@
 pub mod backoff;
 pub mod collectives;
 pub mod deadline;
+pub mod grouplink;
 
 use mpi::topology::{Communicator, SimpleCommunicator};
 

@@ -12,7 +12,10 @@
 //! module, so it is named, not linked). Every send can be logged (time since start, bytes) for
 //! checking the rate afterwards.
 
+use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::grouplink::{group_of, GroupLink};
 
 /// A per-rank value of an emulated link (`--emulate-bandwidth 1000,0-1:100`: every rank at 1000,
 /// ranks 0 and 1 at 100; the same form for `--emulate-latency`). Parsed without knowing the rank
@@ -328,12 +331,27 @@ impl Fabric {
 }
 
 /// Every rank's emulated link: egress and ingress rate in payload bytes per second (full duplex,
-/// the same speed both ways), one-way latency, and the fabric that carries them.
+/// the same speed both ways), one-way latency, and the fabric that carries them. With
+/// [`Groups`] these are the WAN link between groups, and pairs within a group take the LAN.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Links {
     pub bytes_per_second: Vec<f64>,
     pub latency: Vec<Duration>,
     pub fabric: Fabric,
+    /// `--emulate-groups`: the ranks in groups (data centres) joined by shared WAN links.
+    pub groups: Option<Groups>,
+}
+
+/// `--emulate-groups G`: the ranks in G equal groups of contiguous ranks. A pair within a group
+/// talks over the LAN (every rank's own link, its NIC, at `lan_bytes_per_second`, `lan_latency`
+/// one way); a pair across groups over the WAN: the per-rank links of [`Links`] (the path's rate
+/// and latency, its TCP window) and the one link from the sender's group to the receiver's,
+/// which the sending group's ranks share ([`GroupLink`], one FIFO at the WAN rate).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Groups {
+    pub count: usize,
+    pub lan_bytes_per_second: f64,
+    pub lan_latency: Duration,
 }
 
 impl Links {
@@ -349,7 +367,31 @@ impl Links {
             bytes_per_second: mbps.iter().map(|m| fabric.payload_rate(m * 1e6 / 8.0)).collect(),
             latency: latency_ms.iter().map(|l| Duration::from_secs_f64(l / 1e3)).collect(),
             fabric,
+            groups: None,
         }
+    }
+
+    /// These links as the WAN between `count` groups of contiguous ranks, whose pairs within a
+    /// group talk over a LAN of `lan_mbps` (line rate, Mbit/s) and `lan_ms` one way.
+    pub fn with_groups(mut self, count: usize, lan_mbps: f64, lan_ms: f64) -> Links {
+        self.groups = Some(Groups {
+            count,
+            lan_bytes_per_second: self.fabric.payload_rate(lan_mbps * 1e6 / 8.0),
+            lan_latency: Duration::from_secs_f64(lan_ms / 1e3),
+        });
+        self
+    }
+
+    /// True when `a` and `b` talk over a group's LAN (always false without groups).
+    pub fn same_group(&self, a: usize, b: usize) -> bool {
+        let n = self.bytes_per_second.len();
+        self.groups.as_ref().is_some_and(|g| group_of(a, n, g.count) == group_of(b, n, g.count))
+    }
+
+    /// The rate of `rank`'s inbound link (its port): the LAN's with groups (a message across
+    /// groups has already crossed the WAN when it comes in), its own link's without.
+    pub fn inbound_rate(&self, rank: usize) -> f64 {
+        self.groups.as_ref().map_or(self.bytes_per_second[rank], |g| g.lan_bytes_per_second)
     }
     /// The slowest rate of all ranks (what paces a ring or tree collective: every step waits for
     /// its slowest link) and the largest latency.
@@ -359,9 +401,21 @@ impl Links {
         (r, l)
     }
     /// The rate of the path from `from` to `to`: the slower of the sender's egress and the
-    /// receiver's ingress.
+    /// receiver's ingress; the LAN's within a group.
     pub fn path_rate(&self, from: usize, to: usize) -> f64 {
-        self.bytes_per_second[from].min(self.bytes_per_second[to])
+        match &self.groups {
+            Some(g) if self.same_group(from, to) => g.lan_bytes_per_second,
+            _ => self.bytes_per_second[from].min(self.bytes_per_second[to]),
+        }
+    }
+
+    /// The one-way latency of the path from `from` to `to`: the longer end's; the LAN's within
+    /// a group.
+    pub fn path_latency(&self, from: usize, to: usize) -> Duration {
+        match &self.groups {
+            Some(g) if self.same_group(from, to) => g.lan_latency,
+            _ => self.latency[from].max(self.latency[to]),
+        }
     }
 }
 
@@ -387,6 +441,14 @@ pub struct Pacer {
     /// The reservations not yet begun when made: (start, path, its window before), so that
     /// [`Pacer::rewind`] restores the windows of the messages it takes back.
     undo: std::collections::VecDeque<(Instant, usize, TcpWindow)>,
+    /// This rank (with per-rank links).
+    rank: usize,
+    /// `--emulate-groups`: the shared links between groups, which a message across groups takes
+    /// after its own path ([`Pacer::reserve_to`]).
+    group_link: Option<Rc<GroupLink>>,
+    /// With `group_link`: per destination rank, when the path there has carried the last
+    /// message across groups (a path is one TCP connection: its messages leave one by one).
+    path_free: Vec<Instant>,
 }
 
 impl Pacer {
@@ -405,22 +467,27 @@ impl Pacer {
             log: None,
             windows: vec![TcpWindow::new()],
             undo: Default::default(),
+            rank: 0,
+            group_link: None,
+            path_free: Vec::new(),
         }
     }
 
     /// This rank's link within `links`: its own rate and latency, and a message to rank `d` is
     /// carried at the slower of the two ends (a 1 GbE sender to a 100 Mbit/s receiver sends at
-    /// 100 Mbit/s). `budget_mbps` caps this rank's rate further (a mode's own budget).
+    /// 100 Mbit/s). `budget_mbps` caps this rank's rate further (a mode's own budget). With
+    /// groups the rank's own link is the LAN (its NIC), and a path across groups the WAN's;
+    /// the shared link between the groups comes with [`Pacer::with_group_link`].
     pub fn for_rank(links: &Links, rank: usize, budget_mbps: Option<f64>) -> Self {
         let cap = budget_mbps.map_or(f64::INFINITY, |b| b * 1e6 / 8.0);
-        let own = links.bytes_per_second[rank].min(cap);
+        let own = links.inbound_rate(rank).min(cap);
         let now = Instant::now();
         let n = links.bytes_per_second.len();
         let paths = (0..n).map(|d| links.path_rate(rank, d).min(cap)).collect();
-        let lat = (0..n).map(|d| links.latency[rank].max(links.latency[d])).collect();
+        let lat = (0..n).map(|d| links.path_latency(rank, d)).collect();
         Pacer {
             bytes_per_second: own,
-            latency: links.latency[rank],
+            latency: links.groups.as_ref().map_or(links.latency[rank], |g| g.lan_latency),
             path_rates: Some(paths),
             path_latency: Some(lat),
             fabric: links.fabric,
@@ -429,6 +496,82 @@ impl Pacer {
             log: None,
             windows: vec![TcpWindow::new(); n + 1],
             undo: Default::default(),
+            rank,
+            group_link: None,
+            path_free: vec![now; n],
+        }
+    }
+
+    /// Takes messages across groups through `link` (`--emulate-groups`; None: no shared link,
+    /// every path its own). Every rank of the job gets one or none.
+    pub fn with_group_link(mut self, link: Option<Rc<GroupLink>>) -> Self {
+        self.group_link = link;
+        self
+    }
+
+    /// The group link when rank `dest` is in another group.
+    fn across(&self, dest: usize) -> Option<Rc<GroupLink>> {
+        self.group_link.as_ref().filter(|g| g.group(dest) != g.group(self.rank)).cloned()
+    }
+
+    /// A message of `bytes` to `dest` in another group, handed over at `now` (a one-sided
+    /// `put`, or two-sided): it takes this rank's link (its NIC, at the LAN rate) in turn; its
+    /// path (one connection) after the path's last message; and the group link (a FIFO at the
+    /// WAN rate shared by the group's ranks, as the relay's queue is) for its bytes' time at
+    /// that rate. Its last byte has left when both its path and the group link have carried it.
+    /// Returns (start on this rank's link, end). The rank's own link is free again after the
+    /// bytes' time at its rate, whatever the path and the WAN wait for (a connection waiting for
+    /// its window holds no other connection's frames), so a message within the group never
+    /// waits on the WAN.
+    ///
+    /// The group link is asked for the bytes' time ending no earlier than the path alone would
+    /// end the message: in slow start a path sends most of its bytes in its last round trips
+    /// (the window doubles each one), so messages that slow-start together meet on the shared
+    /// link there, as flows do on a real one. Measured on the tcp twin of netlab's WAN
+    /// (docs/emulation.md, "WAN over real netlab links"; NoLoCo k 16, gaia k 16; netlab 68.95
+    /// and 37.78 s): taken from the path's start, slow start hid the link (four 814 kB gaia
+    /// messages took it one after another in its first 2.2 s while their paths, each alone,
+    /// still took 4.2 s: 64.98 and 31.24 s, gaia as without the link, 31.21); taken a window a
+    /// round trip (each window one burst into the FIFO, the next round a round trip after the
+    /// burst began), every burst queued behind all the others' in a queue without the relay's
+    /// bound (820 ms) or its drops, and each wait lengthened that flow's round trips (NoLoCo
+    /// 98.1 and 111.2 s); ending where the path alone ends, 78.26 and 40.88 s.
+    fn reserve_across(&mut self, link: &GroupLink, dest: usize, bytes: u64, now: Instant, put: bool) -> (Instant, Instant) {
+        let start = self.free_at.max(now);
+        let path_start = start.max(self.path_free[dest]);
+        let (rate, latency) = (self.path_rate(dest), self.latency_to(dest));
+        let alone = match (self.fabric, put) {
+            (Fabric::Tcp, false) => self.windowed(path_start, now, dest, bytes, rate, latency),
+            (_, true) => bytes as f64 / self.fabric.one_sided_rate(rate),
+            (Fabric::Ideal, false) => bytes as f64 / rate,
+        };
+        let wan = bytes as f64 / rate;
+        let ready = path_start + Duration::from_secs_f64((alone - wan).max(0.0));
+        let on_link = link
+            .reserve(link.group(dest), ready, bytes, wan)
+            .unwrap_or_else(|e| super::abort_job(&format!("rank {}: {e:#}", self.rank), 4));
+        let rendezvous = if put { Duration::ZERO } else { self.fabric.rendezvous(bytes, rate, latency) };
+        let end = (path_start + Duration::from_secs_f64(alone)).max(on_link.1) + rendezvous;
+        self.path_free[dest] = end;
+        self.free_at = start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_second);
+        if let Some(log) = &mut self.log {
+            log.push(((start - self.start).as_secs_f64(), bytes));
+        }
+        link.record(now, start, end, bytes, dest, Some(on_link));
+        (start, end)
+    }
+
+    /// The rate of the path to rank `dest`.
+    fn path_rate(&self, dest: usize) -> f64 {
+        self.path_rates.as_ref().and_then(|p| p.get(dest).copied()).unwrap_or(self.bytes_per_second)
+    }
+
+    /// The one-way latency a round of messages to `dests` waits once (asap's one-sided puts):
+    /// the longest path's with groups, this rank's own link's without.
+    pub fn round_latency(&self, dests: &[usize]) -> Duration {
+        match self.group_link {
+            Some(_) => dests.iter().map(|&d| self.latency_to(d)).max().unwrap_or(self.latency),
+            None => self.latency,
         }
     }
 
@@ -468,14 +611,7 @@ impl Pacer {
         let start = self.free_at.max(now);
         let on_link = match self.fabric {
             Fabric::Ideal => bytes as f64 / rate,
-            Fabric::Tcp => {
-                while self.undo.front().is_some_and(|u| u.0 <= now) {
-                    self.undo.pop_front();
-                }
-                self.undo.push_back((start, path, self.windows[path]));
-                let at = (start - self.start).as_secs_f64();
-                self.windows[path].send(at, bytes, rate, 2.0 * latency.as_secs_f64())
-            }
+            Fabric::Tcp => self.windowed(start, now, path, bytes, rate, latency),
         };
         let end = start + Duration::from_secs_f64(on_link) + self.fabric.rendezvous(bytes, rate, latency);
         self.free_at = end;
@@ -483,6 +619,18 @@ impl Pacer {
             log.push(((start - self.start).as_secs_f64(), bytes));
         }
         (start, end)
+    }
+
+    /// Seconds `bytes` from `start` take through the TCP window of `path` (rate, one-way
+    /// latency), which keeps its state; remembered for [`Pacer::rewind`] (reservations made at
+    /// `now`).
+    fn windowed(&mut self, start: Instant, now: Instant, path: usize, bytes: u64, rate: f64, latency: Duration) -> f64 {
+        while self.undo.front().is_some_and(|u| u.0 <= now) {
+            self.undo.pop_front();
+        }
+        self.undo.push_back((start, path, self.windows[path]));
+        let at = (start - self.start).as_secs_f64();
+        self.windows[path].send(at, bytes, rate, 2.0 * latency.as_secs_f64())
     }
 
     /// [`Pacer::reserve_at`] now.
@@ -495,19 +643,34 @@ impl Pacer {
         self.reserve_to_at(dest, bytes, Instant::now())
     }
 
-    /// [`Pacer::reserve_to`] not before `now`.
+    /// [`Pacer::reserve_to`] not before `now`. With groups, a message to another group also
+    /// takes the group link ([`Pacer::with_group_link`]): it has left when both its path and
+    /// the group link have carried it.
     pub fn reserve_to_at(&mut self, dest: usize, bytes: u64, now: Instant) -> (Instant, Instant) {
-        let rate = self.path_rates.as_ref().and_then(|p| p.get(dest).copied()).unwrap_or(self.bytes_per_second);
+        let rate = self.path_rate(dest);
+        let latency = self.latency_to(dest);
         let path = dest.min(self.windows.len() - 1);
-        self.reserve_at_rate(bytes, now, rate, self.latency_to(dest), path)
+        if let Some(link) = self.across(dest) {
+            return self.reserve_across(&link, dest, bytes, now, false);
+        }
+        let (start, end) = self.reserve_at_rate(bytes, now, rate, latency, path);
+        if let Some(link) = &self.group_link {
+            link.record(now, start, end, bytes, dest, None);
+        }
+        (start, end)
     }
 
     /// A one-sided put of `bytes` to rank `dest`: when the link has delivered it, its last
     /// byte out plus the path's latency and what the fabric adds to a put
-    /// ([`Fabric::one_sided_extra`]; no rendezvous: one-sided puts have none).
+    /// ([`Fabric::one_sided_extra`]; no rendezvous: one-sided puts have none). Across groups
+    /// it takes the group link too, as [`Pacer::reserve_to_at`].
     pub fn put_to(&mut self, dest: usize, bytes: u64) -> Instant {
-        let rate = self.path_rates.as_ref().and_then(|p| p.get(dest).copied()).unwrap_or(self.bytes_per_second);
+        let rate = self.path_rate(dest);
         let latency = self.latency_to(dest);
+        if let Some(link) = self.across(dest) {
+            let (_, end) = self.reserve_across(&link, dest, bytes, Instant::now(), true);
+            return end + latency + self.fabric.one_sided_extra(latency);
+        }
         let start = self.free_at.max(Instant::now());
         let end = start + Duration::from_secs_f64(bytes as f64 / self.fabric.one_sided_rate(rate));
         self.free_at = end;
@@ -537,6 +700,8 @@ impl Pacer {
 
     /// Takes back the last `reservations` reservations, which had not begun: the link is free
     /// again from `to` (where the first of them would have started), and the log forgets them.
+    /// A group link's reservations stay taken (other ranks may have reserved after them): a
+    /// message taken back across groups leaves its time on the shared link unused.
     pub fn rewind(&mut self, to: Instant, reservations: usize) {
         self.free_at = to;
         if self.fabric == Fabric::Tcp {
@@ -769,6 +934,29 @@ mod tests {
         let b: LinkSpec = serde_json::from_str("\"1000,7:100\"").unwrap();
         assert_eq!(serde_json::to_string(&b).unwrap(), "\"1000,7:100\"");
         assert_eq!(serde_json::to_string(&a).unwrap(), "100.0");
+    }
+
+    /// With groups, a pair within a group takes the LAN and a pair across the WAN (the per-rank
+    /// links); a rank's own link and its inbound port are the LAN. (The shared group link
+    /// itself needs MPI: `tests/emulation.rs`.)
+    #[test]
+    fn groups_split_the_pairs_into_lan_and_wan() {
+        let links = Links::new(&[8.0; 4], &[50.0; 4]).with_groups(2, 800.0, 0.5);
+        let (wan, lan) = (1e6, 1e8);
+        assert!(links.same_group(0, 1) && links.same_group(2, 3) && !links.same_group(1, 2));
+        assert_eq!((links.path_rate(0, 1), links.path_rate(0, 2), links.path_rate(3, 0)), (lan, wan, wan));
+        assert_eq!(links.path_latency(2, 3), Duration::from_micros(500));
+        assert_eq!(links.path_latency(2, 1), Duration::from_millis(50));
+        assert_eq!(links.inbound_rate(3), lan);
+        let mut p = Pacer::for_rank(&links, 0, None);
+        assert_eq!((p.bytes_per_second(), p.latency()), (lan, Duration::from_micros(500)));
+        // No group link given: a message across takes its WAN path alone.
+        let (s, e) = p.reserve_to(2, 10_000);
+        assert_eq!(e - s, Duration::from_millis(10));
+        assert_eq!(p.round_latency(&[1, 2]), Duration::from_micros(500), "no group link: the rank's own latency");
+        // Without groups every pair takes the per-rank link, as before.
+        let flat = Links::new(&[8.0; 4], &[50.0; 4]);
+        assert_eq!((flat.path_rate(0, 1), flat.inbound_rate(0)), (wan, wan));
     }
 
     #[test]

@@ -181,12 +181,21 @@ impl Postbox {
         self.isend(dest, tag, buf)
     }
 
-    /// Hands the held messages whose time has come to MPI.
+    /// Hands the held messages whose time has come to MPI, in the order they were sent. Not
+    /// only the first ones: with `--emulate-groups` a message within a group arrives before a
+    /// message across sent ahead of it (and must not wait on the WAN). To one destination the
+    /// arrivals only grow (a path's messages leave one after another), so MPI's order per
+    /// destination and tag is the order they were sent in.
     fn release_due(&mut self) -> Result<(), PostboxError> {
         let now = Instant::now();
-        while self.held.front().is_some_and(|m| m.arrival <= now) {
-            let m = self.held.pop_front().expect("checked");
-            self.isend(m.dest, m.tag, m.buf)?;
+        let mut i = 0;
+        while i < self.held.len() {
+            if self.held[i].arrival <= now {
+                let m = self.held.remove(i).expect("in range");
+                self.isend(m.dest, m.tag, m.buf)?;
+            } else {
+                i += 1;
+            }
         }
         Ok(())
     }

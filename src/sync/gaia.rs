@@ -634,7 +634,7 @@ impl Gaia {
             let now = Instant::now();
             let pending = m.postbox.progress_sends()?;
             let backlogged = match m.pacer.as_ref() {
-                Some(p) => m.held.iter().any(|h| h.0 > now + p.latency()),
+                Some(p) => m.held.iter().any(|h| h.0 > now + p.latency_to(self.members[h.2][self.local_index])),
                 None => pending > 0,
             };
             // §4.4's soft threshold: an idle link also carries what passes S / sqrt(t).
@@ -655,8 +655,10 @@ impl Gaia {
             for g in (0..groups).filter(|&g| g != me) {
                 match m.pacer.as_mut() {
                     Some(p) => {
-                        let (_, end) = p.reserve(data.len() as u64);
-                        m.held.push_back((end + p.latency(), t, g, data.clone()));
+                        // Its path (a TCP window per pair) and any --emulate-groups link.
+                        let dest = self.members[g][self.local_index];
+                        let (_, end) = p.reserve_to(dest, data.len() as u64);
+                        m.held.push_back((end + p.latency_to(dest), t, g, data.clone()));
                     }
                     None => m.postbox.send(g, TAG_DATA, data.clone())?,
                 }

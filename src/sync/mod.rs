@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use crate::comm::collectives;
+use crate::comm::grouplink::GroupLink;
 use crate::comm::pace::{Ingress, Links, Pacer};
 use crate::model::RowLayout;
 
@@ -139,6 +140,9 @@ pub struct SyncContext<'a> {
     pub record_sends: bool,
     /// Rounds (clocks) in one epoch: steps per epoch / `--sync-every`, at least 1.
     pub rounds_per_epoch: u64,
+    /// `--emulate-groups`: the shared links between groups (with `links`), which every pacer of
+    /// this rank takes for its messages across groups.
+    pub group_link: Option<std::rc::Rc<GroupLink>>,
 }
 
 impl SyncContext<'_> {
@@ -152,7 +156,7 @@ impl SyncContext<'_> {
     /// series on one FIFO queue let bytes out as one at the smaller rate.
     pub fn pacer(&self, budget_mbps: Option<f64>) -> Option<Pacer> {
         if let Some(links) = &self.links {
-            let p = Pacer::for_rank(links, self.comm.rank() as usize, budget_mbps);
+            let p = Pacer::for_rank(links, self.comm.rank() as usize, budget_mbps).with_group_link(self.group_link.clone());
             return Some(if self.record_sends { p.record() } else { p });
         }
         let (rate, latency) = match (self.emulate, budget_mbps) {
@@ -179,6 +183,7 @@ impl SyncContext<'_> {
             links: None,
             record_sends: false,
             rounds_per_epoch: self.rounds_per_epoch,
+            group_link: None,
         }
     }
 
@@ -186,7 +191,7 @@ impl SyncContext<'_> {
     /// `--cluster`): several senders to this rank share its rate. Every rank gets one or none.
     pub fn ingress(&self) -> Option<Ingress> {
         let links = self.links.as_ref()?;
-        let i = Ingress::new(links.bytes_per_second[self.comm.rank() as usize]);
+        let i = Ingress::new(links.inbound_rate(self.comm.rank() as usize));
         Some(if self.record_sends { i.record() } else { i })
     }
 }

@@ -187,6 +187,8 @@ struct Run<'a> {
     load_seconds: f64,
     search_seconds: f64,
     setup_seconds: f64,
+    /// `--emulate-groups`: the group links this rank's pacers share (for `--send-log`'s log).
+    group_link: Option<std::rc::Rc<crate::comm::grouplink::GroupLink>>,
 }
 
 /// This rank's replica and what draws its mini-batches: what the step phase changes besides
@@ -727,17 +729,20 @@ fn deal_rest(
     Ok(Some(elastic::Dealt { steps, ..share }))
 }
 
-/// At a resume on another rank count: this rank's mode, optimizer and early-stopping state, as
-/// fresh ones built from the replicas' average (or the servers' model) with what the resize
-/// carries, and the mode's own rows of what its old ranks held split by row (train::elastic).
-fn resized_state(
+/// At a resume: this rank's mode, optimizer and early-stopping state. On the same rank count
+/// the checkpoint's (at `path`); on another (`resized`), fresh ones built from the replicas'
+/// average (or the servers' model) with what the resize carries, and the mode's own rows of
+/// what its old ranks held split by row (train::elastic).
+fn resumed_state(
     comm: &SimpleCommunicator,
-    resized: &checkpoint::Resized,
+    path: &std::path::Path,
+    resized: Option<&checkpoint::Resized>,
     sync: &dyn SyncMode,
     optimizer: &optimizer::Optimizer,
     early: Option<&early_stop::EarlyStop>,
     ids: Option<&[u64]>,
 ) -> anyhow::Result<crate::sync::ModeState> {
+    let Some(resized) = resized else { return checkpoint::restore_mode_state(comm, path) };
     let carried = elastic::carried_state(&resized.old_states, |name| {
         sync.averaged_on_resize(name) || optimizer::Optimizer::averaged_on_resize(name) || early_stop::EarlyStop::averaged_on_resize(name)
     });
@@ -885,10 +890,7 @@ fn set_up<'a>(
     let ctx = plan.sync_context(comm, model.layout(), ((steps_per_epoch / cfg.sync_every) as u64).max(1))?;
     let (mut sync, sync_info) = build_sync(cfg, &ctx, &params)?;
     if let Some((path, resized)) = &resumed {
-        let mut state = match resized {
-            None => checkpoint::restore_mode_state(comm, path)?,
-            Some(rz) => resized_state(comm, rz, sync.as_ref(), &optimizer, early.as_ref(), ids.as_deref())?,
-        };
+        let mut state = resumed_state(comm, path, resized.as_ref(), sync.as_ref(), &optimizer, early.as_ref(), ids.as_deref())?;
         collectives::agree(comm, optimizer.restore_state(&mut state))?;
         collectives::agree(comm, early_stop::EarlyStop::restore_state(early.as_mut(), &mut state))?;
         collectives::agree(comm, sync.restore_state(state))?;
@@ -937,6 +939,7 @@ fn set_up<'a>(
         load_seconds,
         search_seconds: plan.search_seconds,
         setup_seconds,
+        group_link: ctx.group_link.clone(),
     };
     run.write_start(sync_info)?;
     let replica = Replica {
@@ -1276,6 +1279,17 @@ impl Run<'_> {
                 let mut text = String::from("seconds,bytes\n");
                 received.iter().for_each(|(t, b)| text.push_str(&format!("{t:.6},{b}\n")));
                 std::fs::write(&path, text).with_context(|| format!("cannot write the receive log {path}"))
+            };
+            collectives::agree(self.comm, written)?;
+            // The messages' times on the links, on the wall clock, where groups share WAN links.
+            let written = match &self.group_link {
+                Some(g) => {
+                    let (path, wan) = outputs::link_log_paths(prefix, self.comm.rank() as usize);
+                    std::fs::write(&path, g.log_csv())
+                        .and_then(|_| std::fs::write(&wan, g.taken_csv()))
+                        .with_context(|| format!("cannot write the link logs {path} and {wan}"))
+                }
+                None => Ok(()),
             };
             collectives::agree(self.comm, written)?;
         }

@@ -133,6 +133,13 @@ pub fn receive_log_path(prefix: &str, rank: usize) -> String {
     format!("{prefix}.receives.rank{rank}.csv")
 }
 
+/// The link logs of `rank` for `--send-log PREFIX` with `--emulate-groups`: every message to
+/// another rank with its times on the wall clock, and every reservation of the shared group
+/// links (a message in slow start takes several, a window each).
+pub fn link_log_paths(prefix: &str, rank: usize) -> (String, String) {
+    (format!("{prefix}.links.rank{rank}.csv"), format!("{prefix}.wan.rank{rank}.csv"))
+}
+
 /// Checks every output of `cfg` that `rank` writes (see the module doc): rank 0 writes the
 /// metrics, the model and the checkpoints; every rank writes its own send log. Every rank calls
 /// this and the ranks agree on the result, so a bad path stops all of them before training.

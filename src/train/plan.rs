@@ -25,6 +25,7 @@ use std::time::Duration;
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use crate::comm::collectives;
+use crate::comm::grouplink::{check_groups, GroupLink};
 use crate::comm::pace::Links;
 use crate::config::{Given, LrSchedule, Merged, TrainConfig};
 use crate::data::partition::Partition;
@@ -130,6 +131,10 @@ impl RunPlan {
         let stop_sending_after =
             cfg.stop_sending_after.as_deref().map(|s| crate::config::parse_rank_round("--stop-sending-after", s, n)).transpose()?;
         let links = emulated_links(cfg, n)?;
+        let group_link = match links.as_ref().and_then(|l| l.groups.as_ref()) {
+            Some(g) => Some(std::rc::Rc::new(GroupLink::allocate(comm, g.count, cfg.send_log.is_some())?)),
+            None => None,
+        };
         Ok(SyncContext {
             comm,
             layout,
@@ -140,6 +145,7 @@ impl RunPlan {
             links,
             record_sends: cfg.send_log.is_some(),
             rounds_per_epoch,
+            group_link,
         })
     }
 }
@@ -201,16 +207,21 @@ pub fn with_mode_defaults(cfg: &TrainConfig) -> TrainConfig {
     c
 }
 
+/// `--emulate-groups`' LAN rate when neither the option nor a profile gives one: 10 GbE, the
+/// data centres' network of clusters/wan-2dc.toml (and clusters/10gbe.toml's).
+pub const LAN_MBPS: f64 = 10_000.0;
+
 /// Every rank's emulated link of `cfg` over `n` ranks (`--emulate-bandwidth`, `--emulate-latency`),
 /// or None without emulated links.
 pub fn emulated_links(cfg: &TrainConfig, n: usize) -> anyhow::Result<Option<Links>> {
-    match &cfg.emulate_bandwidth {
-        Some(b) => Ok(Some(Links::on(
-            cfg.emulate_fabric,
-            &b.resolve(n, "--emulate-bandwidth")?,
-            &cfg.emulate_latency.resolve(n, "--emulate-latency")?,
-        ))),
-        None => Ok(None),
+    let Some(b) = &cfg.emulate_bandwidth else { return Ok(None) };
+    let links = Links::on(cfg.emulate_fabric, &b.resolve(n, "--emulate-bandwidth")?, &cfg.emulate_latency.resolve(n, "--emulate-latency")?);
+    match cfg.emulate_groups.filter(|&g| g > 0) {
+        Some(g) => {
+            check_groups(g, n)?;
+            Ok(Some(links.with_groups(g, cfg.emulate_lan_bandwidth.unwrap_or(LAN_MBPS), cfg.emulate_lan_latency.unwrap_or(0.0))))
+        }
+        None => Ok(Some(links)),
     }
 }
 

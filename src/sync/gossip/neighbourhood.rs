@@ -159,7 +159,7 @@ impl Neighbourhood {
     pub(in crate::sync) fn emulated_latency(&self) {
         // Two-sided messages carry their latency in the postbox's pacing.
         if let (Some(p), None) = (self.mail.pacer(), &self.p2p) {
-            std::thread::sleep(p.latency());
+            std::thread::sleep(p.round_latency(self.mail.out_neighbours()));
         }
     }
 
