@@ -38,11 +38,12 @@
 #
 # Environment: REPS [3], INTERVALS [links "4 16", wan "16 64"], ONLY (regex on row names), SCALE
 # [8], TARGET [links 0.80, wan 0.85], PARTITION [iid; e.g. by-label:2, shards of two classes
-# each, where the target needs communication: `--sync none` stays at 33 %], EPOCHS [links 10, wan 6], EVAL_EVERY [10], SIDES ["real
-# emulated"], FABRIC [ideal: the emulated side's --emulate-fabric; tcp adds TCP's costs, slow
-# start among them], LINK_GROUPS [wan: 2, the twin's --emulate-groups: each group's ranks share one
-# WAN link, as netlab's do; off: every rank its own WAN link for every pair, the twin before
-# 2026-11-29], BIN [target/release/asap-train]. The emulated ranks run at nice -20 and this
+# each, where the target needs communication: `--sync none` stays at 33 %], EPOCHS [links 10,
+# wan 6], EVAL_EVERY [10], SIDES ["real emulated"], FABRIC [ideal: the emulated side's
+# --emulate-fabric; tcp adds TCP's costs, slow start among them], LINK_GROUPS [wan: 2, the
+# twin's --emulate-groups: each group's ranks share one WAN link, as netlab's do; off: every
+# rank its own WAN link for every pair, the twin before 2026-11-29], BIN
+# [target/release/asap-train]. The emulated ranks run at nice -20 and this
 # session's autogroup raised (benches/priority.sh); the real runs under setsid (a session at
 # nice 0, as the other hosts' daemons: netlab/wan.sh run says why), the relay at nice -20.
 set -euo pipefail
