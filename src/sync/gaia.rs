@@ -67,6 +67,7 @@ use super::ps::serve::serve_until;
 use super::{average_replicas, ring_allreduce_bytes, Aggregate, CommStats, ModeMetric, ModeState, SyncContext, SyncMode};
 use crate::comm::collectives;
 use crate::comm::backoff::Backoff;
+use crate::comm::grouplink::group_of;
 use crate::comm::deadline::WaitDeadline;
 use crate::comm::pace::Pacer;
 use crate::comm::postbox::Postbox;
@@ -217,7 +218,8 @@ impl MirrorClocks {
 /// (one group per distinct name in `hosts`, in order of first appearance), `auto` (host when
 /// there are several, else 2 blocks, or 1 with one rank), or a file of `RANK GROUP` lines.
 pub fn parse_groups(spec: &str, nranks: usize, hosts: &[String]) -> anyhow::Result<Vec<usize>> {
-    let blocks = |g: usize| (0..nranks).map(|r| r * g / nranks).collect::<Vec<_>>();
+    // the same blocks as the emulated cluster's --emulate-groups (one rule for both)
+    let blocks = |g: usize| (0..nranks).map(|r| group_of(r, nranks, g)).collect::<Vec<_>>();
     let by_host = || {
         let mut names: Vec<&String> = Vec::new();
         hosts
