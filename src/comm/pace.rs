@@ -142,8 +142,10 @@ pub enum Fabric {
     /// the rest of it goes (the rendezvous), and one-sided puts (UCX over TCP) wait a fixed
     /// time and round trips and move at about half the payload rate (fitted over netlab).
     /// Two-sided messages (and the all-reduce ring's steps) go through each path's congestion
-    /// window in slow start ([`TcpWindow`]); one-sided puts keep their fitted costs, which were
-    /// measured with it.
+    /// window in slow start ([`TcpWindow`]), and move at the two-way share of the rate while
+    /// the receiver's own link sends too ([`tcp_two_way_share`]: the receiver's acknowledgements
+    /// wait behind its data); one-sided puts keep their fitted costs, which were measured with
+    /// both.
     Tcp,
 }
 
@@ -200,6 +202,29 @@ pub const TCP_RTO_MIN_SECONDS: f64 = 0.2;
 /// The retransmission timeout of a path of round trip `rtt` seconds ([`TCP_RTO_MIN_SECONDS`]).
 pub fn tcp_rto(rtt: f64) -> f64 {
     rtt + TCP_RTO_MIN_SECONDS
+}
+
+/// The share of its payload rate a TCP connection keeps while the receiver's own link is sending
+/// too (two-way bulk traffic), at one-way latencies of 1 ms and up to 10 ms
+/// ([`tcp_two_way_share`]). The receiver's acknowledgements queue behind its own data in its
+/// link's buffer, so the sender's window, clocked by them, covers less of the path than the
+/// path's product. Measured in netlab's relay trace (`NETLAB_TRACE`, 2 hosts at 100 Mbit/s,
+/// cubic, the relay's drop-tail buffer of 2 x delay + 20 ms; 3.3 MB messages, 10 rounds,
+/// 2026-11-29 22:30-22:45 UTC): in 20 ms bins where both directions carried data, each carried
+/// 0.87 (the ring) and 0.90 (asap p2p) of the payload rate at 1 ms one way; at 10 ms 0.74 (the
+/// ring), 0.77 (asap p2p), 0.81 (ssp) and 0.75 (gaia); one way alone 0.94-1.00. On bbr (paced,
+/// its queue stays short) 0.98 at 10 ms: this is cubic's, Linux's default, as netlab runs.
+pub const TCP_TWO_WAY_SHARE_1MS: f64 = 0.88;
+
+/// See [`TCP_TWO_WAY_SHARE_1MS`]: the share at 10 ms one way and longer.
+pub const TCP_TWO_WAY_SHARE_10MS: f64 = 0.76;
+
+/// [`TCP_TWO_WAY_SHARE_1MS`] for a path of one-way `latency`: linear between the two measured
+/// latencies, and the nearer one's outside them (not measured there: netlab's WAN at 400 ms and
+/// a LAN under 1 ms take the 10 ms and 1 ms shares).
+pub fn tcp_two_way_share(latency: Duration) -> f64 {
+    let f = ((latency.as_secs_f64() * 1e3 - 1.0) / 9.0).clamp(0.0, 1.0);
+    TCP_TWO_WAY_SHARE_1MS + (TCP_TWO_WAY_SHARE_10MS - TCP_TWO_WAY_SHARE_1MS) * f
 }
 
 /// One TCP connection's congestion window in one direction (sender to receiver: the window is
@@ -309,6 +334,15 @@ impl Fabric {
         match self {
             Fabric::Tcp if bytes > TCP_EAGER_BYTES => (2 * latency).saturating_sub(Duration::from_secs_f64(TCP_EAGER_BYTES as f64 / rate)),
             _ => Duration::ZERO,
+        }
+    }
+
+    /// The share of its payload rate a two-sided message keeps while the receiver's own link
+    /// sends too, over a path of one-way `latency` ([`tcp_two_way_share`]; 1 on the ideal pipe).
+    pub fn two_way_share(self, latency: Duration) -> f64 {
+        match self {
+            Fabric::Ideal => 1.0,
+            Fabric::Tcp => tcp_two_way_share(latency),
         }
     }
 
@@ -449,7 +483,14 @@ pub struct Pacer {
     /// With `group_link`: per destination rank, when the path there has carried the last
     /// message across groups (a path is one TCP connection: its messages leave one by one).
     path_free: Vec<Instant>,
+    /// The recent reservations' (start, end): when this rank's link was sending, which the
+    /// acknowledgements of what it receives queue behind ([`Ingress::deliver_beside`]).
+    sending: std::collections::VecDeque<(Instant, Instant)>,
 }
+
+/// How long [`Pacer::sending_within`] remembers a reservation after it ended: longer than any
+/// inbound message's time on the link that is asked about.
+const SENDING_MEMORY: Duration = Duration::from_secs(30);
 
 impl Pacer {
     /// A link of `megabits_per_second` (10^6 bits) with a one-way `latency`.
@@ -470,6 +511,7 @@ impl Pacer {
             rank: 0,
             group_link: None,
             path_free: Vec::new(),
+            sending: Default::default(),
         }
     }
 
@@ -499,6 +541,7 @@ impl Pacer {
             rank,
             group_link: None,
             path_free: vec![now; n],
+            sending: Default::default(),
         }
     }
 
@@ -554,11 +597,37 @@ impl Pacer {
         let end = (path_start + Duration::from_secs_f64(alone)).max(on_link.1) + rendezvous;
         self.path_free[dest] = end;
         self.free_at = start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_second);
+        self.note(start, end, bytes);
+        link.record(now, start, end, bytes, dest, Some(on_link));
+        (start, end)
+    }
+
+    /// Keeps a reservation from `start` to `end` of `bytes`: in the log when recording, and in
+    /// what [`Pacer::sending_within`] looks at.
+    fn note(&mut self, start: Instant, end: Instant, bytes: u64) {
         if let Some(log) = &mut self.log {
             log.push(((start - self.start).as_secs_f64(), bytes));
         }
-        link.record(now, start, end, bytes, dest, Some(on_link));
-        (start, end)
+        while self.sending.front().is_some_and(|&(_, e)| e + SENDING_MEMORY < start) {
+            self.sending.pop_front();
+        }
+        self.sending.push_back((start, end));
+    }
+
+    /// How long between `from` and `to` this rank's link was sending (reservations made so
+    /// far; the union of their times, so paths sending at once count once).
+    pub fn sending_within(&self, from: Instant, to: Instant) -> Duration {
+        let mut spans: Vec<(Instant, Instant)> =
+            self.sending.iter().map(|&(s, e)| (s.max(from), e.min(to))).filter(|(s, e)| s < e).collect();
+        spans.sort();
+        let (mut total, mut reach) = (Duration::ZERO, from);
+        for (s, e) in spans {
+            if e > reach {
+                total += e - s.max(reach);
+                reach = e;
+            }
+        }
+        total
     }
 
     /// The rate of the path to rank `dest`.
@@ -615,9 +684,7 @@ impl Pacer {
         };
         let end = start + Duration::from_secs_f64(on_link) + self.fabric.rendezvous(bytes, rate, latency);
         self.free_at = end;
-        if let Some(log) = &mut self.log {
-            log.push(((start - self.start).as_secs_f64(), bytes));
-        }
+        self.note(start, end, bytes);
         (start, end)
     }
 
@@ -674,9 +741,7 @@ impl Pacer {
         let start = self.free_at.max(Instant::now());
         let end = start + Duration::from_secs_f64(bytes as f64 / self.fabric.one_sided_rate(rate));
         self.free_at = end;
-        if let Some(log) = &mut self.log {
-            log.push(((start - self.start).as_secs_f64(), bytes));
-        }
+        self.note(start, end, bytes);
         end + latency + self.fabric.one_sided_extra(latency)
     }
 
@@ -713,6 +778,7 @@ impl Pacer {
         if let Some(log) = &mut self.log {
             log.truncate(log.len().saturating_sub(reservations));
         }
+        self.sending.truncate(self.sending.len().saturating_sub(reservations));
     }
 
     /// True when everything reserved has left (the bucket is empty): a send now starts at once.
@@ -769,17 +835,43 @@ impl Ingress {
 
     /// When a message of `bytes` that would have arrived at `arrival` on a free link is in.
     pub fn deliver_at(&mut self, arrival: Instant, bytes: u64) -> Instant {
+        self.take_in(arrival, bytes, None)
+    }
+
+    /// [`Ingress::deliver_at`] for a two-sided message from rank `source` on a receiver whose own
+    /// link is `own`: on a TCP fabric, for as long as `own` was sending while the message's
+    /// bytes came in, they move at the two-way share of the rate ([`Fabric::two_way_share`]: the
+    /// receiver's acknowledgements wait behind its own data), so the message holds the inbound
+    /// link that much longer and the ones after it queue behind. With the ideal pipe, or no
+    /// pacer, as [`Ingress::deliver_at`].
+    pub fn deliver_beside(&mut self, arrival: Instant, bytes: u64, own: Option<&Pacer>, source: usize) -> Instant {
+        self.take_in(arrival, bytes, own.filter(|p| p.fabric() == Fabric::Tcp).map(|p| (p, source)))
+    }
+
+    /// Takes a message in (see [`Ingress::deliver_beside`]).
+    fn take_in(&mut self, arrival: Instant, bytes: u64, beside: Option<(&Pacer, usize)>) -> Instant {
         let took = Duration::from_secs_f64(bytes as f64 / self.bytes_per_second);
         // `arrival - took` is when it would have started coming in; `Instant` cannot go before
         // the process's first instant, so clamp at the link's own start.
         let wanted = arrival.checked_sub(took).unwrap_or(self.start).max(self.start);
         let start = wanted.max(self.free_at);
-        let end = start + took;
+        // The receiver's sends while the sender sent (a message is taken in at or after its
+        // arrival, so every send of that time is reserved by then).
+        let slower = beside.map_or(Duration::ZERO, |(p, source)| {
+            let share = p.fabric().two_way_share(p.latency_to(source));
+            p.sending_within(wanted, arrival).mul_f64(1.0 / share - 1.0)
+        });
+        let end = start + took + slower;
         self.free_at = end;
         if let Some(log) = &mut self.log {
             log.push(((start - self.start).as_secs_f64(), bytes));
         }
         end.max(arrival)
+    }
+
+    /// True while the link is still taking in messages at `now`.
+    pub fn busy_at(&self, now: Instant) -> bool {
+        self.free_at > now
     }
 
     /// The messages taken in so far: (seconds since the link was made, bytes).
@@ -1228,5 +1320,61 @@ mod tests {
         let mut q = Pacer::for_rank(&Links::on(Fabric::Ideal, &[8.0, 8.0], &[50.0, 50.0]), 0, None);
         let (s, e) = q.reserve_to(1, 3 * 14_480);
         assert!((secs(e - s) - 3.0 * 14_480.0 / 1e6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_two_way_share_runs_between_its_two_measured_latencies() {
+        let ms = |x: f64| Duration::from_secs_f64(x / 1e3);
+        assert_eq!(tcp_two_way_share(ms(1.0)), TCP_TWO_WAY_SHARE_1MS);
+        assert!((tcp_two_way_share(ms(10.0)) - TCP_TWO_WAY_SHARE_10MS).abs() < 1e-12);
+        assert!((tcp_two_way_share(ms(5.5)) - (0.88 + 0.76) / 2.0).abs() < 1e-12);
+        // Outside the measured latencies, the nearer one's share.
+        assert_eq!(tcp_two_way_share(ms(0.0)), TCP_TWO_WAY_SHARE_1MS);
+        assert_eq!(tcp_two_way_share(ms(400.0)), TCP_TWO_WAY_SHARE_10MS);
+        assert_eq!(Fabric::Ideal.two_way_share(ms(10.0)), 1.0);
+    }
+
+    #[test]
+    fn a_message_that_comes_in_while_the_receiver_sends_arrives_later_on_tcp() {
+        let secs = |d: Duration| d.as_secs_f64();
+        let tcp = Links::on(Fabric::Tcp, &[8.0, 8.0], &[10.0, 10.0]);
+        let rate = tcp.bytes_per_second[1];
+        let t0 = Instant::now();
+        let mut own = Pacer::for_rank(&tcp, 1, None);
+        // Two reservations whose times overlap (one path alone after the other's start) count
+        // once: 0.2-0.5 s and 0.3-0.6 s are 0.4 s of sending.
+        own.note(t0 + Duration::from_millis(200), t0 + Duration::from_millis(500), 1);
+        own.note(t0 + Duration::from_millis(300), t0 + Duration::from_millis(600), 1);
+        assert_eq!(own.sending_within(t0, t0 + Duration::from_secs(1)), Duration::from_millis(400));
+        assert_eq!(own.sending_within(t0 + Duration::from_millis(550), t0 + Duration::from_secs(1)), Duration::from_millis(50));
+        // A message of 0.5 s of bytes arriving at 1.2 s came in over 0.7-1.2 s: the receiver did
+        // not send then, so it arrives when it would have.
+        let bytes = (0.5 * rate) as u64;
+        let mut ingress = Ingress::new(rate);
+        let at = t0 + Duration::from_millis(1200);
+        let got = ingress.deliver_beside(at, bytes, Some(&own), 0);
+        assert!(secs(got - at).abs() < 1e-6);
+        // One arriving at 0.6 s came in over 0.1-0.6 s, 0.4 s of them while the receiver sent:
+        // those 0.4 s of bytes move at the 10 ms share, 0.4 (1 / 0.76 - 1) s later.
+        let mut ingress = Ingress::new(rate);
+        let at = t0 + Duration::from_millis(600);
+        let got = ingress.deliver_beside(at, bytes, Some(&own), 0);
+        let want = 0.4 * (1.0 / TCP_TWO_WAY_SHARE_10MS - 1.0);
+        assert!((secs(got - at) - want).abs() < 1e-6, "{} against {want}", secs(got - at));
+        assert!(ingress.busy_at(at) && !ingress.busy_at(got));
+        // It held the inbound link that much longer: a message right behind it (arriving at
+        // 0.65 s on a free link, its bytes over 0.6-0.65 s while the receiver did not send)
+        // comes in after it, at its own rate.
+        let small = (0.05 * rate) as u64;
+        let next = ingress.deliver_beside(t0 + Duration::from_millis(650), small, Some(&own), 0);
+        assert!((secs(next - got) - 0.05).abs() < 1e-6, "{}", secs(next - got));
+        // The ideal pipe, or no pacer: as deliver_at.
+        let ideal = Links::on(Fabric::Ideal, &[8.0, 8.0], &[10.0, 10.0]);
+        let mut plain = Pacer::for_rank(&ideal, 1, None);
+        plain.note(t0, t0 + Duration::from_secs(1), 1);
+        let mut ingress = Ingress::new(rate);
+        assert!(secs(ingress.deliver_beside(at, bytes, Some(&plain), 0) - at).abs() < 1e-6);
+        let mut ingress = Ingress::new(rate);
+        assert!(secs(ingress.deliver_beside(at, bytes, None, 0) - at).abs() < 1e-6);
     }
 }

@@ -18,7 +18,9 @@
 //! clock time it would have arrived on a free link; the receiver takes every message MPI has for
 //! it into a queue and delivers each when its inbound link would have carried it in after the
 //! ones before it. Several senders to one rank then share that rank's rate, as they would share
-//! its port. The clock is the machine's (the emulation runs on one machine).
+//! its port. The clock is the machine's (the emulation runs on one machine). On a TCP fabric a
+//! message that came in while this rank's own link was sending arrives later
+//! ([`Ingress::deliver_beside`]: its acknowledgements waited behind that data).
 
 use std::collections::VecDeque;
 use std::ffi::c_int;
@@ -284,7 +286,7 @@ impl Postbox {
         if self.ingress.is_some() {
             return self.try_receive_through_ingress(tag);
         }
-        let (source, _, bytes) = probe_receive(&self.comm, Some(tag))?;
+        let (source, _, bytes) = probe_receive(&self.comm, None, Some(tag))?;
         if source != self.rank {
             self.bytes_received += bytes.len() as u64;
         }
@@ -294,14 +296,19 @@ impl Postbox {
     /// [`Postbox::try_receive`] with the inbound link modelled: every message MPI has (any tag)
     /// goes into the arrival queue at its delivery time; the first one of `tag` that is due is
     /// taken. Messages of one source and tag keep their order: the queue's times only grow.
+    /// While the inbound link is still taking in earlier messages, those from other ranks stay
+    /// in MPI (their senders' sends stay incomplete, as a real receiver's full buffer holds a
+    /// TCP sender back); this rank's own come in at once.
     fn try_receive_through_ingress(&mut self, tag: i32) -> Option<(usize, Vec<u8>)> {
         let ingress = self.ingress.as_mut().expect("checked by the caller");
-        while let Some((source, t, mut bytes)) = probe_receive(&self.comm, None) {
+        loop {
+            let from = if ingress.busy_at(Instant::now()) { Some(self.rank) } else { None };
+            let Some((source, t, mut bytes)) = probe_receive(&self.comm, from, None) else { break };
             let at = if source != self.rank && bytes.len() >= STAMP {
                 let stamp = bytes.split_off(bytes.len() - STAMP);
                 let arrival = instant_of(f64::from_le_bytes(stamp.try_into().expect("8 bytes")));
                 self.bytes_received += bytes.len() as u64;
-                ingress.deliver_at(arrival, bytes.len() as u64)
+                ingress.deliver_beside(arrival, bytes.len() as u64, self.pacer.as_ref(), source)
             } else {
                 Instant::now()
             };
@@ -400,14 +407,15 @@ impl Drop for Postbox {
 /// setting it, and under ULFM (src/comm/ulfm.rs) a probe after a rank was lost fails, so rsmpi
 /// went on to receive a message that was never matched (a segfault in `mca_pml_ob1_mrecv`,
 /// every survivor of a `kill -9`, Open MPI 5.0.11).
-fn probe_receive(comm: &SimpleCommunicator, tag: Option<i32>) -> Option<(usize, i32, Vec<u8>)> {
+fn probe_receive(comm: &SimpleCommunicator, source: Option<usize>, tag: Option<i32>) -> Option<(usize, i32, Vec<u8>)> {
     let mut flag: c_int = 0;
     // SAFETY: the MESSAGE_NULL/ANY_* values are immutable statics of rsmpi's C shim; a zeroed
     // MPI_Status is a valid value of the plain C struct for MPI to overwrite.
     let (mut msg, mut status, any_source, any_tag) =
         unsafe { (ffi::RSMPI_MESSAGE_NULL, std::mem::zeroed::<ffi::MPI_Status>(), ffi::RSMPI_ANY_SOURCE, ffi::RSMPI_ANY_TAG) };
     // SAFETY: `comm` is live; flag, msg and status are valid writable locals for the call.
-    let rc = unsafe { ffi::MPI_Improbe(any_source, tag.unwrap_or(any_tag), comm.as_raw(), &mut flag, &mut msg, &mut status) };
+    let from = source.map_or(any_source, |r| r as c_int);
+    let rc = unsafe { ffi::MPI_Improbe(from, tag.unwrap_or(any_tag), comm.as_raw(), &mut flag, &mut msg, &mut status) };
     if rc != ffi::MPI_SUCCESS as c_int || flag == 0 {
         return None;
     }

@@ -269,11 +269,14 @@ impl SyncMode for ModelAverage {
 }
 
 /// [`ModelAverage`]'s emulated time of one all-reduce over `n` ranks of `bytes` sent per rank
-/// (2 (N - 1) / N of the model) at `rate` payload bytes per second, `latency` one way.
+/// (2 (N - 1) / N of the model) at `rate` payload bytes per second, `latency` one way. Every
+/// rank sends and receives at once in every step, so on a TCP fabric the bytes move at the
+/// two-way share of the rate ([`Fabric::two_way_share`]: each rank's acknowledgements wait
+/// behind its own chunk).
 pub fn emulated_allreduce_seconds(fabric: Fabric, n: u32, bytes: u64, rate: f64, latency: Duration) -> f64 {
     let steps = 2 * n.next_power_of_two().trailing_zeros();
     let chunk = bytes / (2 * u64::from(n.max(2) - 1));
-    bytes as f64 / rate + (latency + fabric.rendezvous(chunk, rate, latency)).as_secs_f64() * steps as f64
+    bytes as f64 / (rate * fabric.two_way_share(latency)) + (latency + fabric.rendezvous(chunk, rate, latency)).as_secs_f64() * steps as f64
 }
 
 /// What TCP's slow start adds to one emulated all-reduce of `bytes` sent per rank that starts
