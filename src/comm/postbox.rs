@@ -284,13 +284,24 @@ impl Postbox {
     /// Takes one waiting message with `tag` from any rank: `(source, bytes)`, or None.
     pub fn try_receive(&mut self, tag: i32) -> Option<(usize, Vec<u8>)> {
         if self.ingress.is_some() {
-            return self.try_receive_through_ingress(tag);
+            return self.try_receive_through_ingress(tag, None);
         }
         let (source, _, bytes) = probe_receive(&self.comm, None, Some(tag))?;
         if source != self.rank {
             self.bytes_received += bytes.len() as u64;
         }
         Some((source, bytes))
+    }
+
+    /// [`Postbox::try_receive`] for an owner that paces its sends itself, outside the postbox
+    /// (gaia's mirrors hold their data until the link has carried it): with an inbound link, a
+    /// message is taken in beside `pacer`'s sends ([`Ingress::deliver_beside`]); `ranks[i]` is
+    /// the pacer's rank of this postbox's rank `i`.
+    pub fn try_receive_beside(&mut self, tag: i32, pacer: Option<&Pacer>, ranks: &[usize]) -> Option<(usize, Vec<u8>)> {
+        match (self.ingress.is_some(), pacer) {
+            (true, Some(p)) => self.try_receive_through_ingress(tag, Some((p, ranks))),
+            _ => self.try_receive(tag),
+        }
     }
 
     /// [`Postbox::try_receive`] with the inbound link modelled: every message MPI has (any tag)
@@ -301,9 +312,12 @@ impl Postbox {
     /// buffer holds a TCP sender back: its two-way share slows the link without the senders'
     /// pacers knowing, [`Ingress::deliver_beside`]); this rank's own come in at once. On the
     /// ideal pipe every message is taken at once, as the emulated tables were measured.
-    fn try_receive_through_ingress(&mut self, tag: i32) -> Option<(usize, Vec<u8>)> {
+    /// `outside`: the owner's own pacer and its ranks ([`Postbox::try_receive_beside`]).
+    fn try_receive_through_ingress(&mut self, tag: i32, outside: Option<(&Pacer, &[usize])>) -> Option<(usize, Vec<u8>)> {
         let ingress = self.ingress.as_mut().expect("checked by the caller");
         let gate = self.pacer.as_ref().is_some_and(|p| p.fabric() == Fabric::Tcp);
+        let own = outside.map(|(p, _)| p).or(self.pacer.as_ref());
+        let pacer_rank = |r: usize| outside.and_then(|(_, ranks)| ranks.get(r).copied()).unwrap_or(r);
         loop {
             let from = if gate && ingress.busy_at(Instant::now()) { Some(self.rank) } else { None };
             let Some((source, t, mut bytes)) = probe_receive(&self.comm, from, None) else { break };
@@ -311,7 +325,7 @@ impl Postbox {
                 let stamp = bytes.split_off(bytes.len() - STAMP);
                 let arrival = instant_of(f64::from_le_bytes(stamp.try_into().expect("8 bytes")));
                 self.bytes_received += bytes.len() as u64;
-                ingress.deliver_beside(arrival, bytes.len() as u64, self.pacer.as_ref(), source)
+                ingress.deliver_beside(arrival, bytes.len() as u64, own, pacer_rank(source))
             } else {
                 Instant::now()
             };

@@ -69,7 +69,7 @@ use crate::comm::collectives;
 use crate::comm::backoff::Backoff;
 use crate::comm::grouplink::group_of;
 use crate::comm::deadline::WaitDeadline;
-use crate::comm::pace::Pacer;
+use crate::comm::pace::{Fabric, Pacer};
 use crate::comm::postbox::Postbox;
 
 /// Options of `--sync gaia`.
@@ -329,6 +329,8 @@ struct Mirror {
     clocks: MirrorClocks,
     /// `--emulate-bandwidth`: data messages wait here until the link would have sent them.
     pacer: Option<Pacer>,
+    /// The pacer's rank (the world's) of each mirror rank (a group's).
+    world: Vec<usize>,
     /// Paced data not handed to MPI yet: (due, clock, dest, bytes).
     held: VecDeque<(Instant, u64, usize, Vec<u8>)>,
     /// Data of clocks after the current one (from groups ahead of this one): (clock, group,
@@ -432,16 +434,22 @@ impl Gaia {
         let shard = |i: usize| (i * len / p)..((i + 1) * len / p);
         let color = if local_index < p { Color::with_value(local_index as i32) } else { Color::undefined() };
         let mirror_comm = world.split_by_color_with_key(color, Key::from(group as i32));
+        // On a TCP fabric the mirror's inbound link, so that what comes in while it sends moves
+        // at the two-way share (`Ingress::deliver_beside`); the ideal pipe's tables were
+        // measured without one (one mirror sends to each, already at the path's rate).
+        let tcp = ctx.links.as_ref().is_some_and(|l| l.fabric == Fabric::Tcp);
+        let ingress = ctx.ingress().filter(|_| tcp);
         let mirror = mirror_comm.map(|c| {
             debug_assert_eq!(c.rank() as usize, group);
             let s = shard(local_index);
             Mirror {
-                postbox: Postbox::new(&c),
+                postbox: Postbox::new(&c).with_ingress(ingress),
                 acc: vec![0.0; s.len()],
                 incoming: vec![0.0; s.len()],
                 shard: s,
                 clocks: MirrorClocks::new(groups, group, 0),
                 pacer: ctx.pacer(None),
+                world: members.iter().map(|m| m[local_index]).collect(),
                 held: VecDeque::new(),
                 early: Vec::new(),
             }
@@ -934,12 +942,12 @@ fn release_due(m: &mut Mirror) -> anyhow::Result<()> {
 /// taken, or group 0 would not have left the cut), ranks 4-5 in `await_forwards` behind it and
 /// ranks 0-2 in the checkpoint's collectives, for minutes.
 fn receive(m: &mut Mirror, counts: &mut Counts, t: u64) -> anyhow::Result<()> {
-    while let Some((g, b)) = m.postbox.try_receive(TAG_DATA) {
+    while let Some((g, b)) = m.postbox.try_receive_beside(TAG_DATA, m.pacer.as_ref(), &m.world) {
         let (clock, _) = sparse::header(&b)?;
         sparse::check(&b, m.incoming.len()).with_context(|| format!("a gaia data message from group {g}"))?;
         m.early.push((clock, g, b));
     }
-    while let Some((g, b)) = m.postbox.try_receive(TAG_BARRIER) {
+    while let Some((g, b)) = m.postbox.try_receive_beside(TAG_BARRIER, m.pacer.as_ref(), &m.world) {
         let (clock, _) = sparse::header(&b)?;
         m.clocks.barrier(g, clock);
         counts.barriers_received += 1;
