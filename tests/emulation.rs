@@ -242,8 +242,8 @@ fn a_tcp_fabric_charges_one_sided_puts_their_round_trips() {
 /// (31 segments after) then halves twice in the 1 s of compute (over 2 RTOs) and is back at
 /// the initial window at every sync. Both ranks send and receive at once, so the bytes move at
 /// the two-way share of the rate (0.76 from 10 ms one way up). So each round lasts at least 1 s
-/// + 31.4 kB over 0.76 of the rate + 2 latencies (the closed form's) + 184.9 ms; 6 rounds at
-/// least 8.57 s, where the ideal pipe's would be 7.39 s.
+/// plus 31.4 kB over 0.76 of the rate, 2 latencies (the closed form's) and 184.9 ms; 6 rounds
+/// at least 8.57 s, where the ideal pipe's would be 7.39 s.
 #[test]
 fn a_tcp_fabric_restarts_the_rings_slow_start_after_each_compute_phase() {
     let dir = scratch("emulate-fabric-slow-start");
