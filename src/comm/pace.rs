@@ -208,8 +208,8 @@ pub fn tcp_rto(rtt: f64) -> f64 {
 /// too (two-way bulk traffic), at one-way latencies of 1 ms and up to 10 ms
 /// ([`tcp_two_way_share`]). The receiver's acknowledgements queue behind its own data in its
 /// link's buffer, so the sender's window, clocked by them, covers less of the path than the
-/// path's product. Measured in netlab's relay trace (`NETLAB_TRACE`, 2 hosts at 100 Mbit/s,
-/// cubic, the relay's drop-tail buffer of 2 x delay + 20 ms; 3.3 MB messages, 10 rounds,
+/// path's product. Measured in netlab's relay trace (benches/two-way-share.sh: 2 hosts at
+/// 100 Mbit/s, cubic, the relay's drop-tail buffer of 2 x delay + 20 ms; 3.3 MB messages, 10 rounds,
 /// 2026-11-29 22:30-22:45 UTC): in 20 ms bins where both directions carried data, each carried
 /// 0.87 (the ring) and 0.90 (asap p2p) of the payload rate at 1 ms one way; at 10 ms 0.74 (the
 /// ring), 0.77 (asap p2p), 0.81 (ssp) and 0.75 (gaia); one way alone 0.94-1.00. On bbr (paced,
