@@ -602,11 +602,14 @@ impl Pacer {
         (start, end)
     }
 
-    /// Keeps a reservation from `start` to `end` of `bytes`: in the log when recording, and in
-    /// what [`Pacer::sending_within`] looks at.
+    /// Keeps a reservation from `start` to `end` of `bytes`: in the log when recording, and on
+    /// a TCP fabric in what [`Pacer::sending_within`] looks at (only the two-way share asks).
     fn note(&mut self, start: Instant, end: Instant, bytes: u64) {
         if let Some(log) = &mut self.log {
             log.push(((start - self.start).as_secs_f64(), bytes));
+        }
+        if self.fabric != Fabric::Tcp {
+            return;
         }
         while self.sending.front().is_some_and(|&(_, e)| e + SENDING_MEMORY < start) {
             self.sending.pop_front();
@@ -615,7 +618,7 @@ impl Pacer {
     }
 
     /// How long between `from` and `to` this rank's link was sending (reservations made so
-    /// far; the union of their times, so paths sending at once count once).
+    /// far on a TCP fabric; the union of their times, so paths sending at once count once).
     pub fn sending_within(&self, from: Instant, to: Instant) -> Duration {
         let mut spans: Vec<(Instant, Instant)> =
             self.sending.iter().map(|&(s, e)| (s.max(from), e.min(to))).filter(|(s, e)| s < e).collect();
